@@ -1,0 +1,52 @@
+"""Model zoo: the paper's 12 architectures, side modules, the joint model and weight-space paths.
+
+Layers are addressed by name (``conv1``, ``layer1`` ... ``layerK``, ``fc``) everywhere: freezing,
+fine-tuning stages, side modules and the joint model's sharing all use these names.
+"""
+
+from seq2final.models.architectures import (
+    ARCHITECTURES,
+    PARAMETER_CONVENTIONS,
+    BlockGeometry,
+    BlockModel,
+    build_model,
+    count_parameters,
+    decayed_parameters,
+    forward_macs,
+    layer_names,
+    set_trainable,
+    squared_weight_norm,
+)
+from seq2final.models.joint import JOINT_MODES, STEM_HEAD_MODES, JointModel
+from seq2final.models.side_modules import (
+    SIDE_MODULES,
+    SideModuleKind,
+    build_side_module,
+    fresh_copy,
+    side_module_kinds,
+)
+from seq2final.models.weights import interpolate, scale_side_modules
+
+__all__ = [
+    "ARCHITECTURES",
+    "JOINT_MODES",
+    "PARAMETER_CONVENTIONS",
+    "SIDE_MODULES",
+    "STEM_HEAD_MODES",
+    "BlockGeometry",
+    "BlockModel",
+    "JointModel",
+    "SideModuleKind",
+    "build_model",
+    "build_side_module",
+    "count_parameters",
+    "decayed_parameters",
+    "forward_macs",
+    "fresh_copy",
+    "interpolate",
+    "layer_names",
+    "scale_side_modules",
+    "set_trainable",
+    "side_module_kinds",
+    "squared_weight_norm",
+]

@@ -1,0 +1,88 @@
+"""Side modules: small trainable modules whose output is added to a frozen block's output.
+
+Side-tuning (ST, SST, JST in the paper) keeps an earlier model's block fixed and learns only an
+additive correction at each new time step. The original code offers two kinds (reference §2.7):
+
+* ``one_layer``: one 3x3 conv + BN without ReLU, shaped like the block's input and output (for
+  DenseNet, the block *and* its transition, so stride 2 except for the last block);
+* ``block``: a freshly initialised copy of the block itself.
+
+A ConvNet block is already one conv + BN, so for ConvNets the two kinds coincide; the original
+refused to build ``one_layer`` there, and so do we (naming ``block`` as the valid choice) rather than
+silently building the same thing twice under two names.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import nn
+
+from seq2final.errors import Seq2FinalError
+from seq2final.models.architectures import BlockModel, ConvBN
+from seq2final.registry import Registry
+
+
+def fresh_copy(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` re-initialised with PyTorch's defaults, trainable, on the same device.
+
+    Re-running every submodule's own ``reset_parameters`` gives exactly the initialisation a newly
+    constructed module would get (BN running statistics included) without knowing its class.
+    """
+    clone = copy.deepcopy(module)
+    for sub in clone.modules():
+        if hasattr(sub, "reset_parameters"):
+            sub.reset_parameters()
+        elif next(sub.parameters(recurse=False), None) is not None:
+            raise TypeError(f"{type(sub).__name__} owns parameters but cannot reset them")
+    clone.requires_grad_(True)
+    return clone
+
+
+@dataclass(frozen=True)
+class SideModuleKind:
+    """How to build one kind of side module, and for which model families it exists."""
+
+    build: Callable[[BlockModel, str], nn.Module]
+    families: tuple[str, ...]
+
+
+SIDE_MODULES: Registry[SideModuleKind] = Registry("side module kind")
+
+
+def _one_layer(model: BlockModel, layer: str) -> nn.Module:
+    geometry = model.geometry[layer]
+    module = ConvBN(geometry.in_channels, geometry.out_channels, geometry.stride)
+    parameter = next(model.parameters())
+    return module.to(device=parameter.device, dtype=parameter.dtype)
+
+
+def _block(model: BlockModel, layer: str) -> nn.Module:
+    return fresh_copy(getattr(model, layer))
+
+
+SIDE_MODULES.add("one_layer", SideModuleKind(_one_layer, ("densenet", "resnet")))
+SIDE_MODULES.add("block", SideModuleKind(_block, ("convnet", "densenet", "resnet")))
+
+
+def side_module_kinds(model: BlockModel) -> list[str]:
+    """The side-module kinds that exist for this model's family."""
+    return [name for name, kind in SIDE_MODULES.items() if model.family in kind.families]
+
+
+def build_side_module(model: BlockModel, layer: str, kind: str) -> nn.Module:
+    """A new side module of ``kind`` for ``layer`` (``layer1`` ... ``layerK``) of ``model``."""
+    spec = SIDE_MODULES[kind]
+    if model.family not in spec.families:
+        reason = " (a ConvNet block is one conv + BN already)" if model.family == "convnet" else ""
+        raise Seq2FinalError(
+            f"side module kind '{kind}' does not exist for {model.family}{reason}; "
+            f"valid: {', '.join(side_module_kinds(model))}"
+        )
+    if layer not in model.geometry:
+        raise Seq2FinalError(
+            f"side modules attach to blocks, not '{layer}'; valid: {', '.join(model.geometry)}"
+        )
+    return spec.build(model, layer)

@@ -1,0 +1,72 @@
+"""Nodes that resolve, build, persist and illustrate a sequence."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from seq2final import plots
+from seq2final.data import SourceData, load_source
+from seq2final.errors import MissingPrerequisiteError
+from seq2final.sequences import SequenceSpec, ShiftSequence, build_sequence, resolve_spec
+
+
+def resolve_sequence(
+    sequence: str,
+    dataset: str | None,
+    data_path: str | None,
+    seed: int | None,
+    options: dict[str, Any],
+) -> SequenceSpec:
+    """The full specification of the sequence the run parameters name."""
+    return resolve_spec(
+        sequence, dataset, data_path, seed, options.get("test_size"), options.get("oracle_size")
+    )
+
+
+def load_source_data(spec: SequenceSpec, options: dict[str, Any]) -> SourceData:
+    """The source pools the sequence is drawn from."""
+    return load_source(spec.dataset, spec.data_path, options["raw_dir"])
+
+
+def build(spec: SequenceSpec, source: SourceData) -> dict[str, ShiftSequence]:
+    """Sample every step; keyed by the spec so sequences never overwrite one another."""
+    return {spec.key: build_sequence(spec, source)}
+
+
+def _command(spec: SequenceSpec) -> str:
+    params = [f"sequence:{spec.name}", f"seed:{spec.seed}", f"dataset:{spec.dataset}"]
+    if spec.data_path:
+        params.append(f"data_path:{spec.data_path}")
+    return f"kedro run --pipeline build_sequences --params {','.join(params)}"
+
+
+def select_sequence(sequences: Mapping[str, ShiftSequence], spec: SequenceSpec) -> ShiftSequence:
+    """The stored sequence for ``spec``; a missing one names the command that builds it."""
+    if spec.key not in sequences:
+        raise MissingPrerequisiteError(
+            f"sequence '{spec.key}' has not been built; make it with: {_command(spec)}"
+        )
+    return sequences[spec.key]
+
+
+def plot_examples(sequence: ShiftSequence, options: dict[str, Any]) -> dict[str, Figure]:
+    """One example grid per step, plus the sub-class membership figure for sub-population shifts."""
+    figures = {}
+    for index, step in enumerate(sequence.steps()):
+        images, labels = step.split("train")
+        title = f"{sequence.key}: step {index} ({step.name})"
+        figures[f"{sequence.key}/step_{index}.png"] = plots.example_grid(
+            images, labels, sequence.class_names, title, options["example_columns"]
+        )
+    subclass_names = sequence.manifest["subclass_names"]
+    if subclass_names and "sub_train" in sequence.step(0).arrays:
+        steps = [(s.name, s.arrays["x_train"], s.arrays["y_train"], s.arrays["sub_train"]) for s in sequence.steps()]
+        shown = list(np.arange(len(sequence.class_names))[: min(5, len(sequence.class_names))])
+        figures[f"{sequence.key}/subpopulations.png"] = plots.subpopulation_grid(
+            steps, sequence.class_names, subclass_names, shown
+        )
+    return figures

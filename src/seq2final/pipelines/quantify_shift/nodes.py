@@ -1,0 +1,161 @@
+"""Nodes that embed a sequence with PCA, measure W2 distances and tabulate them."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from seq2final import plots
+from seq2final.sequences import SequenceSpec, ShiftSequence
+from seq2final.shift_distance import (
+    Embedded,
+    conditional_wasserstein2,
+    fit_pca_features,
+    wasserstein2,
+)
+
+COMPARISONS = ("half_split", "consecutive", "to_final")
+
+
+def embed_sequence(sequence: ShiftSequence, options: dict[str, Any]) -> dict[str, Any]:
+    """PCA coordinates of every step's train set, the final test set and two source halves.
+
+    The halves (a seeded random split of the source train set) give the sanity value: the
+    distance between two samples of one distribution at this sample size.
+    """
+    steps = list(sequence.steps())
+    train_sets = [step.split("train") for step in steps]
+    test_set = steps[-1].split("test")
+    seed = sequence.manifest["spec"]["seed"]
+    train_features, test_features, k = fit_pca_features(
+        train_sets, test_set, options["variance"], options["max_components"], seed
+    )
+    names = [f"{i}:{step.name}" for i, step in enumerate(steps)]
+    embedded = [
+        Embedded(name, features, labels)
+        for name, features, (_, labels) in zip(names, train_features, train_sets, strict=True)
+    ]
+    order = np.random.RandomState(seed).permutation(len(embedded[0].labels))
+    half = len(order) // 2
+    source = embedded[0]
+    halves = [
+        Embedded(f"source half {i + 1}", source.features[part], source.labels[part])
+        for i, part in enumerate((order[:half], order[half:]))
+    ]
+    return {
+        "key": sequence.key,
+        "components": k,
+        "train": embedded,
+        "test": Embedded(f"{len(steps) - 1}:test", test_features, test_set[1]),
+        "halves": halves,
+    }
+
+
+def _distance(job: tuple[Embedded, Embedded, int]) -> tuple[float, float, float]:
+    """Covariate and conditional W2 of one pair, and the seconds they took."""
+    first, second, max_iterations = job
+    start = time.perf_counter()
+    covariate = wasserstein2(first.features, second.features, max_iterations, f"{first.name} vs {second.name}")
+    conditional = conditional_wasserstein2(first, second, max_iterations)
+    return covariate, conditional, time.perf_counter() - start
+
+
+def measure_distances(embedding: dict[str, Any], options: dict[str, Any]) -> dict[str, pd.DataFrame]:
+    """Covariate and conditional W2 for the half split, consecutive steps and each step vs final.
+
+    Pairs are independent exact solves, so they run in parallel worker processes.
+    """
+    train, test = embedding["train"], embedding["test"]
+    pairs = [("half_split", embedding["halves"][0], embedding["halves"][1])]
+    pairs += [("consecutive", train[t - 1], train[t]) for t in range(1, len(train))]
+    pairs += [("to_final", train[t], test) for t in range(len(train))]
+    jobs = [(first, second, options["max_iterations"]) for _, first, second in pairs]
+    if options["workers"] > 1:
+        with ProcessPoolExecutor(max_workers=options["workers"]) as pool:
+            results = list(pool.map(_distance, jobs))
+    else:
+        results = [_distance(job) for job in jobs]
+    rows = [
+        {
+            "comparison": comparison,
+            "first": first.name,
+            "second": second.name,
+            "first_size": len(first.labels),
+            "second_size": len(second.labels),
+            "components": embedding["components"],
+            "w2_covariate": covariate,
+            "w2_conditional": conditional,
+            "seconds": seconds,
+        }
+        for (comparison, first, second), (covariate, conditional, seconds) in zip(pairs, results, strict=True)
+    ]
+    return {embedding["key"]: pd.DataFrame(rows)}
+
+
+def _normalised(distances: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Paper layout: W^{t,T} ÷ W^{T,T} per earlier step t, and consecutive ÷ half split."""
+    to_final = distances[distances["comparison"] == "to_final"].reset_index(drop=True)
+    final = to_final.iloc[-1]
+    last = len(to_final) - 1
+    relative = pd.DataFrame(
+        {
+            f"W^{{{t},{last}}}": [
+                to_final.loc[t, "w2_covariate"] / final["w2_covariate"],
+                to_final.loc[t, "w2_conditional"] / final["w2_conditional"],
+            ]
+            for t in range(last)
+        },
+        index=["W_X", "W_X|Y"],
+    )
+    half = distances[distances["comparison"] == "half_split"].iloc[0]
+    consecutive = distances[distances["comparison"] == "consecutive"].reset_index(drop=True)
+    steps = pd.DataFrame(
+        {
+            f"W^{{{t},{t + 1}}}": [
+                consecutive.loc[t, "w2_covariate"] / half["w2_covariate"],
+                consecutive.loc[t, "w2_conditional"] / half["w2_conditional"],
+            ]
+            for t in range(len(consecutive))
+        },
+        index=["W_X", "W_X|Y"],
+    )
+    return relative, steps
+
+
+def tabulate_shift(
+    distances: dict[str, Any], spec: SequenceSpec
+) -> tuple[dict[str, pd.DataFrame], dict[str, str], dict[str, Figure]]:
+    """CSV tables, a Markdown report and a figure for the run's sequence."""
+    key = spec.key
+    stored = distances[key]
+    frame = stored() if callable(stored) else stored
+    relative, steps = _normalised(frame)
+    report = "\n".join(
+        [
+            f"# Shift of `{key}`",
+            "",
+            "Distance of each step's train set to the final test set, divided by the final "
+            "train-vs-test distance (paper Tables 5-6; 1 = no more shift than in-distribution).",
+            "",
+            relative.to_markdown(floatfmt=".2f"),
+            "",
+            "Consecutive steps, divided by the distance between two halves of the source train set.",
+            "",
+            steps.to_markdown(floatfmt=".2f"),
+            "",
+            f"Raw distances (PCA components: {int(frame['components'].iloc[0])}).",
+            "",
+            frame.drop(columns="components").to_markdown(index=False, floatfmt=".3f"),
+            "",
+        ]
+    )
+    tables = {
+        f"{key}/relative_to_final": relative.rename_axis("metric").reset_index(),
+        f"{key}/consecutive": steps.rename_axis("metric").reset_index(),
+    }
+    return tables, {key: report}, {f"{key}.png": plots.shift_profile(relative, key)}

@@ -1,0 +1,56 @@
+"""Named registries for the project's building blocks (sources, shifts, presets, models, ...).
+
+Each concept keeps an explicit :class:`Registry` filled with a decorator, as DomainBed does, but
+without global name lookups: code asks the registry object for a name and gets a clear error listing
+the valid names when the name is unknown. Registering a name twice is refused, because a silent
+override would make results depend on import order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Generic, TypeVar
+
+from seq2final.errors import Seq2FinalError
+
+T = TypeVar("T")
+
+
+class Registry(Mapping[str, T], Generic[T]):
+    """A read-only mapping from public names to objects, filled by :meth:`register`."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator adding ``obj`` under ``name``; a second object under the same name is refused."""
+
+        def add(obj: T) -> T:
+            self.add(name, obj)
+            return obj
+
+        return add
+
+    def add(self, name: str, obj: T) -> None:
+        """Add ``obj`` under ``name`` (for objects built in a loop rather than defined)."""
+        if name in self._entries:
+            raise ValueError(f"{self.kind} '{name}' is already registered")
+        self._entries[name] = obj
+
+    def __getitem__(self, name: str) -> T:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise Seq2FinalError(
+                f"unknown {self.kind} '{name}'; valid: {', '.join(self._entries)}"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries

@@ -1,0 +1,70 @@
+"""Shared fixtures: tiny sources made in memory and a throw-away copy of the Kedro project."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from seq2final.data import SourceData
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def make_source(
+    per_class: int = 60, per_class_test: int = 20, classes: int = 10, subclasses: int | None = None, seed: int = 0
+) -> SourceData:
+    """Random 32×32 images with every class (and sub-class) equally represented."""
+    rng = np.random.default_rng(seed)
+
+    def split(count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        labels = np.repeat(np.arange(classes), count)
+        subs = np.tile(np.arange(subclasses), len(labels) // subclasses + 1)[: len(labels)] if subclasses else None
+        images = rng.integers(0, 256, size=(len(labels), 3, 32, 32), dtype=np.uint8)
+        return images, labels.astype(np.int64), subs
+
+    x_train, y_train, sub_train = split(per_class)
+    x_test, y_test, sub_test = split(per_class_test)
+    return SourceData(
+        name="synthetic",
+        x_train=x_train,
+        y_train=y_train,
+        x_test=x_test,
+        y_test=y_test,
+        class_names=tuple(f"c{i}" for i in range(classes)),
+        sub_train=sub_train,
+        sub_test=sub_test,
+        subclass_names=tuple(tuple(f"c{i}s{j}" for j in range(subclasses)) for i in range(classes))
+        if subclasses
+        else None,
+        fingerprint=f"synthetic-{seed}",
+    )
+
+
+@pytest.fixture
+def source() -> SourceData:
+    return make_source()
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the project's configuration in a temporary folder, made the working directory.
+
+    Pipelines then write their data, and kedro-mlflow its database, under ``tmp_path`` only.
+    """
+    shutil.copytree(PROJECT / "conf", tmp_path / "conf", ignore=shutil.ignore_patterns("local"))
+    (tmp_path / "conf" / "local").mkdir()
+    shutil.copy(PROJECT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KEDRO_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return tmp_path
+
+
+@pytest.fixture
+def source_factory():
+    """``make_source`` as a fixture, for tests that need a source of another shape."""
+    return make_source
