@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -48,8 +49,15 @@ def source() -> SourceData:
     return make_source()
 
 
+def _end_mlflow_runs() -> None:
+    import mlflow
+
+    while mlflow.active_run():
+        mlflow.end_run()
+
+
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A copy of the project's configuration in a temporary folder, made the working directory.
 
     Pipelines then write their data, and kedro-mlflow its database, under ``tmp_path`` only.
@@ -58,10 +66,13 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "conf" / "local").mkdir()
     shutil.copy(PROJECT / "pyproject.toml", tmp_path / "pyproject.toml")
     (tmp_path / "data").mkdir()
+    (tmp_path / "src").mkdir()  # the package itself is imported from the installed project
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KEDRO_DISABLE_TELEMETRY", "1")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    return tmp_path
+    _end_mlflow_runs()
+    yield tmp_path
+    _end_mlflow_runs()  # kedro-mlflow keeps a process-wide active run between sessions
 
 
 @pytest.fixture

@@ -1,0 +1,68 @@
+"""The two pipelines end to end on tiny digits sequences, through a KedroSession in the test env."""
+
+import json
+
+import pandas as pd
+import pytest
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+
+from seq2final.errors import MissingPrerequisiteError, Seq2FinalError
+
+
+def _run(project, pipeline, **params):
+    bootstrap_project(project)
+    with KedroSession.create(project_path=project, env="test", runtime_params=params) as session:
+        return session.run(pipeline_names=[pipeline])
+
+
+def test_build_then_quantify(project):
+    _run(project, "build_sequences", sequence="digits_rcl", seed=11)
+    [folder] = list((project / "data/03_primary/sequences").iterdir())
+    assert folder.name.startswith("digits-rcl-digits-seed11-")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert [s["name"] for s in manifest["steps"]] == ["source", "rotation", "corruption", "label_flip"]
+    assert manifest["steps"][3]["state"]["angles"][0] == 30.0
+    assert sorted(p.name for p in folder.glob("step_*.npz")) == [
+        "step_0.npz", "step_1.npz", "step_2.npz", "step_3.npz", "step_oracle.npz"
+    ]
+    figures = sorted(p.name for p in (project / f"data/08_reporting/sequence_figures/{folder.name}").iterdir())
+    assert figures == ["step_0.png", "step_1.png", "step_2.png", "step_3.png"]
+
+    _run(project, "quantify_shift", sequence="digits_rcl", seed=11)
+    table = pd.read_csv(project / f"data/08_reporting/shift_tables/{folder.name}/relative_to_final.csv")
+    assert list(table.columns) == ["metric", "W^{0,3}", "W^{1,3}", "W^{2,3}"]
+    # Rotation is the step that makes the final distribution: before it the shift is large.
+    assert table.loc[0, "W^{0,3}"] > 1.2
+    distances = pd.read_csv(project / f"data/04_feature/shift_distances/{folder.name}.csv")
+    assert list(distances["comparison"]) == ["half_split"] + ["consecutive"] * 3 + ["to_final"] * 4
+    report = (project / f"data/08_reporting/shift_reports/{folder.name}.md").read_text()
+    assert "W_X|Y" in report
+
+
+def test_subpopulation_sequence_draws_the_membership_figure(project):
+    _run(project, "build_sequences", sequence="digits_sss")
+    [folder] = list((project / "data/08_reporting/sequence_figures").iterdir())
+    assert (folder / "subpopulations.png").exists()
+
+
+def test_quantify_without_a_built_sequence_names_the_command(project):
+    with pytest.raises(MissingPrerequisiteError, match="kedro run --pipeline build_sequences --params sequence:digits_ttt"):
+        _run(project, "quantify_shift", sequence="digits_ttt")
+
+
+def test_bad_parameter_stops_before_any_output(project):
+    with pytest.raises(Seq2FinalError, match="unknown shift block 'rotaton'"):
+        _run(project, "build_sequences", sequence="rotaton:corruption")
+    assert not (project / "data/03_primary").exists()
+
+
+def test_same_seed_same_content_hash(project):
+    _run(project, "build_sequences", sequence="digits_ttt", seed=5)
+    [folder] = list((project / "data/03_primary/sequences").iterdir())
+    first = json.loads((folder / "manifest.json").read_text())["content_hash"]
+    import shutil
+
+    shutil.rmtree(folder)
+    _run(project, "build_sequences", sequence="digits_ttt", seed=5)
+    assert json.loads((folder / "manifest.json").read_text())["content_hash"] == first
