@@ -15,14 +15,22 @@ PROJECT = Path(__file__).resolve().parents[1]
 
 
 def make_source(
-    per_class: int = 60, per_class_test: int = 20, classes: int = 10, subclasses: int | None = None, seed: int = 0
+    per_class: int = 60,
+    per_class_test: int = 20,
+    classes: int = 10,
+    subclasses: int | None = None,
+    seed: int = 0,
 ) -> SourceData:
     """Random 32×32 images with every class (and sub-class) equally represented."""
     rng = np.random.default_rng(seed)
 
     def split(count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         labels = np.repeat(np.arange(classes), count)
-        subs = np.tile(np.arange(subclasses), len(labels) // subclasses + 1)[: len(labels)] if subclasses else None
+        subs = (
+            np.tile(np.arange(subclasses), len(labels) // subclasses + 1)[: len(labels)]
+            if subclasses
+            else None
+        )
         images = rng.integers(0, 256, size=(len(labels), 3, 32, 32), dtype=np.uint8)
         return images, labels.astype(np.int64), subs
 

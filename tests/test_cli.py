@@ -39,5 +39,9 @@ def test_run_reports_bad_input_in_one_line(project):
     bootstrap_project(project)
     result = CliRunner().invoke(cli, ["run", "--env", "test", "--params", "dataset:cifar11"])
     assert result.exit_code != 0
-    assert result.output.strip().splitlines()[-1].startswith("Error: parameter 'dataset': unknown dataset 'cifar11'; valid:")
+    assert (
+        result.output.strip()
+        .splitlines()[-1]
+        .startswith("Error: parameter 'dataset': unknown dataset 'cifar11'; valid:")
+    )
     assert not (project / "data/03_primary").exists()

@@ -95,7 +95,9 @@ def test_cifar10_reads_the_python_pickles(tmp_path):
     folder = tmp_path / "cifar10" / "cifar-10-batches-py"
     folder.mkdir(parents=True)
     for k in range(1, 6):
-        (folder / f"data_batch_{k}").write_bytes(pickle.dumps(_cifar_batch(4, "labels", [k % 10, 1, 2, 3], rng)))
+        (folder / f"data_batch_{k}").write_bytes(
+            pickle.dumps(_cifar_batch(4, "labels", [k % 10, 1, 2, 3], rng))
+        )
     (folder / "test_batch").write_bytes(pickle.dumps(_cifar_batch(3, "labels", [0, 1, 2], rng)))
     (folder / "batches.meta").write_bytes(pickle.dumps({}))
     source = load_source("cifar10", None, tmp_path)
@@ -120,14 +122,17 @@ def test_cifar100_maps_fine_labels_to_coarse_and_subclass_columns(tmp_path):
 
 
 def test_cifar_offline_and_missing_says_where_to_put_files(tmp_path, monkeypatch):
-    import seq2final._torchvision_guard  # noqa: F401
     import torchvision.datasets
+
+    import seq2final._torchvision_guard  # noqa: F401
 
     def offline(*args, **kwargs):
         raise OSError("network unreachable")
 
     monkeypatch.setattr(torchvision.datasets, "CIFAR10", offline)
-    with pytest.raises(Seq2FinalError, match=r"not in .*cifar-10-batches-py and could not be downloaded"):
+    with pytest.raises(
+        Seq2FinalError, match=r"not in .*cifar-10-batches-py and could not be downloaded"
+    ):
         load_source("cifar10", None, tmp_path)
     with pytest.raises(Seq2FinalError, match="holds no cifar-10-batches-py"):
         load_source("cifar10", tmp_path, tmp_path)
@@ -152,7 +157,9 @@ def test_fashion_mnist_reads_idx_gz_folder(tmp_path):
     assert source.x_train.shape == (5, 3, 32, 32)
     assert np.array_equal(source.x_train[0, 1, 2:30, 2:30], files["train-images-idx3-ubyte"][0])
     assert source.x_train[:, :, :2].max() == 0
-    (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(_idx(np.array([4], np.uint8))[:-1]))
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(
+        gzip.compress(_idx(np.array([4], np.uint8))[:-1])
+    )
     with pytest.raises(Seq2FinalError, match="truncated"):
         load_source("fashion_mnist", tmp_path, tmp_path)
 
@@ -161,7 +168,9 @@ def test_portraits_groups_by_decade_and_labels_male_0(tmp_path):
     for sex, years in {"M": [1935, 1951, 2005], "F": [1939, 2010, 1899]}.items():
         (tmp_path / sex).mkdir()
         for i, year in enumerate(years):
-            Image.fromarray(np.full((40, 30), 10 * i + (sex == "F") * 100, np.uint8)).save(tmp_path / sex / f"{year}_x{i}.png")
+            Image.fromarray(np.full((40, 30), 10 * i + (sex == "F") * 100, np.uint8)).save(
+                tmp_path / sex / f"{year}_x{i}.png"
+            )
     source = load_source("portraits", tmp_path, tmp_path)
     assert source.x_train.shape == (5, 3, 32, 32)  # the 1899 photo is outside 1930-2013
     assert source.y_train.tolist() == [0, 0, 0, 1, 1]
@@ -172,6 +181,9 @@ def test_portraits_groups_by_decade_and_labels_male_0(tmp_path):
 
 
 def test_unknown_source_lists_valid():
-    with pytest.raises(Seq2FinalError, match="unknown dataset 'mnist'; valid: digits, cifar10, cifar100, fashion_mnist, portraits, npz"):
+    with pytest.raises(
+        Seq2FinalError,
+        match="unknown dataset 'mnist'; valid: digits, cifar10, cifar100, fashion_mnist, portraits, npz",
+    ):
         load_source("mnist", None, "x")
     assert "npz" in SOURCES

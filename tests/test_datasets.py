@@ -8,7 +8,9 @@ from seq2final.sequences import build_sequence, resolve_spec
 
 @pytest.fixture
 def built(source):
-    spec = resolve_spec("source100:rotation100:label_flip100", dataset="digits", test_size=50, oracle_size=200)
+    spec = resolve_spec(
+        "source100:rotation100:label_flip100", dataset="digits", test_size=50, oracle_size=200
+    )
     return build_sequence(spec, source)
 
 

@@ -16,7 +16,10 @@ from seq2final.params import validate_parameters
         ({"seed": "abc"}, "parameter 'seed' = 'abc'"),
         ({"budget": 0}, "parameter 'budget' = 0"),
         ({"sequense": "clr"}, "unknown parameter 'sequense'; valid: sequence, dataset"),
-        ({"quantify_shift": {"varience": 0.9}}, "unknown parameter 'quantify_shift.varience'; valid: variance"),
+        (
+            {"quantify_shift": {"varience": 0.9}},
+            "unknown parameter 'quantify_shift.varience'; valid: variance",
+        ),
     ],
 )
 def test_bad_parameters_stop_with_one_line(params, needle):
@@ -27,5 +30,7 @@ def test_bad_parameters_stop_with_one_line(params, needle):
 
 
 def test_good_parameters_pass():
-    run = validate_parameters({"sequence": "clr", "dataset": "npz", "seed": 3, "method": "st_b", "arch": "resnet_4"})
+    run = validate_parameters(
+        {"sequence": "clr", "dataset": "npz", "seed": 3, "method": "st_b", "arch": "resnet_4"}
+    )
     assert run.seed == 3 and run.quantify_shift.variance == 0.95

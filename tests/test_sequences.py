@@ -43,7 +43,12 @@ def test_parse_spec_sizes_and_defaults():
     steps = parse_spec("source6000:rotation4000:corruption+label_flip6000:recolor", PAPER_SIZES)
     assert [s.size for s in steps] == [6000, 4000, 6000, 4000]
     assert steps[2].blocks == ("corruption", "label_flip")
-    assert [s.size for s in parse_spec("rotation:rotation:rotation", PAPER_SIZES)] == [6000, 4000, 6000, 4000]
+    assert [s.size for s in parse_spec("rotation:rotation:rotation", PAPER_SIZES)] == [
+        6000,
+        4000,
+        6000,
+        4000,
+    ]
     assert parse_spec("rotation,recolor", PAPER_SIZES)[1].blocks == ("rotation", "recolor")
 
 
@@ -75,7 +80,15 @@ def test_presets_resolve_with_paper_sizes():
     assert spec.dataset == "cifar10" and spec.seed == 1007
     assert [s.size for s in spec.steps] == [6000, 4000, 6000, 4000]
     assert (spec.test_size, spec.oracle_size) == (5000, 20000)
-    assert [s.size for s in resolve_spec("rot7").steps] == [4000, 2000, 3000, 2000, 3000, 2000, 4000]
+    assert [s.size for s in resolve_spec("rot7").steps] == [
+        4000,
+        2000,
+        3000,
+        2000,
+        3000,
+        2000,
+        4000,
+    ]
     assert resolve_spec("sss").dataset == "cifar100"
     for name in PRESETS:
         resolve_spec(name)
@@ -86,14 +99,21 @@ def test_step_seeds_match_the_original_draws():
 
 
 def test_sampling_without_replacement_and_test_disjoint(source):
-    spec = resolve_spec("source400:rotation300:corruption400:label_flip300", dataset="digits", test_size=100, oracle_size=400)
+    spec = resolve_spec(
+        "source400:rotation300:corruption400:label_flip300",
+        dataset="digits",
+        test_size=100,
+        oracle_size=400,
+    )
     sequence = build_sequence(spec, source)
     for step in [*sequence.steps(), sequence.step("oracle")]:
         train_valid = np.concatenate([step.arrays["idx_train"], step.arrays["idx_valid"]])
         assert len(np.unique(train_valid)) == len(train_valid)
     final = sequence.step(-1)
     assert len(final.arrays["y_test"]) == 100 and len(np.unique(final.arrays["idx_test"])) == 100
-    train_images = {x.tobytes() for s in sequence.steps() for x in source.x_train[s.arrays["idx_train"]]}
+    train_images = {
+        x.tobytes() for s in sequence.steps() for x in source.x_train[s.arrays["idx_train"]]
+    }
     assert not train_images & {x.tobytes() for x in source.x_test[final.arrays["idx_test"]]}
     assert [s["sizes"] for s in sequence.manifest["steps"]][0] == {"train": 320, "valid": 80}
 
@@ -107,7 +127,9 @@ def test_oracle_shares_the_final_test_images(source):
 
 
 def test_labels_and_pixels_carry_the_shift(source):
-    spec = resolve_spec("source100:label_flip100:rotation100", dataset="digits", test_size=50, oracle_size=None)
+    spec = resolve_spec(
+        "source100:label_flip100:rotation100", dataset="digits", test_size=50, oracle_size=None
+    )
     sequence = build_sequence(spec, source)
     final = sequence.step(-1)
     original = source.y_train[final.arrays["idx_train"]]
@@ -119,8 +141,15 @@ def test_labels_and_pixels_carry_the_shift(source):
 
 def test_same_seed_same_hash_other_seed_other_hash(source):
     def build(seed):
-        spec = resolve_spec("corruption:rotation", dataset="digits", seed=seed, test_size=50, oracle_size=200)
-        spec = type(spec)(**{**spec.to_dict(), "steps": tuple(type(spec.steps[0])(s.blocks, 200) for s in spec.steps)})
+        spec = resolve_spec(
+            "corruption:rotation", dataset="digits", seed=seed, test_size=50, oracle_size=200
+        )
+        spec = type(spec)(
+            **{
+                **spec.to_dict(),
+                "steps": tuple(type(spec.steps[0])(s.blocks, 200) for s in spec.steps),
+            }
+        )
         return build_sequence(spec, source)
 
     assert build(1).content_hash == build(1).content_hash
@@ -129,7 +158,9 @@ def test_same_seed_same_hash_other_seed_other_hash(source):
 
 def test_sss_membership_per_step(source_factory):
     source = source_factory(per_class=200, per_class_test=40, classes=2, subclasses=5)
-    spec = resolve_spec("source100:subpop60:subpop100:subpop60", dataset="digits", test_size=30, oracle_size=90)
+    spec = resolve_spec(
+        "source100:subpop60:subpop100:subpop60", dataset="digits", test_size=30, oracle_size=90
+    )
     sequence = build_sequence(spec, source)
     members = [sorted(set(step.arrays["sub_train"].tolist())) for step in sequence.steps()]
     assert members == [[0, 1], [0, 1, 2], [1, 2, 3], [2, 3, 4]]
@@ -153,7 +184,9 @@ def test_subpop_on_a_source_without_subclasses_is_refused(source):
 
 def test_sizes_larger_than_a_class_pool_are_refused_before_sampling(source):
     spec = resolve_spec("source700:rotation300", dataset="digits", test_size=50, oracle_size=None)
-    with pytest.raises(Seq2FinalError, match=r"step 0 .*needs 70 train\+valid images of class 0 .*has 60"):
+    with pytest.raises(
+        Seq2FinalError, match=r"step 0 .*needs 70 train\+valid images of class 0 .*has 60"
+    ):
         build_sequence(spec, source)
     spec = resolve_spec("source100:rotation100", dataset="digits", test_size=500, oracle_size=None)
     with pytest.raises(Seq2FinalError, match="needs 50 test images"):
@@ -167,3 +200,33 @@ def test_digits_presets_build_on_the_embedded_source():
     for name in [p for p in PRESETS if p.startswith("digits_")]:
         sequence = build_sequence(resolve_spec(name), digits)
         assert sequence.num_steps == 4
+
+
+def test_portraits_split_per_decade_80_20_and_final_40_10_50():
+    from seq2final.data import SourceData
+
+    counts = [10, 20, 30]  # images in three decades
+    time = np.repeat([0, 3, 7], counts)
+    source = SourceData(
+        name="portraits",
+        x_train=np.zeros((len(time), 3, 32, 32), np.uint8),
+        y_train=np.arange(len(time)) % 2,
+        x_test=np.zeros((0, 3, 32, 32), np.uint8),
+        y_test=np.zeros(0, np.int64),
+        class_names=("male", "female"),
+        time_train=time,
+        time_names=("1930s", "1940s", "1950s", "1960s", "1970s", "1980s", "1990s", "2000s"),
+    )
+    sequence = build_sequence(resolve_spec("portraits"), source)
+    assert sequence.step_names == ["1930s", "1960s", "2000s"]
+    sizes = [s["sizes"] for s in sequence.manifest["steps"]]
+    assert sizes == [
+        {"train": 8, "valid": 2},
+        {"train": 16, "valid": 4},
+        {"train": 12, "valid": 3, "test": 15},
+    ]
+    final = sequence.step(-1)
+    used = np.concatenate([final.arrays[f"idx_{s}"] for s in ("train", "valid", "test")])
+    assert sorted(used.tolist()) == list(range(30, 60))
+    with pytest.raises(Seq2FinalError, match="does not fit"):
+        resolve_spec("portraits", dataset="cifar10")

@@ -1,7 +1,12 @@
 import numpy as np
 import pytest
 
-from seq2final.shift_distance import Embedded, conditional_wasserstein2, fit_pca_features, wasserstein2
+from seq2final.shift_distance import (
+    Embedded,
+    conditional_wasserstein2,
+    fit_pca_features,
+    wasserstein2,
+)
 
 
 def test_w2_of_a_set_with_itself_is_zero():
@@ -14,12 +19,16 @@ def test_w2_matches_a_hand_computed_case():
     a = np.array([[0.0, 0.0], [10.0, 0.0]])
     assert wasserstein2(a, a + [3.0, 4.0], 10**6, "shifted") == pytest.approx(5.0)
     # {0, 1} vs {0, 3} on a line: optimal plan 0→0, 1→3, cost (0 + 4)/2 = 2 → W2 = √2.
-    assert wasserstein2(np.array([[0.0], [1.0]]), np.array([[0.0], [3.0]]), 10**6, "line") == pytest.approx(np.sqrt(2))
+    assert wasserstein2(
+        np.array([[0.0], [1.0]]), np.array([[0.0], [3.0]]), 10**6, "line"
+    ) == pytest.approx(np.sqrt(2))
 
 
 def test_w2_with_unequal_sizes_uses_uniform_weights():
     # One point vs two at distance 1 and 3: cost (1 + 9)/2 = 5.
-    assert wasserstein2(np.array([[0.0]]), np.array([[1.0], [3.0]]), 10**6, "unequal") == pytest.approx(np.sqrt(5))
+    assert wasserstein2(
+        np.array([[0.0]]), np.array([[1.0], [3.0]]), 10**6, "unequal"
+    ) == pytest.approx(np.sqrt(5))
 
 
 def test_non_convergence_is_warned_with_the_pair(caplog):
@@ -43,8 +52,12 @@ def test_pca_keeps_enough_components_for_the_variance():
     flat = np.clip(128 + coefficients @ basis + rng.normal(size=(200, 192)) * 0.01, 0, 255)
     images = flat.astype(np.uint8).reshape(200, 3, 8, 8)
     labels = np.zeros(200, np.int64)
-    trains, test, k = fit_pca_features([(images[:150], labels[:150])], (images[150:], labels[150:]), 0.95, 100, 0)
+    trains, test, k = fit_pca_features(
+        [(images[:150], labels[:150])], (images[150:], labels[150:]), 0.95, 100, 0
+    )
     assert k == 2
     assert trains[0].shape == (150, 2) and test.shape == (50, 2)
-    again = fit_pca_features([(images[:150], labels[:150])], (images[150:], labels[150:]), 0.95, 100, 0)
+    again = fit_pca_features(
+        [(images[:150], labels[:150])], (images[150:], labels[150:]), 0.95, 100, 0
+    )
     assert np.array_equal(again[0][0], trains[0])

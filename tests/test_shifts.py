@@ -40,7 +40,10 @@ def test_rotation_by_30_leaves_black_corners():
 
 
 def test_conditional_rotation_direction_follows_class_parity():
-    state = advance(advance(advance(ShiftState.source(4), ["rotation_cond"]), ["rotation_cond"]), ["rotation_cond"])
+    state = advance(
+        advance(advance(ShiftState.source(4), ["rotation_cond"]), ["rotation_cond"]),
+        ["rotation_cond"],
+    )
     assert state.angles == (90.0, -90.0, 90.0, -90.0)
     images = np.repeat(_marker_image(), 2, axis=0)
     turned = rotate(images, np.array([0, 1]), state.angles)
@@ -119,8 +122,12 @@ def test_order_rotation_and_tint_use_pre_flip_labels():
     labels = np.array([0, 1])
     [(x, y)] = apply_state([(images, labels)], state, np.random.RandomState(0))
     assert y.tolist() == [9, 8]
-    expected_0 = recolour(rotate(images[:1], np.array([0]), state.angles), np.array([0]), state.tints)
-    expected_1 = recolour(rotate(images[1:], np.array([1]), state.angles), np.array([1]), state.tints)
+    expected_0 = recolour(
+        rotate(images[:1], np.array([0]), state.angles), np.array([0]), state.tints
+    )
+    expected_1 = recolour(
+        rotate(images[1:], np.array([1]), state.angles), np.array([1]), state.tints
+    )
     assert np.array_equal(x[0], expected_0[0]) and np.array_equal(x[1], expected_1[0])
 
 

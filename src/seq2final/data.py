@@ -111,7 +111,6 @@ def check_arrays(name: str, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, n
 
 
 def _fingerprint(*arrays: np.ndarray) -> str:
-    import hashlib
 
     digest = hashlib.sha256()
     for array in arrays:
@@ -124,7 +123,9 @@ def _require_path(source: str, data_path: Path | None, what: str) -> Path:
     if data_path is None:
         raise Seq2FinalError(f"dataset '{source}' needs data_path: {what}")
     if not data_path.exists():
-        raise Seq2FinalError(f"data_path '{data_path}' does not exist; dataset '{source}' needs {what}")
+        raise Seq2FinalError(
+            f"data_path '{data_path}' does not exist; dataset '{source}' needs {what}"
+        )
     return data_path
 
 
@@ -208,8 +209,9 @@ def _cifar_folder(source: str, data_path: Path | None, raw_dir: Path, folder: st
             f"python version of the files (torchvision's layout)"
         )
     target = raw_dir / source
-    from seq2final import _torchvision_guard  # noqa: F401
     from torchvision import datasets
+
+    from seq2final import _torchvision_guard  # noqa: F401
 
     cls = datasets.CIFAR10 if source == "cifar10" else datasets.CIFAR100
     try:
@@ -250,7 +252,10 @@ def load_cifar10(data_path: Path | None, raw_dir: Path) -> SourceData:
         ys.append(np.asarray(batch["labels"], dtype=np.int64))
     test = _unpickle(folder / "test_batch")
     x_train, y_train = np.concatenate(xs), np.concatenate(ys)
-    x_test, y_test = _cifar_images(test, folder / "test_batch"), np.asarray(test["labels"], np.int64)
+    x_test, y_test = (
+        _cifar_images(test, folder / "test_batch"),
+        np.asarray(test["labels"], np.int64),
+    )
     return SourceData(
         name="cifar10",
         x_train=x_train,
@@ -340,8 +345,9 @@ def load_fashion_mnist(data_path: Path | None, raw_dir: Path) -> SourceData:
     """Fashion-MNIST, zero-padded from 28×28 to 32×32 (padding keeps every pixel exact)."""
     folder = data_path if data_path is not None else raw_dir / "FashionMNIST" / "raw"
     if data_path is None and not folder.exists():
-        from seq2final import _torchvision_guard  # noqa: F401
         from torchvision import datasets
+
+        from seq2final import _torchvision_guard  # noqa: F401
 
         try:
             datasets.FashionMNIST(str(raw_dir), train=True, download=True)
@@ -360,7 +366,9 @@ def load_fashion_mnist(data_path: Path | None, raw_dir: Path) -> SourceData:
         found = [folder / f"{stem}.gz", folder / stem]
         path = next((p for p in found if p.exists()), None)
         if path is None:
-            raise Seq2FinalError(f"'{found[0]}' is missing; dataset 'fashion_mnist' needs {stem}.gz")
+            raise Seq2FinalError(
+                f"'{found[0]}' is missing; dataset 'fashion_mnist' needs {stem}.gz"
+            )
         arrays[key] = read_idx(path)
     x_train, y_train = check_arrays("fashion_mnist train", arrays["x_train"], arrays["y_train"])
     x_test, y_test = check_arrays("fashion_mnist test", arrays["x_test"], arrays["y_test"])

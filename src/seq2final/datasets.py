@@ -42,7 +42,9 @@ class SequenceStore(Mapping[str, ShiftSequence]):
         try:
             manifest = json.loads(manifest_path.read_text())
         except (OSError, json.JSONDecodeError) as error:
-            raise Seq2FinalError(f"stored sequence '{key}' has an unreadable manifest: {error}") from None
+            raise Seq2FinalError(
+                f"stored sequence '{key}' has an unreadable manifest: {error}"
+            ) from None
         return ShiftSequence(manifest, _loader=lambda name: self._load_step(key, name, manifest))
 
     def _load_step(self, key: str, name: str, manifest: dict[str, Any]) -> Step:
@@ -51,11 +53,15 @@ class SequenceStore(Mapping[str, ShiftSequence]):
             with np.load(path, allow_pickle=False) as archive:
                 arrays = {k: archive[k] for k in archive.files}
         except (OSError, ValueError) as error:
-            raise Seq2FinalError(f"stored sequence step {path} is unreadable ({error}); rebuild it") from None
+            raise Seq2FinalError(
+                f"stored sequence step {path} is unreadable ({error}); rebuild it"
+            ) from None
         index = None if name == "oracle" else int(name)
         step = Step("oracle" if index is None else manifest["steps"][index]["name"], arrays)
         if step.content_hash() != manifest["step_hashes"][name]:
-            raise Seq2FinalError(f"stored sequence step {path} is corrupt (hash mismatch); rebuild it")
+            raise Seq2FinalError(
+                f"stored sequence step {path} is corrupt (hash mismatch); rebuild it"
+            )
         return step
 
     def __iter__(self) -> Iterator[str]:

@@ -14,3 +14,10 @@ class Seq2FinalError(ValueError):
 
 class MissingPrerequisiteError(Seq2FinalError):
     """An earlier pipeline's output is missing; the message names the command that makes it."""
+
+
+class UnknownNameError(Seq2FinalError, KeyError):
+    """A name missing from a registry; a ``KeyError`` too, so ``Mapping.get`` and ``in`` work."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

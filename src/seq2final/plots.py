@@ -31,7 +31,9 @@ def example_grid(
     One grid per step, as in the paper's Figs. 5-6: the same classes across steps show the shift.
     """
     shown = [c for c in range(len(class_names)) if np.any(labels == c)][:columns]
-    figure, axes = plt.subplots(1, max(len(shown), 1), figsize=(1.3 * max(len(shown), 1), 1.8), squeeze=False)
+    figure, axes = plt.subplots(
+        1, max(len(shown), 1), figsize=(1.3 * max(len(shown), 1), 1.8), squeeze=False
+    )
     for axis, label in zip(axes[0], shown, strict=False):
         _show(axis, images[np.flatnonzero(labels == label)[0]])
         axis.set_title(class_names[label], fontsize=7)
@@ -53,14 +55,18 @@ def subpopulation_grid(
     """
     n_sub = len(subclass_names[0])
     rows = [(c, step) for c in super_classes for step in steps]
-    figure, axes = plt.subplots(len(rows), n_sub, figsize=(1.2 * n_sub + 1.5, 1.1 * len(rows)), squeeze=False)
+    figure, axes = plt.subplots(
+        len(rows), n_sub, figsize=(1.2 * n_sub + 1.5, 1.1 * len(rows)), squeeze=False
+    )
     for row, (label, (step_name, images, labels, subs)) in enumerate(rows):
         for sub in range(n_sub):
             members = np.flatnonzero((labels == label) & (subs == sub))
             _show(axes[row, sub], images[members[0]] if len(members) else None)
             if row % len(steps) == 0:
                 axes[row, sub].set_title(subclass_names[label][sub], fontsize=7)
-        axes[row, 0].set_ylabel(f"{class_names[label]}\n{step_name}", fontsize=6, rotation=0, ha="right", va="center")
+        axes[row, 0].set_ylabel(
+            f"{class_names[label]}\n{step_name}", fontsize=6, rotation=0, ha="right", va="center"
+        )
     figure.tight_layout()
     return figure
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
-from seq2final.errors import Seq2FinalError
+from seq2final.errors import UnknownNameError
 
 T = TypeVar("T")
 
@@ -42,7 +42,7 @@ class Registry(Mapping[str, T], Generic[T]):
         try:
             return self._entries[name]
         except KeyError:
-            raise Seq2FinalError(
+            raise UnknownNameError(
                 f"unknown {self.kind} '{name}'; valid: {', '.join(self._entries)}"
             ) from None
 

@@ -150,7 +150,9 @@ def parse_spec(text: str, sizes: DefaultSizes) -> tuple[StepSpec, ...]:
         head, tokens = tokens[0], tokens[1:]
         digits = head.removeprefix("source")
         if digits and not digits.isdigit():
-            raise Seq2FinalError(f"malformed sequence '{text}': bad source step '{head}'; {_SPEC_HELP}")
+            raise Seq2FinalError(
+                f"malformed sequence '{text}': bad source step '{head}'; {_SPEC_HELP}"
+            )
         source_size = int(digits) if digits else sizes.source
     else:
         source_size = sizes.source
@@ -173,7 +175,9 @@ def parse_spec(text: str, sizes: DefaultSizes) -> tuple[StepSpec, ...]:
         steps.append(StepSpec(blocks, int(size) if size else sizes.target(position, len(tokens))))
     for step in steps:
         if step.size < 2:
-            raise Seq2FinalError(f"sequence '{text}': step size {step.size} is too small; valid: >= 2")
+            raise Seq2FinalError(
+                f"sequence '{text}': step size {step.size} is too small; valid: >= 2"
+            )
     return tuple(steps)
 
 
@@ -192,8 +196,12 @@ def resolve_spec(
     """
     from seq2final.data import SOURCES
 
-    preset = PRESETS[sequence] if sequence in PRESETS else None
-    if preset is None and ":" not in sequence and not set(re.split(r"[,+]", sequence)) <= set(SHIFTS):
+    preset = PRESETS.get(sequence)
+    if (
+        preset is None
+        and ":" not in sequence
+        and not set(re.split(r"[,+]", sequence)) <= set(SHIFTS)
+    ):
         raise Seq2FinalError(
             f"unknown sequence '{sequence}'; valid: a preset ({', '.join(PRESETS)}) "
             f"or a spec of shift blocks ({', '.join(SHIFTS)}) such as 'rotation:corruption'"
@@ -271,7 +279,11 @@ class ShiftSequence:
 
     @classmethod
     def from_steps(
-        cls, spec: SequenceSpec, source: SourceData, steps: list[Step], states: list[ShiftState | None],
+        cls,
+        spec: SequenceSpec,
+        source: SourceData,
+        steps: list[Step],
+        states: list[ShiftState | None],
         oracle: Step | None,
     ) -> ShiftSequence:
         named = {str(i): step for i, step in enumerate(steps)}
@@ -284,7 +296,9 @@ class ShiftSequence:
             "spec": spec.to_dict(),
             "source_fingerprint": source.fingerprint,
             "class_names": list(source.class_names),
-            "subclass_names": [list(n) for n in source.subclass_names] if source.subclass_names else None,
+            "subclass_names": [list(n) for n in source.subclass_names]
+            if source.subclass_names
+            else None,
             "steps": [
                 {
                     "name": step.name,
@@ -372,13 +386,22 @@ def plan_units(state: ShiftState, size: int, test_size: int) -> list[_Unit]:
     """How many train/valid/test images each (class, sub-class) gives at this step."""
     units = []
     for label, (n, n_test) in enumerate(
-        zip(split_counts(size, state.class_probs), split_counts(test_size, state.class_probs), strict=True)
+        zip(
+            split_counts(size, state.class_probs),
+            split_counts(test_size, state.class_probs),
+            strict=True,
+        )
     ):
         if state.subpop is None:
             parts = [(None, n, n_test)]
         else:
             parts = list(
-                zip(range(len(state.subpop)), split_counts(n, state.subpop), split_counts(n_test, state.subpop), strict=True)
+                zip(
+                    range(len(state.subpop)),
+                    split_counts(n, state.subpop),
+                    split_counts(n_test, state.subpop),
+                    strict=True,
+                )
             )
         for sub, count, count_test in parts:
             train = int(TRAIN_FRACTION * count)
@@ -394,7 +417,9 @@ class _Pools:
         self.test = self._group(source.y_test, source.sub_test)
 
     @staticmethod
-    def _group(labels: np.ndarray, subs: np.ndarray | None) -> dict[tuple[int, int | None], np.ndarray]:
+    def _group(
+        labels: np.ndarray, subs: np.ndarray | None
+    ) -> dict[tuple[int, int | None], np.ndarray]:
         keys = labels if subs is None else labels * 1000 + subs
         groups: dict[tuple[int, int | None], np.ndarray] = {}
         for key in np.unique(keys):
@@ -419,7 +444,9 @@ def check_feasible(spec: SequenceSpec, source: SourceData, states: list[ShiftSta
     pools = _Pools(source)
     for index, (step, state) in enumerate(zip(spec.steps, states, strict=True)):
         final = index == spec.num_targets
-        variants = [(step.size, "")] + ([(spec.oracle_size, " (oracle)")] if final and spec.oracle_size else [])
+        variants = [(step.size, "")] + (
+            [(spec.oracle_size, " (oracle)")] if final and spec.oracle_size else []
+        )
         for size, label in variants:
             for unit in plan_units(state, size, spec.test_size if final else 0):
                 have = len(pools.get("train", unit.label, unit.sub))
@@ -541,7 +568,9 @@ def build_sequence(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
         final = index == spec.num_targets
         name = "source" if index == 0 else "+".join(step.blocks)
         steps.append(
-            _sample_step(source, pools, state, step.size, spec.test_size if final else 0, seed, name)
+            _sample_step(
+                source, pools, state, step.size, spec.test_size if final else 0, seed, name
+            )
         )
     oracle = None
     if spec.oracle_size:

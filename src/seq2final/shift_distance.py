@@ -67,7 +67,9 @@ def wasserstein2(a: np.ndarray, b: np.ndarray, max_iterations: int, pair: str) -
         warnings.simplefilter("ignore", UserWarning)  # reported below, with the pair's name
         value, log = ot.emd2(weights_a, weights_b, cost, numItermax=max_iterations, log=True)
     if log.get("warning"):
-        logger.warning("W2 for %s did not converge (%s); value is an upper bound", pair, log["warning"])
+        logger.warning(
+            "W2 for %s did not converge (%s); value is an upper bound", pair, log["warning"]
+        )
     return float(np.sqrt(max(value, 0.0)))
 
 

@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
 from torch import nn
+
+
+@pytest.fixture(autouse=True)
+def single_thread() -> Iterator[None]:
+    """Run each test on one intra-op thread, restoring the setting afterwards.
+
+    The inputs are tiny, so threads buy nothing, and on a 2-core machine shared with other work a
+    second OpenMP thread turns every barrier into a wait for a descheduled thread (forward passes
+    measured 100x slower under load).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

@@ -207,7 +207,7 @@ def test_default_pytorch_initialisation(name: str) -> None:
         if isinstance(module, nn.Conv2d | nn.Linear):
             bound = 1 / math.sqrt(module.weight[0].numel())
             largest = module.weight.abs().max().item()
-            assert 0.5 * bound < largest <= bound
+            assert 0.5 * bound < largest <= bound * (1 + 1e-6)  # float32 rounding
         if isinstance(module, nn.BatchNorm2d):
             assert torch.equal(module.weight, torch.ones_like(module.weight))
             assert torch.equal(module.bias, torch.zeros_like(module.bias))

@@ -21,16 +21,29 @@ def test_build_then_quantify(project):
     [folder] = list((project / "data/03_primary/sequences").iterdir())
     assert folder.name.startswith("digits-rcl-digits-seed11-")
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert [s["name"] for s in manifest["steps"]] == ["source", "rotation", "corruption", "label_flip"]
+    assert [s["name"] for s in manifest["steps"]] == [
+        "source",
+        "rotation",
+        "corruption",
+        "label_flip",
+    ]
     assert manifest["steps"][3]["state"]["angles"][0] == 30.0
     assert sorted(p.name for p in folder.glob("step_*.npz")) == [
-        "step_0.npz", "step_1.npz", "step_2.npz", "step_3.npz", "step_oracle.npz"
+        "step_0.npz",
+        "step_1.npz",
+        "step_2.npz",
+        "step_3.npz",
+        "step_oracle.npz",
     ]
-    figures = sorted(p.name for p in (project / f"data/08_reporting/sequence_figures/{folder.name}").iterdir())
+    figures = sorted(
+        p.name for p in (project / f"data/08_reporting/sequence_figures/{folder.name}").iterdir()
+    )
     assert figures == ["step_0.png", "step_1.png", "step_2.png", "step_3.png"]
 
     _run(project, "quantify_shift", sequence="digits_rcl", seed=11)
-    table = pd.read_csv(project / f"data/08_reporting/shift_tables/{folder.name}/relative_to_final.csv")
+    table = pd.read_csv(
+        project / f"data/08_reporting/shift_tables/{folder.name}/relative_to_final.csv"
+    )
     assert list(table.columns) == ["metric", "W^{0,3}", "W^{1,3}", "W^{2,3}"]
     # Rotation is the step that makes the final distribution: before it the shift is large.
     assert table.loc[0, "W^{0,3}"] > 1.2
@@ -47,7 +60,10 @@ def test_subpopulation_sequence_draws_the_membership_figure(project):
 
 
 def test_quantify_without_a_built_sequence_names_the_command(project):
-    with pytest.raises(MissingPrerequisiteError, match="kedro run --pipeline build_sequences --params sequence:digits_ttt"):
+    with pytest.raises(
+        MissingPrerequisiteError,
+        match="kedro run --pipeline build_sequences --params sequence:digits_ttt",
+    ):
         _run(project, "quantify_shift", sequence="digits_ttt")
 
 

@@ -182,8 +182,8 @@ class JointModel(nn.Module):
             for name in names:
                 if before[name] == after[name]:
                     continue
-                old = self.layers[name][before[name]].parameters()
-                new = self.layers[name][after[name]].parameters()
+                old = list(__import__("seq2final.models.architectures").models.architectures.decayed_parameters(self.layers[name][before[name]]))
+                new = list(__import__("seq2final.models.architectures").models.architectures.decayed_parameters(self.layers[name][after[name]]))
                 for p_old, p_new in zip(old, new, strict=True):
                     total = total + (p_new - p_old).pow(2).sum()
         return total

@@ -64,7 +64,10 @@ def plot_examples(sequence: ShiftSequence, options: dict[str, Any]) -> dict[str,
         )
     subclass_names = sequence.manifest["subclass_names"]
     if subclass_names and "sub_train" in sequence.step(0).arrays:
-        steps = [(s.name, s.arrays["x_train"], s.arrays["y_train"], s.arrays["sub_train"]) for s in sequence.steps()]
+        steps = [
+            (s.name, s.arrays["x_train"], s.arrays["y_train"], s.arrays["sub_train"])
+            for s in sequence.steps()
+        ]
         shown = list(np.arange(len(sequence.class_names))[: min(5, len(sequence.class_names))])
         figures[f"{sequence.key}/subpopulations.png"] = plots.subpopulation_grid(
             steps, sequence.class_names, subclass_names, shown

@@ -11,7 +11,13 @@ def resolve_sequence_node() -> Node:
     """Shared by every pipeline that reads a sequence, so each can run on its own."""
     return Node(
         nodes.resolve_sequence,
-        inputs=["params:sequence", "params:dataset", "params:data_path", "params:seed", "params:build_sequences"],
+        inputs=[
+            "params:sequence",
+            "params:dataset",
+            "params:data_path",
+            "params:seed",
+            "params:build_sequences",
+        ],
         outputs="sequence_spec",
         name="resolve_sequence",
     )
@@ -37,7 +43,12 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs="source_data",
                 name="load_source_data",
             ),
-            Node(nodes.build, inputs=["sequence_spec", "source_data"], outputs="sequences", name="build_sequence"),
+            Node(
+                nodes.build,
+                inputs=["sequence_spec", "source_data"],
+                outputs="sequences",
+                name="build_sequence",
+            ),
             select_sequence_node(),
             Node(
                 nodes.plot_examples,

@@ -60,12 +60,16 @@ def _distance(job: tuple[Embedded, Embedded, int]) -> tuple[float, float, float]
     """Covariate and conditional W2 of one pair, and the seconds they took."""
     first, second, max_iterations = job
     start = time.perf_counter()
-    covariate = wasserstein2(first.features, second.features, max_iterations, f"{first.name} vs {second.name}")
+    covariate = wasserstein2(
+        first.features, second.features, max_iterations, f"{first.name} vs {second.name}"
+    )
     conditional = conditional_wasserstein2(first, second, max_iterations)
     return covariate, conditional, time.perf_counter() - start
 
 
-def measure_distances(embedding: dict[str, Any], options: dict[str, Any]) -> dict[str, pd.DataFrame]:
+def measure_distances(
+    embedding: dict[str, Any], options: dict[str, Any]
+) -> dict[str, pd.DataFrame]:
     """Covariate and conditional W2 for the half split, consecutive steps and each step vs final.
 
     Pairs are independent exact solves, so they run in parallel worker processes.
@@ -92,7 +96,9 @@ def measure_distances(embedding: dict[str, Any], options: dict[str, Any]) -> dic
             "w2_conditional": conditional,
             "seconds": seconds,
         }
-        for (comparison, first, second), (covariate, conditional, seconds) in zip(pairs, results, strict=True)
+        for (comparison, first, second), (covariate, conditional, seconds) in zip(
+            pairs, results, strict=True
+        )
     ]
     return {embedding["key"]: pd.DataFrame(rows)}
 
