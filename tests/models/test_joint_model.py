@@ -248,3 +248,12 @@ def test_joint_model_accepts_channels_last(images: torch.Tensor) -> None:
         joint.to(memory_format=torch.channels_last)
         got = joint(images.contiguous(memory_format=torch.channels_last), 1)
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_side_module_shape_mismatch_is_an_error_not_a_broadcast() -> None:
+    """At 48x48 DenseNet-4's third transition pools 3x3 to 1x1 while its side conv gives 2x2."""
+    joint = JointModel("densenet_4", 10, 2, [["layer3"]], "side_tune", "one_layer").eval()
+    with torch.no_grad():
+        assert joint(torch.rand(2, 3, 64, 64), 1).shape == (2, 10)
+        with pytest.raises(Seq2FinalError, match=r"layer3\[1\] outputs \(2, 512, 2, 2\)"):
+            joint(torch.rand(2, 3, 48, 48), 1)

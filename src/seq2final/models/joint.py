@@ -48,7 +48,7 @@ class JointModel(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        base = build_model(arch, num_classes)
+        base = build_model(arch, num_classes, dropout)  # validates the settings too
         _check_config(base, num_steps, new_layers_per_step, mode, side_kind, stem_head)
         self.arch = arch
         self.num_classes = num_classes
@@ -105,6 +105,12 @@ class JointModel(nn.Module):
             if scale == 0.0:
                 continue
             side = modules[j](x)
+            if side.shape != out.shape:  # never let broadcasting hide a mismatch
+                raise Seq2FinalError(
+                    f"{name}[{j}] outputs {tuple(side.shape)} but {name}[0] outputs "
+                    f"{tuple(out.shape)} for input {tuple(x.shape)}; DenseNet 1-layer side "
+                    "modules need even feature-map sizes at each transition (e.g. 32x32 images)"
+                )
             out = out + (side if scale == 1.0 else scale * side)
         return out
 
@@ -182,8 +188,8 @@ class JointModel(nn.Module):
             for name in names:
                 if before[name] == after[name]:
                     continue
-                old = list(__import__("seq2final.models.architectures").models.architectures.decayed_parameters(self.layers[name][before[name]]))
-                new = list(__import__("seq2final.models.architectures").models.architectures.decayed_parameters(self.layers[name][after[name]]))
+                old = self.layers[name][before[name]].parameters()
+                new = self.layers[name][after[name]].parameters()
                 for p_old, p_new in zip(old, new, strict=True):
                     total = total + (p_new - p_old).pow(2).sum()
         return total
