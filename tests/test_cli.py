@@ -2,7 +2,7 @@ import pytest
 from click.testing import CliRunner
 from kedro.framework.startup import bootstrap_project
 
-from seq2final.cli import cli, parse_params
+from seq2final.cli import _user_error, cli, parse_params
 from seq2final.errors import Seq2FinalError
 
 
@@ -45,3 +45,16 @@ def test_run_reports_bad_input_in_one_line(project):
         .startswith("Error: parameter 'dataset': unknown dataset 'cifar11'; valid:")
     )
     assert not (project / "data/03_primary").exists()
+
+
+def test_user_errors_wrapped_by_kedro_are_still_reported_in_one_line():
+    from kedro.io import DatasetError
+
+    try:
+        try:
+            raise Seq2FinalError("stored sequence step x is corrupt")
+        except Seq2FinalError as inner:
+            raise DatasetError("Failed while loading data") from inner
+    except DatasetError as outer:
+        assert str(_user_error(outer)) == "stored sequence step x is corrupt"
+    assert _user_error(RuntimeError("bug")) is None

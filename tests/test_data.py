@@ -122,9 +122,8 @@ def test_cifar100_maps_fine_labels_to_coarse_and_subclass_columns(tmp_path):
 
 
 def test_cifar_offline_and_missing_says_where_to_put_files(tmp_path, monkeypatch):
-    import torchvision.datasets
-
     import seq2final._torchvision_guard  # noqa: F401
+    import torchvision.datasets  # isort: skip  (after the guard)
 
     def offline(*args, **kwargs):
         raise OSError("network unreachable")
@@ -187,3 +186,25 @@ def test_unknown_source_lists_valid():
     ):
         load_source("mnist", None, "x")
     assert "npz" in SOURCES
+
+
+@pytest.mark.parametrize("name", list(SOURCES))
+def test_every_source_loads_or_explains_what_it_needs_in_one_line(name, tmp_path, monkeypatch):
+    """Offline, with an empty data_path: a registered source either loads or says what to do."""
+    import seq2final._torchvision_guard  # noqa: F401
+    import torchvision.datasets  # isort: skip  (after the guard)
+
+    def offline(*args, **kwargs):
+        raise OSError("offline")
+
+    for cls in ("CIFAR10", "CIFAR100", "FashionMNIST"):
+        monkeypatch.setattr(torchvision.datasets, cls, offline)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    try:
+        loaded = load_source(name, empty, tmp_path / "raw")
+    except Seq2FinalError as error:
+        assert "\n" not in str(error) and str(error)
+    else:
+        assert loaded.x_train.dtype == np.uint8 and loaded.x_train.shape[1] == 3
+        assert len(loaded.y_train) == len(loaded.x_train) > 0

@@ -53,3 +53,15 @@ def test_corrupt_step_is_detected(tmp_path, built):
     np.savez(path, **arrays)
     with pytest.raises(Seq2FinalError, match="corrupt"):
         dataset.load()[built.key].step(1)
+
+
+def test_rebuilding_repairs_a_corrupt_step(tmp_path, built):
+    dataset = SequenceStoreDataset(str(tmp_path / "store"))
+    dataset.save({built.key: built})
+    (tmp_path / "store" / built.key / "step_1.npz").write_bytes(b"garbage")
+    with pytest.raises(Seq2FinalError, match="unreadable"):
+        dataset.load()[built.key].step(1)
+    dataset.save({built.key: built})
+    assert np.array_equal(
+        dataset.load()[built.key].step(1).arrays["y_train"], built.step(1).arrays["y_train"]
+    )

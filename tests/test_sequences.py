@@ -9,9 +9,10 @@ from seq2final.sequences import (
     parse_spec,
     plan_units,
     resolve_spec,
+    shift_states,
     split_counts,
 )
-from seq2final.shifts import ShiftState
+from seq2final.shifts import SHIFTS, ShiftState
 
 
 def test_paper_sizes_split_per_class_80_20():
@@ -25,8 +26,6 @@ def test_paper_sizes_split_per_class_80_20():
 def test_subclass_split_floors_and_gives_zero_share_nothing():
     state = ShiftState.source(20, with_subpopulations=True)
     for _ in range(3):
-        from seq2final.shifts import SHIFTS
-
         state = SHIFTS["subpop"](state)
     units = [u for u in plan_units(state, 4000, 5000) if u.label == 0]
     assert [u.train + u.valid for u in units] == [0, 0, 66, 66, 68]
@@ -199,7 +198,9 @@ def test_digits_presets_build_on_the_embedded_source():
     digits = load_source("digits", None, "data/01_raw")
     for name in [p for p in PRESETS if p.startswith("digits_")]:
         sequence = build_sequence(resolve_spec(name), digits)
-        assert sequence.num_steps == 4
+        sizes = [sum(s["sizes"][k] for k in ("train", "valid")) for s in sequence.manifest["steps"]]
+        assert sizes == [500, 300, 500, 300]
+        assert sequence.manifest["steps"][-1]["sizes"]["test"] == 200
 
 
 def test_portraits_split_per_decade_80_20_and_final_40_10_50():
@@ -230,3 +231,33 @@ def test_portraits_split_per_decade_80_20_and_final_40_10_50():
     assert sorted(used.tolist()) == list(range(30, 60))
     with pytest.raises(Seq2FinalError, match="does not fit"):
         resolve_spec("portraits", dataset="cifar10")
+
+
+def test_a_source_with_subclasses_is_drawn_by_subclass_without_subpop_steps(source_factory):
+    """CIFAR-100 without subpop keeps the source proportions: sub-classes 0 and 1 only."""
+    source = source_factory(per_class=100, per_class_test=40, classes=4, subclasses=5)
+    spec = resolve_spec(
+        "source40:rotation40:label_flip40", dataset="digits", test_size=20, oracle_size=80
+    )
+    sequence = build_sequence(spec, source)
+    for step in [*sequence.steps(), sequence.step("oracle")]:
+        assert sorted(set(step.arrays["sub_train"].tolist())) == [0, 1]
+
+
+def test_steps_too_small_for_a_split_are_refused(source_factory):
+    source = source_factory(per_class=100, per_class_test=40, classes=2, subclasses=5)
+    spec = resolve_spec("source2:subpop40", dataset="digits", test_size=20, oracle_size=None)
+    with pytest.raises(Seq2FinalError, match="step 0 .*leaves its train split empty"):
+        build_sequence(spec, source)
+
+
+@pytest.mark.parametrize("block", list(SHIFTS))
+def test_every_registered_block_shifts_a_sequence(block, source_factory):
+    """Each block changes the state and builds; a newly registered block is covered here too."""
+    source = source_factory(per_class=100, per_class_test=40, classes=4, subclasses=5)
+    spec = resolve_spec(f"source40:{block}40", dataset="digits", test_size=20, oracle_size=60)
+    states = shift_states(spec, source)
+    assert states[1] != states[0]
+    sequence = build_sequence(spec, source)
+    assert sequence.manifest["steps"][1]["name"] == block
+    assert sequence.content_hash == build_sequence(spec, source).content_hash

@@ -50,6 +50,15 @@ def _params_callback(ctx: click.Context, param: click.Parameter, value: Any) -> 
         raise click.BadParameter(str(error)) from None
 
 
+def _user_error(error: BaseException | None) -> Seq2FinalError | None:
+    """The :class:`Seq2FinalError` behind ``error``, even when Kedro wrapped it (DatasetError)."""
+    while error is not None:
+        if isinstance(error, Seq2FinalError):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def _build_run_command() -> click.Command:
     """Kedro's ``run`` with our ``--params`` parser and ``--pipeline`` as a quiet alias."""
     command = copy.copy(kedro_run)
@@ -66,8 +75,11 @@ def _build_run_command() -> click.Command:
             kwargs["pipelines"] = [*kwargs["pipelines"], *pipeline.split(",")]
         try:
             return kedro_run.callback(pipeline=None, **kwargs)
-        except Seq2FinalError as error:
-            raise click.ClickException(str(error)) from None
+        except Exception as error:
+            cause = _user_error(error)
+            if cause is None:
+                raise
+            raise click.ClickException(str(cause)) from None
 
     command.callback = callback
     return command

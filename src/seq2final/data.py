@@ -209,21 +209,25 @@ def _cifar_folder(source: str, data_path: Path | None, raw_dir: Path, folder: st
             f"python version of the files (torchvision's layout)"
         )
     target = raw_dir / source
+    _download(
+        "CIFAR10" if source == "cifar10" else "CIFAR100",
+        target,
+        f"dataset '{source}' is not in {target}/{folder} and could not be downloaded",
+        f"put the extracted {folder}/ folder there, or pass data_path, or use dataset:npz",
+    )
+    return target / folder
+
+
+def _download(dataset_class: str, root: Path, problem: str, remedy: str) -> None:
+    """Download a torchvision dataset into ``root``; any failure becomes one line with a remedy."""
+    from seq2final import _torchvision_guard  # noqa: F401, I001  (must precede torchvision)
     from torchvision import datasets
 
-    from seq2final import _torchvision_guard  # noqa: F401
-
-    cls = datasets.CIFAR10 if source == "cifar10" else datasets.CIFAR100
     try:
-        target.mkdir(parents=True, exist_ok=True)
-        cls(str(target), train=True, download=True)
+        root.mkdir(parents=True, exist_ok=True)
+        getattr(datasets, dataset_class)(str(root), train=True, download=True)
     except Exception as error:  # network errors come in many types; all mean the same here
-        raise Seq2FinalError(
-            f"dataset '{source}' is not in {target}/{folder} and could not be downloaded "
-            f"({type(error).__name__}); put the extracted {folder}/ folder there, or pass "
-            f"data_path, or use dataset:npz with your own arrays"
-        ) from None
-    return target / folder
+        raise Seq2FinalError(f"{problem} ({type(error).__name__}); {remedy}") from None
 
 
 def _unpickle(path: Path) -> dict:
@@ -345,17 +349,12 @@ def load_fashion_mnist(data_path: Path | None, raw_dir: Path) -> SourceData:
     """Fashion-MNIST, zero-padded from 28×28 to 32×32 (padding keeps every pixel exact)."""
     folder = data_path if data_path is not None else raw_dir / "FashionMNIST" / "raw"
     if data_path is None and not folder.exists():
-        from torchvision import datasets
-
-        from seq2final import _torchvision_guard  # noqa: F401
-
-        try:
-            datasets.FashionMNIST(str(raw_dir), train=True, download=True)
-        except Exception as error:  # network errors come in many types; all mean the same here
-            raise Seq2FinalError(
-                f"dataset 'fashion_mnist' is not in {folder} and could not be downloaded "
-                f"({type(error).__name__}); pass data_path to a folder of the *-idx*-ubyte.gz files"
-            ) from None
+        _download(
+            "FashionMNIST",
+            raw_dir,
+            f"dataset 'fashion_mnist' is not in {folder} and could not be downloaded",
+            "pass data_path to a folder of the *-idx*-ubyte.gz files",
+        )
     if not folder.is_dir():
         raise Seq2FinalError(
             f"data_path '{folder}' is not a folder; dataset 'fashion_mnist' needs the "

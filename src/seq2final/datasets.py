@@ -90,9 +90,6 @@ class SequenceStoreDataset(AbstractDataset[Mapping[str, ShiftSequence], Sequence
 
     def _save_one(self, key: str, sequence: ShiftSequence) -> None:
         final = self._root / key
-        existing = SequenceStore(self._root).get(key)
-        if existing is not None and existing.content_hash == sequence.content_hash:
-            return  # identical content already stored
         partial = self._root / f".partial-{key}-{uuid.uuid4().hex[:8]}"
         partial.mkdir()
         try:

@@ -439,16 +439,25 @@ def _describe(source: SourceData, unit: _Unit) -> str:
     return f"class {unit.label} ('{name}') sub-class {unit.sub} ('{source.subclass_names[unit.label][unit.sub]}')"
 
 
-def check_feasible(spec: SequenceSpec, source: SourceData, states: list[ShiftState]) -> None:
-    """Refuse, before any sampling, a step that asks a class for more images than its pool has."""
-    pools = _Pools(source)
+def check_feasible(
+    spec: SequenceSpec, source: SourceData, pools: _Pools, states: list[ShiftState]
+) -> None:
+    """Refuse, before any sampling, a step that asks a class for more images than its pool has,
+    or one so small that its train or valid split would be empty."""
     for index, (step, state) in enumerate(zip(spec.steps, states, strict=True)):
         final = index == spec.num_targets
         variants = [(step.size, "")] + (
             [(spec.oracle_size, " (oracle)")] if final and spec.oracle_size else []
         )
         for size, label in variants:
-            for unit in plan_units(state, size, spec.test_size if final else 0):
+            units = plan_units(state, size, spec.test_size if final else 0)
+            for split in ("train", "valid") + (("test",) if final else ()):
+                if sum(getattr(unit, split) for unit in units) == 0:
+                    raise Seq2FinalError(
+                        f"sequence '{spec.name}' step {index}{label} (size {size}) leaves its "
+                        f"{split} split empty; valid: sizes that give every split an image"
+                    )
+            for unit in units:
                 have = len(pools.get("train", unit.label, unit.sub))
                 have_test = len(pools.get("test", unit.label, unit.sub))
                 if unit.train + unit.valid > have or unit.test > have_test:
@@ -465,9 +474,13 @@ def check_feasible(spec: SequenceSpec, source: SourceData, states: list[ShiftSta
 
 
 def shift_states(spec: SequenceSpec, source: SourceData) -> list[ShiftState]:
-    """The cumulative shift state of every step (raises on impossible block combinations)."""
-    uses_subpop = any("subpop" in step.blocks for step in spec.steps)
-    state = ShiftState.source(source.num_classes, with_subpopulations=uses_subpop)
+    """The cumulative shift state of every step (raises on impossible block combinations).
+
+    A source with sub-classes is always sampled by sub-class, as the original did for CIFAR-100:
+    the source proportions (½, ½, 0, 0, 0) hold until a ``subpop`` step changes them.
+    """
+    with_subpopulations = source.sub_train is not None
+    state = ShiftState.source(source.num_classes, with_subpopulations=with_subpopulations)
     states = [state]
     for step in spec.steps[1:]:
         state = advance(state, step.blocks)
@@ -560,8 +573,8 @@ def build_sequence(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
     if any("subpop" in step.blocks for step in spec.steps):
         source = source.with_subpopulations()
     states = shift_states(spec, source)
-    check_feasible(spec, source, states)
     pools = _Pools(source)
+    check_feasible(spec, source, pools, states)
     seeds = spec.step_seeds()
     steps = []
     for index, (step, state, seed) in enumerate(zip(spec.steps, states, seeds, strict=True)):

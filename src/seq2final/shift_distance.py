@@ -19,6 +19,8 @@ import numpy as np
 import ot
 from sklearn.decomposition import PCA
 
+from seq2final.errors import Seq2FinalError
+
 logger = logging.getLogger(__name__)
 
 
@@ -59,7 +61,9 @@ def wasserstein2(a: np.ndarray, b: np.ndarray, max_iterations: int, pair: str) -
     distance; we say so in a warning that names the pair rather than report it silently.
     """
     if len(a) == 0 or len(b) == 0:
-        raise ValueError(f"W2 of an empty set ({pair})")
+        raise Seq2FinalError(
+            f"W2 of an empty set ({pair}); valid: sequences whose splits have images"
+        )
     cost = ot.dist(a.astype(np.float64), b.astype(np.float64))
     weights_a = np.full(len(a), 1.0 / len(a))
     weights_b = np.full(len(b), 1.0 / len(b))
@@ -91,4 +95,8 @@ def conditional_wasserstein2(first: Embedded, second: Embedded, max_iterations: 
             in_first, second.features[second.labels == label], max_iterations, pair
         )
         weight_sum += count
+    if weight_sum == 0:
+        raise Seq2FinalError(
+            f"no class of {second.name} appears in {first.name}; W2(X|Y) undefined"
+        )
     return total / weight_sum

@@ -51,6 +51,7 @@ class ShiftState:
     class_probs: tuple[float, ...] = ()
     subpop: tuple[float, ...] | None = None
     subpop_steps: int = 0
+    label_shift_steps: int = 0
 
     @classmethod
     def source(cls, num_classes: int, with_subpopulations: bool = False) -> ShiftState:
@@ -121,17 +122,13 @@ def label_shift(state: ShiftState) -> ShiftState:
     """Move 0.3/C of sampling probability from every even class to every odd class."""
     delta = LABEL_SHIFT_TOTAL / state.num_classes
     probs = tuple(p - delta if c % 2 == 0 else p + delta for c, p in enumerate(state.class_probs))
+    step = state.label_shift_steps + 1
     if min(probs) < -1e-12:
         raise Seq2FinalError(
-            f"label_shift step {_count_after(state.class_probs, delta)} would make an even class's "
-            f"probability negative; valid: at most {int(1 / LABEL_SHIFT_TOTAL)} label_shift steps"
+            f"label_shift step {step} would make an even class's probability negative; "
+            f"valid: at most {int(1 / LABEL_SHIFT_TOTAL)} label_shift steps"
         )
-    return replace(state, class_probs=tuple(max(p, 0.0) for p in probs))
-
-
-def _count_after(probs: tuple[float, ...], delta: float) -> int:
-    """Which label_shift step this is, from how far the first class has moved."""
-    return round((1.0 / len(probs) - probs[0]) / delta) + 1
+    return replace(state, class_probs=tuple(max(p, 0.0) for p in probs), label_shift_steps=step)
 
 
 @SHIFTS.register("subpop")

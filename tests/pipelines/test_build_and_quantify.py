@@ -56,7 +56,12 @@ def test_build_then_quantify(project):
 def test_subpopulation_sequence_draws_the_membership_figure(project):
     _run(project, "build_sequences", sequence="digits_sss")
     [folder] = list((project / "data/08_reporting/sequence_figures").iterdir())
-    assert (folder / "subpopulations.png").exists()
+    from PIL import Image
+
+    with Image.open(folder / "subpopulations.png") as figure:
+        width, height = figure.size
+    # 2 super-classes × 4 steps = 8 rows of 5 sub-class cells: a tall figure, not an empty one.
+    assert height > width and height > 700
 
 
 def test_quantify_without_a_built_sequence_names_the_command(project):
