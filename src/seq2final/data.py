@@ -111,7 +111,6 @@ def check_arrays(name: str, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, n
 
 
 def _fingerprint(*arrays: np.ndarray) -> str:
-
     digest = hashlib.sha256()
     for array in arrays:
         digest.update(str(array.shape).encode())

@@ -14,30 +14,43 @@ from dataclasses import dataclass
 
 from seq2final.registry import Registry
 
-HISTORICAL_MODES = {
-    "none": "no historical state: the final mode sees every step itself, or only the final step",
-    "erm": "one ERM model on steps 0..T−1 combined",
-    "irm": "one IRM model on steps 0..T−1, one environment per step",
-    "dro": "one worst-domain DRO model on steps 0..T−1",
-    "sequential": "a chain of models, each fine-tuned from the previous on its step (SFT)",
-    "sequential_ewc": "a sequential chain with EWC towards every earlier step (EWC)",
-    "sequential_side_1": "a chain of 1-layer side modules, one per step (SST-1)",
-    "sequential_side_b": "a chain of block side modules, one per step (SST-B)",
-}
-FINAL_MODES = {
-    "scratch": "train from scratch on the final step only",
-    "scratch_oracle": "train from scratch on the final step at oracle size",
-    "all_erm": "ERM on all steps 0..T combined",
-    "all_irm": "IRM on all steps 0..T",
-    "all_dro": "DRO on all steps 0..T",
-    "ft": "fine-tune every layer on the final step",
-    "lp_ft": "fit the head on the final step, then fine-tune every layer",
-    "side_1": "freeze the historical model, add 1-layer side modules with a new stem and head",
-    "side_b": "freeze the historical model, add block side modules with a new stem and head",
-    "joint": "one joint model over all steps with separate modules per step (JM)",
-    "joint_side_1": "one joint model over all steps with 1-layer side modules (JST-1)",
-    "joint_side_b": "one joint model over all steps with block side modules (JST-B)",
-}
+HISTORICAL_MODES: Registry[str] = Registry("historical mode")
+FINAL_MODES: Registry[str] = Registry("final mode")
+
+for _registry, _modes in (
+    (
+        HISTORICAL_MODES,
+        {
+            "none": "no historical state: the final mode sees every step itself, or only the final step",
+            "erm": "one ERM model on steps 0..T−1 combined",
+            "irm": "one IRM model on steps 0..T−1, one environment per step",
+            "dro": "one worst-domain DRO model on steps 0..T−1",
+            "sequential": "a chain of models, each fine-tuned from the previous on its step (SFT)",
+            "sequential_ewc": "a sequential chain with EWC towards every earlier step (EWC)",
+            "sequential_side_1": "a chain of 1-layer side modules, one per step (SST-1)",
+            "sequential_side_b": "a chain of block side modules, one per step (SST-B)",
+        },
+    ),
+    (
+        FINAL_MODES,
+        {
+            "scratch": "train from scratch on the final step only",
+            "scratch_oracle": "train from scratch on the final step at oracle size",
+            "all_erm": "ERM on all steps 0..T combined",
+            "all_irm": "IRM on all steps 0..T",
+            "all_dro": "DRO on all steps 0..T",
+            "ft": "fine-tune every layer on the final step",
+            "lp_ft": "fit the head on the final step, then fine-tune every layer",
+            "side_1": "freeze the historical model, add 1-layer side modules with a new stem and head",
+            "side_b": "freeze the historical model, add block side modules with a new stem and head",
+            "joint": "one joint model over all steps with separate modules per step (JM)",
+            "joint_side_1": "one joint model over all steps with 1-layer side modules (JST-1)",
+            "joint_side_b": "one joint model over all steps with block side modules (JST-B)",
+        },
+    ),
+):
+    for _mode, _description in _modes.items():
+        _registry.add(_mode, _description)
 
 
 @dataclass(frozen=True)

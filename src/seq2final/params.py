@@ -22,12 +22,6 @@ def _check_name(registry: Registry[Any], value: str | None) -> str | None:
     return value
 
 
-def _check_choice(kind: str, choices: dict[str, str], value: str | None) -> str | None:
-    if value is not None and value not in choices:
-        raise Seq2FinalError(f"unknown {kind} '{value}'; valid: {', '.join(choices)}")
-    return value
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -91,14 +85,14 @@ class RunParameters(_Strict):
     def _historical(cls, value: str | None) -> str | None:
         from seq2final.methods import HISTORICAL_MODES
 
-        return _check_choice("historical mode", HISTORICAL_MODES, value)
+        return _check_name(HISTORICAL_MODES, value)
 
     @field_validator("final")
     @classmethod
     def _final(cls, value: str | None) -> str | None:
         from seq2final.methods import FINAL_MODES
 
-        return _check_choice("final mode", FINAL_MODES, value)
+        return _check_name(FINAL_MODES, value)
 
 
 def validate_parameters(parameters: dict[str, Any]) -> RunParameters:
