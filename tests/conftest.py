@@ -8,10 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from seq2final.data import SourceData
 
 PROJECT = Path(__file__).resolve().parents[1]
+
+# pytest-xdist runs one worker per core; more threads per worker only oversubscribe the cores.
+torch.set_num_threads(1)
 
 
 def make_source(
@@ -57,7 +61,7 @@ def source() -> SourceData:
     return make_source()
 
 
-def _end_mlflow_runs() -> None:
+def end_mlflow_runs() -> None:
     import mlflow
 
     while mlflow.active_run():
@@ -78,9 +82,9 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KEDRO_DISABLE_TELEMETRY", "1")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    _end_mlflow_runs()
+    end_mlflow_runs()
     yield tmp_path
-    _end_mlflow_runs()  # kedro-mlflow keeps a process-wide active run between sessions
+    end_mlflow_runs()  # kedro-mlflow keeps a process-wide active run between sessions
 
 
 @pytest.fixture

@@ -1,7 +1,26 @@
+import copy
+from pathlib import Path
+
 import pytest
+from kedro.config import OmegaConfigLoader
 
 from seq2final.errors import Seq2FinalError
 from seq2final.params import validate_parameters
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+BASE = OmegaConfigLoader(str(CONF), base_env="base", default_run_env="test")["parameters"]
+
+
+def _with(**overrides):
+    """The project's own parameters with some values replaced (nested keys joined by '.')."""
+    params = copy.deepcopy(dict(BASE))
+    for dotted, value in overrides.items():
+        *path, last = dotted.split(".")
+        node = params
+        for part in path:
+            node = node[part]
+        node[last] = value
+    return params
 
 
 @pytest.mark.parametrize(
@@ -14,7 +33,36 @@ from seq2final.params import validate_parameters
         ({"final": "fine_tune"}, "unknown final mode 'fine_tune'; valid: scratch"),
         ({"arch": "resnet_5"}, "unknown architecture 'resnet_5'; valid: "),
         ({"seed": "abc"}, "parameter 'seed' = 'abc'"),
-        ({"budget": 0}, "parameter 'budget' = 0"),
+        (
+            {"budget": "huge"},
+            "parameter 'budget': unknown budget 'huge'; valid: smoke, default, paper",
+        ),
+        (
+            {"method": "st_b", "final": "ft"},
+            "method 'st_b' is historical 'erm' + final 'side_b', which contradicts final 'ft'",
+        ),
+        (
+            {"historical": "none", "final": "ft"},
+            "historical 'none' cannot precede final 'ft': 'ft' continues from a trained historical",
+        ),
+        (
+            {"historical": "sequential_side_b", "final": "side_1"},
+            "'sequential_side_b' adds block side modules and 'side_1' adds one_layer ones",
+        ),
+        (
+            {"historical": "erm", "final": "joint"},
+            "'joint' trains on the steps itself and would ignore 'erm''s state; valid historical modes for 'joint': none",
+        ),
+        ({"historical": "erm"}, "historical 'erm' needs a final mode too"),
+        (
+            {"final_modes.ft.space.lr.low": 1.0},
+            "search space final_modes.ft.space.lr: low 1.0 > high 0.003",
+        ),
+        (
+            {"historical_modes.erm.space.dropout.grid": []},
+            "historical_modes.erm.space.dropout: grid",
+        ),
+        ({"training.input_scale": "raw255"}, "parameter 'training.input_scale' = 'raw255'"),
         ({"sequense": "clr"}, "unknown parameter 'sequense'; valid: sequence, dataset"),
         (
             {"quantify_shift": {"varience": 0.9}},
@@ -23,14 +71,23 @@ from seq2final.params import validate_parameters
     ],
 )
 def test_bad_parameters_stop_with_one_line(params, needle):
+    nested = {k: v for k, v in params.items() if "." in k}
+    merged = {**_with(**nested), **{k: v for k, v in params.items() if "." not in k}}
     with pytest.raises(Seq2FinalError) as error:
-        validate_parameters(params)
+        validate_parameters(merged)
     assert needle in str(error.value)
     assert "\n" not in str(error.value)
 
 
 def test_good_parameters_pass():
     run = validate_parameters(
-        {"sequence": "clr", "dataset": "npz", "seed": 3, "method": "st_b", "arch": "resnet_4"}
+        {
+            **_with(),
+            "sequence": "clr",
+            "dataset": "npz",
+            "seed": 3,
+            "method": "st_b",
+            "arch": "resnet_4",
+        }
     )
     assert run.seed == 3 and run.quantify_shift.variance == 0.95

@@ -1,5 +1,10 @@
 """Kedro datasets of the project.
 
+:class:`HistoricalStoreDataset` and :class:`ResultStoreDataset` keep trained historical states and
+finished jobs, one key each, written atomically. They save *lazily*, as Kedro's
+``PartitionedDataset`` does with callables: a pipeline hands over recipes, and a recipe runs only
+when its key is not stored yet, which is how finished work is reused and interrupted runs resume.
+
 :class:`SequenceStoreDataset` keeps built sequences on disk, one folder per sequence key with one
 ``.npz`` file per step and a ``manifest.json``. Like Kedro's ``PartitionedDataset`` it saves a
 ``{key: sequence}`` dict and loads a mapping whose values load lazily, so a later pipeline reads
@@ -10,18 +15,26 @@ interrupted save never leaves a half-written sequence behind.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
+import torch
 from kedro.io import AbstractDataset
 
 from seq2final.errors import Seq2FinalError
+from seq2final.methods import HistoricalState
+from seq2final.models.storage import pack, unpack
 from seq2final.sequences import ShiftSequence, Step
+from seq2final.training import Engine
+
+log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 
@@ -110,3 +123,249 @@ class SequenceStoreDataset(AbstractDataset[Mapping[str, ShiftSequence], Sequence
 
     def _describe(self) -> dict[str, Any]:
         return {"path": str(self._root)}
+
+
+# --------------------------------------------------------------------------------------------
+# Trained state: historical states and finished jobs
+# --------------------------------------------------------------------------------------------
+
+
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Write through a temporary name in the same folder, then rename into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".partial-{uuid.uuid4().hex[:8]}-{path.name}")
+    try:
+        write(partial)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _pack_state(state: HistoricalState) -> dict[str, Any]:
+    return {
+        "format": 1,
+        "mode": state.mode,
+        "arch": state.arch,
+        "chains": {
+            name: {
+                "models": [pack(m) for m in chain.models],
+                "final_space": chain.final_space,
+                "anchors": [
+                    [
+                        {k: v.cpu() for k, v in values.items()},
+                        {k: v.cpu() for k, v in fisher.items()},
+                    ]
+                    for values, fisher in chain.anchors
+                ],
+            }
+            for name, chain in state.chains.items()
+        },
+        "fits": state.fits,
+        "info": state.info,
+    }
+
+
+def _unpack_state(payload: dict[str, Any]) -> HistoricalState:
+    from seq2final.methods import Chain
+
+    device = Engine().torch_device()
+    chains = {
+        name: Chain(
+            [unpack(m, device) for m in chain["models"]],
+            chain["final_space"],
+            [
+                (
+                    {k: v.to(device) for k, v in values.items()},
+                    {k: v.to(device) for k, v in fisher.items()},
+                )
+                for values, fisher in chain["anchors"]
+            ],
+        )
+        for name, chain in payload["chains"].items()
+    }
+    return HistoricalState(
+        payload["mode"], payload["arch"], chains, payload["fits"], payload["info"]
+    )
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON without NaN tokens (epoch 0 has no training metrics): NaN becomes null."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+class HistoricalStore(Mapping[str, HistoricalState]):
+    """Historical states by key, one folder each (``state.pt`` + a readable ``state.json``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, key: str) -> Path:
+        return self.root / key / "state.pt"
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._path(key).exists()
+
+    def __getitem__(self, key: str) -> HistoricalState:
+        path = self._path(key)
+        if not path.exists():
+            raise KeyError(key)
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+            return _unpack_state(payload)
+        except Exception as error:  # any unreadable or inconsistent file is the same problem
+            first = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise Seq2FinalError(
+                f"historical state {path} is corrupt ({first[:120]}); delete its folder and rerun "
+                "pretrain_historical"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        if not self.root.exists():
+            return iter(())
+        return iter(sorted(p.parent.name for p in self.root.glob("*/state.pt")))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def put(self, key: str, state: HistoricalState) -> None:
+        folder = self.root / key
+        _atomic_write(
+            folder / "state.json",
+            lambda p: p.write_text(
+                json.dumps(
+                    _json_safe(
+                        {
+                            "mode": state.mode,
+                            "arch": state.arch,
+                            "info": state.info,
+                            "fits": state.fits,
+                        }
+                    ),
+                    indent=1,
+                )
+            ),
+        )
+        _atomic_write(self._path(key), lambda p: torch.save(_pack_state(state), p))
+
+
+class HistoricalStoreDataset(AbstractDataset[Mapping[str, Any], HistoricalStore]):
+    """Historical states, saved lazily: a recipe runs only when its key is not stored yet.
+
+    ``save`` takes ``{key: StateRecipe}`` in dependency order (the shared step-0 model before the
+    chains that start from it); each recipe may read earlier states from the store.
+    """
+
+    def __init__(self, path: str, metadata: dict[str, Any] | None = None) -> None:
+        self._root = Path(path)
+        self.metadata = metadata
+
+    def load(self) -> HistoricalStore:
+        return HistoricalStore(self._root)
+
+    def save(self, data: Mapping[str, Any]) -> None:
+        store = HistoricalStore(self._root)
+        for key, recipe in data.items():
+            if key in store:
+                log.info("historical state %s exists; reusing it", key)
+                continue
+            store.put(key, recipe.build(store))
+            recipe.after_save()
+
+    def _exists(self) -> bool:
+        return self._root.exists()
+
+    def _describe(self) -> dict[str, Any]:
+        return {"path": str(self._root)}
+
+
+class ResultStore(Mapping[str, dict[str, Any]]):
+    """Finished jobs: a result record per job key, plus its final model and learning curves."""
+
+    def __init__(self, results: Path, models: Path, curves: Path) -> None:
+        self.results, self.models, self.curves = results, models, curves
+
+    def _record_path(self, key: str) -> Path:
+        return self.results / f"{key}.json"
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._record_path(key).exists()
+
+    def __getitem__(self, key: str) -> dict[str, Any]:
+        path = self._record_path(key)
+        if not path.exists():
+            raise KeyError(key)
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise Seq2FinalError(f"result record {path} is corrupt ({error})") from None
+
+    def __iter__(self) -> Iterator[str]:
+        if not self.results.exists():
+            return iter(())
+        return iter(sorted(p.stem for p in self.results.glob("*.json")))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def model(self, key: str) -> torch.nn.Module:
+        """The job's final model, on the CPU in eval mode."""
+        path = self.models / f"{key}.pt"
+        try:
+            return unpack(torch.load(path, map_location="cpu", weights_only=True))
+        except Exception as error:
+            raise Seq2FinalError(f"final model {path} is unreadable ({error})") from None
+
+    def learning_curves(self, key: str) -> pd.DataFrame:
+        return pd.read_csv(self.curves / f"{key}.csv")
+
+    def put(
+        self, key: str, record: dict[str, Any], model: torch.nn.Module, curves: list[dict[str, Any]]
+    ) -> None:
+        """Model and curves first, the record last: a record's presence means the job finished."""
+        _atomic_write(self.models / f"{key}.pt", lambda p: torch.save(pack(model), p))
+        _atomic_write(
+            self.curves / f"{key}.csv", lambda p: pd.DataFrame(curves).to_csv(p, index=False)
+        )
+        _atomic_write(
+            self._record_path(key),
+            lambda p: p.write_text(json.dumps(_json_safe(record), indent=1)),
+        )
+
+
+class ResultStoreDataset(AbstractDataset[Mapping[str, Any], ResultStore]):
+    """Finished jobs, saved lazily: a job recipe runs only if its record is missing or forced."""
+
+    def __init__(
+        self,
+        results_path: str,
+        models_path: str,
+        curves_path: str,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        self._paths = (Path(results_path), Path(models_path), Path(curves_path))
+        self.metadata = metadata
+
+    def load(self) -> ResultStore:
+        return ResultStore(*self._paths)
+
+    def save(self, data: Mapping[str, Any]) -> None:
+        store = ResultStore(*self._paths)
+        for key, recipe in data.items():
+            if key in store and not recipe.force:
+                log.info("job %s finished earlier; reusing it (force:true recomputes)", key)
+                continue
+            outcome = recipe.run()
+            store.put(key, outcome.record, outcome.model, outcome.curves)
+            recipe.after_save()
+
+    def _exists(self) -> bool:
+        return self._paths[0].exists()
+
+    def _describe(self) -> dict[str, Any]:
+        return {"results_path": str(self._paths[0])}

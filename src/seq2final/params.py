@@ -8,7 +8,7 @@ public run parameters at the top level, and one block per pipeline.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -44,6 +44,32 @@ class QuantifyOptions(_Strict):
     workers: int = Field(default=2, ge=1)
 
 
+class TrainingOptions(_Strict):
+    """``training`` block: how fits run (see :class:`seq2final.training.Engine`)."""
+
+    batch_size: int = Field(default=100, ge=1)
+    eval_batch_size: int = Field(default=1000, ge=1)
+    input_scale: Literal["unit", "raw"] = "unit"
+    device: str = "auto"
+    channels_last: bool = False
+    amp: Literal["none", "bf16", "fp16"] = "none"
+    patience: int = Field(default=6, ge=1)
+    freeze_bn_stats: bool = False
+
+
+class TuningOptions(_Strict):
+    """``tuning`` block: where Optuna studies and their checkpoints live."""
+
+    storage: str | None = None
+    root: str = "data/06_models/optuna"
+
+
+class PretrainOptions(_Strict):
+    """``pretrain_historical`` block: the shared step-0 model's search space."""
+
+    step0: dict[str, Any]
+
+
 class RunParameters(_Strict):
     """The public run parameters plus one options block per pipeline."""
 
@@ -51,13 +77,20 @@ class RunParameters(_Strict):
     dataset: str | None = None
     data_path: str | None = None
     seed: int | None = Field(default=None, ge=0, lt=2**32)
-    arch: str | None = None
+    arch: str = "convnet_4"
     method: str | None = None
     historical: str | None = None
     final: str | None = None
-    budget: int | None = Field(default=None, ge=1)
+    budget: str = "default"
+    force: bool = False
     build_sequences: BuildOptions = BuildOptions()
     quantify_shift: QuantifyOptions = QuantifyOptions()
+    training: TrainingOptions = TrainingOptions()
+    budgets: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    tuning: TuningOptions = TuningOptions()
+    pretrain_historical: PretrainOptions | None = None
+    historical_modes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    final_modes: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @field_validator("dataset")
     @classmethod
@@ -99,10 +132,12 @@ def validate_parameters(parameters: dict[str, Any]) -> RunParameters:
     """Check all parameters, including the sequence spec; raise one line on the first problem."""
     from seq2final.sequences import resolve_spec
 
+    parameters = {k: v for k, v in parameters.items() if not k.startswith("_")}  # YAML templates
     try:
         run = RunParameters.model_validate(parameters)
     except ValidationError as error:
         raise Seq2FinalError(_one_line(error)) from None
+    _check_methods(run)
     resolve_spec(
         run.sequence,
         run.dataset,
@@ -112,6 +147,27 @@ def validate_parameters(parameters: dict[str, Any]) -> RunParameters:
         run.build_sequences.oracle_size,
     )
     return run
+
+
+def _check_methods(run: RunParameters) -> None:
+    """Method and modes agree, the budget exists and every search space parses."""
+    from seq2final.jobs import check_mode_configs
+    from seq2final.methods import resolve_request
+    from seq2final.tuning import get_budget
+
+    def named(block: str, error: Seq2FinalError) -> Seq2FinalError:
+        return Seq2FinalError(f"parameter '{block}': {error}")
+
+    try:
+        resolve_request(run.method, run.historical, run.final)
+    except Seq2FinalError as error:
+        raise named("method" if run.method else "final", error) from None
+    try:
+        get_budget(run.budgets, run.budget)
+    except Seq2FinalError as error:
+        raise named("budget", error) from None
+    if run.pretrain_historical is not None:
+        check_mode_configs(run.historical_modes, run.final_modes, run.pretrain_historical.step0)
 
 
 def _one_line(error: ValidationError) -> str:

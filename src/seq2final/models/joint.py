@@ -53,6 +53,7 @@ class JointModel(nn.Module):
         self.arch = arch
         self.num_classes = num_classes
         self.num_steps = num_steps
+        self.new_layers_per_step = [list(layers) for layers in new_layers_per_step]
         self.mode = mode
         self.side_kind = side_kind
         self.stem_head = stem_head

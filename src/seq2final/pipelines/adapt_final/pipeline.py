@@ -1,0 +1,31 @@
+"""``adapt_final``: historical states + final step → final models, result records, a summary."""
+
+from __future__ import annotations
+
+from kedro.pipeline import Node, Pipeline
+
+from seq2final.pipelines.adapt_final import nodes
+from seq2final.pipelines.build_sequences.pipeline import resolve_sequence_node, select_sequence_node
+from seq2final.pipelines.pretrain_historical.pipeline import plan_jobs_node
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    return Pipeline(
+        [
+            resolve_sequence_node(),
+            select_sequence_node(),
+            plan_jobs_node(),
+            Node(
+                nodes.job_recipes,
+                inputs=["sequence", "job_plan", "historical_states"],
+                outputs="adapt_results",
+                name="adapt_final_step",
+            ),
+            Node(
+                nodes.report_results,
+                inputs=["adapt_results", "job_plan"],
+                outputs="result_reports",
+                name="report_results",
+            ),
+        ]
+    )

@@ -1,0 +1,48 @@
+"""``pretrain_historical``: stored sequence + run parameters → historical states in their store."""
+
+from __future__ import annotations
+
+from kedro.pipeline import Node, Pipeline
+
+from seq2final.pipelines.build_sequences.pipeline import resolve_sequence_node, select_sequence_node
+from seq2final.pipelines.pretrain_historical import nodes
+
+
+def plan_jobs_node() -> Node:
+    """Shared with ``adapt_final``, so each of the two pipelines can run on its own."""
+    return Node(
+        nodes.plan_jobs,
+        inputs={
+            "spec": "sequence_spec",
+            "method": "params:method",
+            "historical": "params:historical",
+            "final": "params:final",
+            "arch": "params:arch",
+            "budget": "params:budget",
+            "force": "params:force",
+            "budgets": "params:budgets",
+            "training": "params:training",
+            "tuning": "params:tuning",
+            "historical_modes": "params:historical_modes",
+            "final_modes": "params:final_modes",
+            "options": "params:pretrain_historical",
+        },
+        outputs="job_plan",
+        name="plan_jobs",
+    )
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    return Pipeline(
+        [
+            resolve_sequence_node(),
+            select_sequence_node(),
+            plan_jobs_node(),
+            Node(
+                nodes.historical_recipes,
+                inputs=["sequence", "job_plan"],
+                outputs="historical_states",
+                name="train_historical_states",
+            ),
+        ]
+    )

@@ -1,0 +1,378 @@
+"""Hyper-parameter search with Optuna: search spaces from YAML, named budgets, resumable studies.
+
+Each fit of a method (one stage of one model) is tuned by its own Optuna study on validation
+accuracy only. A *budget* names how: ``smoke`` (one trial, two epochs, for tests), ``default`` (a
+seeded TPE sampler, a few trials, a median pruner on per-epoch validation accuracy) and ``paper``
+(the paper's grids exactly, enqueued in the original nesting order so ties go to the first grid
+point as they did there, 100 epochs). Users add budgets in YAML.
+
+Studies live in an Optuna storage (a journal file by default, any RDB URL by parameter). The best
+trial's weights are checkpointed next to it, so a study interrupted after some trials resumes with
+the remaining ones and still returns the best model over all of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import math
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from tqdm.auto import tqdm
+
+from seq2final.errors import Seq2FinalError
+from seq2final.training import FitResult
+
+log = logging.getLogger(__name__)
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+SAMPLERS = ("grid", "tpe", "random")
+PRUNERS = ("none", "median")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ParamSpec(_Strict):
+    """One searched value: the paper's ``grid`` and, for other samplers, a ``low``-``high`` range.
+
+    Without a range, non-grid samplers choose among the grid values. A grid of one value with no
+    range fixes the value.
+    """
+
+    grid: tuple[float, ...] = Field(min_length=1)
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _range(self) -> ParamSpec:
+        if (self.low is None) != (self.high is None):
+            raise ValueError("give both low and high, or neither")
+        if self.low is not None and self.high is not None:
+            if self.low > self.high:
+                raise ValueError(f"low {self.low} > high {self.high}")
+            if self.log and self.low <= 0:
+                raise ValueError(f"a log range needs low > 0, got {self.low}")
+        return self
+
+    @property
+    def fixed(self) -> bool:
+        return len(self.grid) == 1 and self.low is None
+
+
+class Budget(_Strict):
+    """How much search a fit gets."""
+
+    sampler: str = "tpe"
+    trials: int | None = Field(default=None, ge=1)
+    max_epochs: int = Field(ge=1)
+    pruner: str = "none"
+    startup_trials: int = Field(default=2, ge=0)
+    warmup_epochs: int = Field(default=2, ge=0)
+
+    @model_validator(mode="after")
+    def _choices(self) -> Budget:
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler '{self.sampler}'; valid: {', '.join(SAMPLERS)}")
+        if self.pruner not in PRUNERS:
+            raise ValueError(f"unknown pruner '{self.pruner}'; valid: {', '.join(PRUNERS)}")
+        if self.sampler != "grid" and self.trials is None:
+            raise ValueError(f"sampler '{self.sampler}' needs a number of trials")
+        return self
+
+
+def _problem(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    message = first["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
+def parse_budgets(raw: Mapping[str, Any]) -> dict[str, Budget]:
+    """Budgets from the ``budgets`` parameter block; a bad entry is named in one line."""
+    budgets = {}
+    for name, values in raw.items():
+        try:
+            budgets[name] = Budget.model_validate(values)
+        except ValidationError as error:
+            raise Seq2FinalError(f"budget '{name}' {_problem(error)}") from None
+    return budgets
+
+
+def get_budget(raw: Mapping[str, Any], name: str) -> Budget:
+    budgets = parse_budgets(raw)
+    if name not in budgets:
+        raise Seq2FinalError(f"unknown budget '{name}'; valid: {', '.join(budgets)}")
+    return budgets[name]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Named parameters in the paper's nesting order (first listed = outermost loop)."""
+
+    params: dict[str, ParamSpec]
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any], where: str) -> SearchSpace:
+        params = {}
+        for name, values in raw.items():
+            try:
+                params[name] = ParamSpec.model_validate(values)
+            except ValidationError as error:
+                raise Seq2FinalError(f"search space {where}.{name}: {_problem(error)}") from None
+        return cls(params)
+
+    def grid_size(self) -> int:
+        return math.prod(len(spec.grid) for spec in self.params.values())
+
+    def grid_points(self) -> list[dict[str, float]]:
+        names = list(self.params)
+        return [
+            dict(zip(names, values, strict=True))
+            for values in itertools.product(*(self.params[n].grid for n in names))
+        ]
+
+    def fix(self, values: Mapping[str, float]) -> SearchSpace:
+        """The same space with some parameters fixed (an SFT schedule fixes the learning rate)."""
+        params = dict(self.params)
+        for name, value in values.items():
+            params[name] = ParamSpec(grid=(float(value),))
+        return SearchSpace(params)
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, float]:
+        values = {}
+        for name, spec in self.params.items():
+            if spec.fixed:
+                values[name] = spec.grid[0]
+            elif spec.low is not None and spec.high is not None:
+                values[name] = trial.suggest_float(name, spec.low, spec.high, log=spec.log)
+            else:
+                values[name] = trial.suggest_categorical(name, list(spec.grid))
+        return values
+
+    def describe(self) -> dict[str, Any]:
+        return {name: spec.model_dump() for name, spec in self.params.items()}
+
+
+TrialObjective = Callable[
+    [dict[str, float], int, Callable[[int, float], None]], tuple[FitResult, dict[str, torch.Tensor]]
+]
+
+
+@dataclass
+class Tuned:
+    """The selected trial of a study: its values, fit, weights, and a summary of every trial."""
+
+    params: dict[str, float]
+    fit: FitResult
+    state_dict: dict[str, torch.Tensor]
+    trials: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def finished_trials(self) -> int:
+        return sum(t["state"] in ("COMPLETE", "PRUNED") for t in self.trials)
+
+
+def _derived_seed(*parts: object) -> int:
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()
+    return int(digest[:8], 16) % (2**31 - 1)
+
+
+def quiet_progress() -> bool:
+    """Progress bars only when a person is watching: stdout is a terminal."""
+    return not sys.stdout.isatty()
+
+
+class Tuner:
+    """Runs one Optuna study per fit under a budget, with a persistent storage and checkpoints."""
+
+    def __init__(self, budget: Budget, storage: str | None, root: Path, seed: int) -> None:
+        self.budget = budget
+        self.seed = seed
+        self.root = Path(root)
+        self.storage_url = storage
+        self._storage: optuna.storages.BaseStorage | None = None
+        self.checkpoints: list[Path] = []
+
+    @property
+    def storage(self) -> optuna.storages.BaseStorage:
+        if self._storage is None:
+            self._storage = open_storage(self.storage_url, self.root)
+        return self._storage
+
+    def _sampler(self, name: str) -> optuna.samplers.BaseSampler:
+        seed = _derived_seed(self.seed, name, "sampler")
+        if self.budget.sampler == "tpe":
+            return optuna.samplers.TPESampler(
+                seed=seed, n_startup_trials=self.budget.startup_trials
+            )
+        return optuna.samplers.RandomSampler(seed=seed)  # grid points are enqueued explicitly
+
+    def _pruner(self) -> optuna.pruners.BasePruner:
+        if self.budget.pruner == "median":
+            return optuna.pruners.MedianPruner(
+                n_startup_trials=self.budget.startup_trials,
+                n_warmup_steps=self.budget.warmup_epochs,
+            )
+        return optuna.pruners.NopPruner()
+
+    def _study(self, name: str) -> optuna.Study:
+        return optuna.create_study(
+            storage=self.storage,
+            study_name=name,
+            sampler=self._sampler(name),
+            pruner=self._pruner(),
+            direction="maximize",
+            load_if_exists=True,
+        )
+
+    def tune(self, name: str, space: SearchSpace, objective: TrialObjective) -> Tuned:
+        """Run (or resume) study ``name`` and return its best trial, the earliest among ties.
+
+        Trials finished by an earlier, interrupted run are kept and not rerun. A study whose best
+        weights are gone (its fit was persisted and the checkpoint discarded, and now the fit is
+        asked for again, e.g. with ``force``) starts over, since its trials cannot be selected.
+        """
+        study = self._study(name)
+        for stale in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.RUNNING]):
+            study.tell(stale.number, state=optuna.trial.TrialState.FAIL)  # interrupted earlier
+        finished = [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED]
+        done = study.get_trials(deepcopy=False, states=finished)
+        checkpoint = self.root / "checkpoints" / f"{name}.pt"
+        best = _load_checkpoint(checkpoint)
+        if best is None and any(t.state == optuna.trial.TrialState.COMPLETE for t in done):
+            log.info("study %s: best weights no longer stored; starting the study over", name)
+            optuna.delete_study(study_name=name, storage=self.storage)
+            study, done = self._study(name), []
+        elif done:
+            log.info("study %s: resuming after %d finished trial(s)", name, len(done))
+        if self.budget.sampler == "grid":
+            seen = [t.params for t in done]
+            todo = [p for p in space.grid_points() if not any(_same(p, s) for s in seen)]
+            for point in todo:
+                study.enqueue_trial(point, skip_if_exists=False)
+            remaining = len(todo)
+        else:
+            remaining = max(0, (self.budget.trials or 0) - len(done))
+        bar = tqdm(
+            total=remaining, desc=name[:40], unit="trial", leave=False, disable=quiet_progress()
+        )
+        try:
+            for _ in range(remaining):
+                trial = study.ask()
+                params = space.suggest(trial)
+                seed = _derived_seed(self.seed, name, trial.number)
+                curve: list[float] = []
+
+                def report(
+                    epoch: int,
+                    accuracy: float,
+                    trial: optuna.Trial = trial,
+                    curve: list[float] = curve,
+                ) -> None:
+                    curve.append(accuracy)
+                    trial.report(accuracy, epoch)
+                    if trial.should_prune():
+                        raise optuna.TrialPruned()
+
+                try:
+                    result, state_dict = objective(params, seed, report)
+                except optuna.TrialPruned:
+                    trial.set_user_attr("valid_curve", curve)
+                    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                    bar.update()
+                    continue
+                except BaseException:
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    raise
+                trial.set_user_attr("valid_curve", curve)
+                trial.set_user_attr("best_epoch", result.best_epoch)
+                if best is None or result.valid_accuracy > best["value"]:
+                    best = {
+                        "value": result.valid_accuracy,
+                        "params": params,
+                        "fit": result,
+                        "state_dict": state_dict,
+                    }
+                    _save_checkpoint(checkpoint, best)
+                study.tell(trial, result.valid_accuracy)
+                bar.update()
+        finally:
+            bar.close()
+        if best is None:
+            raise Seq2FinalError(
+                f"study '{name}' has no finished trial to select (every trial was pruned); "
+                "raise the budget's trials or use pruner: none"
+            )
+        self.checkpoints.append(checkpoint)
+        trials = [
+            {
+                "number": t.number,
+                "state": t.state.name,
+                "params": t.params,
+                "value": t.value,
+                "valid_curve": t.user_attrs.get("valid_curve", []),
+            }
+            for t in study.get_trials(deepcopy=False)
+        ]
+        return Tuned(best["params"], best["fit"], best["state_dict"], trials)
+
+    def discard_checkpoints(self) -> None:
+        """Delete this tuner's checkpoints once the fits they back are persisted elsewhere."""
+        for path in self.checkpoints:
+            path.unlink(missing_ok=True)
+        self.checkpoints.clear()
+
+
+def _same(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
+    return a.keys() == b.keys() and all(math.isclose(a[k], b[k]) for k in a)
+
+
+def open_storage(url: str | None, root: Path) -> optuna.storages.BaseStorage:
+    """A journal file under ``root`` by default; an RDB for ``dialect://`` URLs; else a journal path."""
+    if url and "://" in url:
+        return optuna.storages.RDBStorage(url)
+    path = Path(url) if url else Path(root) / "journal.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from optuna.storages.journal import JournalFileBackend
+
+    return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+
+
+def _save_checkpoint(path: Path, best: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".partial-{os.getpid()}")
+    fit: FitResult = best["fit"]
+    torch.save(
+        {
+            "value": best["value"],
+            "params": best["params"],
+            "fit": vars(fit),
+            "state_dict": best["state_dict"],
+        },
+        partial,
+    )
+    os.replace(partial, path)
+
+
+def _load_checkpoint(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # a torn or foreign file: its trial will be rerun, so forget it
+        log.warning("ignoring unreadable tuning checkpoint %s", path)
+        return None
+    payload["fit"] = FitResult(**payload["fit"])
+    return payload

@@ -1,0 +1,218 @@
+"""``pretrain_historical`` and ``adapt_final`` end to end on a tiny digits sequence (budget smoke)."""
+
+import json
+import shutil
+
+import mlflow
+import optuna
+import pytest
+import torch
+from click.testing import CliRunner
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+
+from seq2final.cli import cli
+from seq2final.datasets import HistoricalStore, ResultStore
+from seq2final.errors import MissingPrerequisiteError, Seq2FinalError
+from seq2final.methods import METHODS
+from seq2final.tuning import open_storage
+
+TINY = {
+    "sequence": "source100:rotation60:corruption100:label_flip60",
+    "build_sequences": {"test_size": 50, "oracle_size": 120},
+    "budget": "smoke",
+}
+FIELDS = {
+    "sequence", "sequence_key", "dataset", "arch", "method", "historical", "final", "seed",
+    "budget", "test_accuracy", "worst_class_accuracy", "test_nll", "ece", "valid_accuracy",
+    "epochs", "trials", "wall_seconds", "device", "parameters",
+}  # fmt: skip
+
+
+def _run(project, pipelines, **params):
+    while mlflow.active_run():  # kedro-mlflow keeps its run open across sessions of one process
+        mlflow.end_run()
+    bootstrap_project(project)
+    runtime = {**TINY, **params}
+    with KedroSession.create(project_path=project, env="test", runtime_params=runtime) as session:
+        return session.run(pipeline_names=pipelines)
+
+
+def _stores(project):
+    results = ResultStore(
+        project / "data/07_model_output/results",
+        project / "data/06_models/final",
+        project / "data/07_model_output/curves",
+    )
+    return HistoricalStore(project / "data/06_models/historical"), results
+
+
+def _frozen_equal(module_a, module_b):
+    pairs = zip(module_a.named_parameters(), module_b.named_parameters(), strict=True)
+    return all(torch.equal(a, b) for (_, a), (_, b) in pairs)
+
+
+@pytest.mark.parametrize("arch", ["convnet_1", "resnet_3"])
+def test_all_methods_end_to_end(project, arch, caplog):
+    _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], arch=arch)
+    states, results = _stores(project)
+    records = [results[key] for key in results]
+    by_method = {r["method"]: r for r in records}
+    if arch.startswith("convnet"):
+        # A ConvNet block is one conv + BN: the 1-layer variants are their block versions,
+        # trained once and reported under both names.
+        assert len(records) == 15
+        for one, block in (("st_1", "st_b"), ("sst_1", "sst_b"), ("jst_1", "jst_b")):
+            assert one not in by_method and by_method[block]["aliases"] == [one]
+    else:
+        assert len(records) == 18 and set(by_method) == set(METHODS)
+    for record in records:
+        assert record.keys() >= FIELDS
+        assert 0.0 <= record["test_accuracy"] <= 1.0 and record["test_nll"] > 0
+        assert record["budget"] == "smoke" and record["arch"] == arch and record["trials"] >= 1
+        curves = results.learning_curves(record["job_key"])
+        assert list(curves["epoch"][:3]) == [0, 1, 2]
+
+    # FT, LP-FT, ST-1 and ST-B share one ERM model; SFT, EWC and SST-* share one step-0 model.
+    prefixes = sorted(key.split("-")[0] for key in states)
+    sides = ["sequential_side_b"] + (["sequential_side_1"] if arch.startswith("resnet") else [])
+    assert prefixes == sorted(
+        ["dro", "erm", "irm", "sequential", "sequential_ewc", "step0", *sides]
+    )
+    studies = optuna.get_all_study_names(open_storage(None, project / "data/06_models/optuna"))
+    assert sum(name.endswith("/erm") for name in studies) == 1
+
+    # ST freezes the ERM model: its modules come back bitwise unchanged (parameters; BN
+    # statistics keep moving as in the original unless freeze_bn_stats is set).
+    erm = states[by_method["ft"]["historical_state"]].chains["main"].last
+    st = results.model(by_method["st_b"]["job_key"])
+    for name in st.layer_names:
+        assert _frozen_equal(st.layers[name][0], getattr(erm, name)), name
+    # SST: every module of the step-2 chain model is unchanged in the final joint model.
+    chain = states[by_method["sst_b"]["historical_state"]].chains["main"].last
+    sst = results.model(by_method["sst_b"]["job_key"])
+    assert sst.num_steps == chain.num_steps + 1 == 4
+    for name in sst.layer_names:
+        for index, module in enumerate(chain.layers[name]):
+            assert _frozen_equal(sst.layers[name][index], module), (name, index)
+
+
+def test_finished_jobs_are_reused_and_force_recomputes_them_identically(project, caplog):
+    _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], method="lp_ft")
+    _, results = _stores(project)
+    [key] = list(results)
+    first = results[key]
+    caplog.clear()
+    _run(project, ["adapt_final"], method="lp_ft")
+    assert "finished earlier; reusing it" in caplog.text and results[key] == first
+    _run(project, ["adapt_final"], method="lp_ft", force=True)
+    again = results[key]
+    assert again["wall_seconds"] != first["wall_seconds"]  # it really ran again ...
+    assert again["test_accuracy"] == first["test_accuracy"]  # ... and the same seed gave the same
+    assert again["hyperparameters"] == first["hyperparameters"]
+
+
+def test_modes_combine_freely_where_they_fit(project):
+    _run(
+        project,
+        ["build_sequences", "pretrain_historical", "adapt_final"],
+        historical="irm",
+        final="lp_ft",
+    )
+    _, results = _stores(project)
+    [record] = [results[k] for k in results]
+    assert (record["method"], record["historical"], record["final"]) == (
+        "irm+lp_ft",
+        "irm",
+        "lp_ft",
+    )
+    assert set(record["hyperparameters"]) == {"head", "all"}
+
+
+def test_adapt_without_its_historical_state_names_the_command(project):
+    _run(project, ["build_sequences"])
+    with pytest.raises(
+        MissingPrerequisiteError,
+        match="kedro run --pipeline pretrain_historical --params .*method:st_b",
+    ):
+        _run(project, ["adapt_final"], method="st_b")
+    assert not (project / "data/07_model_output").exists()
+
+
+def test_a_corrupt_or_foreign_historical_state_stops_before_training(project):
+    _run(project, ["build_sequences", "pretrain_historical"], method="ft", arch="convnet_1")
+    states, _ = _stores(project)
+    [key] = list(states)
+    # The same state file under the key another architecture's ERM state would have.
+    bootstrap_project(project)
+    with KedroSession.create(
+        project_path=project,
+        env="test",
+        runtime_params={**TINY, "method": "ft", "arch": "convnet_2"},
+    ) as session:
+        context = session.load_context()
+        from seq2final.pipelines.build_sequences.nodes import resolve_sequence
+        from seq2final.pipelines.pretrain_historical.nodes import plan_jobs
+
+        p = context.params
+        spec = resolve_sequence(p["sequence"], None, None, None, p["build_sequences"])
+        plan = plan_jobs(spec, "ft", None, None, "convnet_2", "smoke", False, p["budgets"],
+                         p["training"], p["tuning"], p["historical_modes"], p["final_modes"],
+                         p["pretrain_historical"])  # fmt: skip
+    foreign = states.root / plan.states[0].key
+    shutil.copytree(states.root / key, foreign)
+    with pytest.raises(
+        Seq2FinalError, match="holds a erm state for convnet_1, not erm for convnet_2"
+    ):
+        _run(project, ["adapt_final"], method="ft", arch="convnet_2")
+    (foreign / "state.pt").write_bytes(b"not a torch file")
+    with pytest.raises(Seq2FinalError, match="is corrupt"):
+        _run(project, ["adapt_final"], method="ft", arch="convnet_2")
+    assert not (project / "data/07_model_output").exists()
+
+
+def test_old_and_new_cli_syntax_run_the_same_job(project):
+    bootstrap_project(project)
+    tiny = "sequence=source100:rotation60:corruption100:label_flip60,build_sequences.test_size=50,build_sequences.oracle_size=120,budget=smoke"
+    runner = CliRunner()
+    new = runner.invoke(
+        cli,
+        [
+            "run",
+            "--env",
+            "test",
+            "--pipelines",
+            "build_sequences,pretrain_historical,adapt_final",
+            "--params",
+            f"{tiny},method=baseline",
+        ],
+    )
+    assert new.exit_code == 0, new.output
+    _, results = _stores(project)
+    [key] = list(results)
+    first = json.loads((project / f"data/07_model_output/results/{key}.json").read_text())
+    old = runner.invoke(
+        cli,
+        [
+            "run",
+            "--env",
+            "test",
+            "--pipeline",
+            "adapt_final",
+            "--params",
+            f"{tiny.replace('=', ':')},method:baseline",
+        ],
+    )
+    assert old.exit_code == 0, old.output
+    assert list(results) == [key] and results[key] == first  # the same job key, reused
+
+
+def test_a_method_contradicting_its_modes_is_refused_in_one_line(project):
+    bootstrap_project(project)
+    result = CliRunner().invoke(cli, ["run", "--env", "test", "--params", "method:st_b,final:ft"])
+    assert result.exit_code != 0
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith(
+        "Error: parameter 'method': method 'st_b' is historical 'erm' + final 'side_b'"
+    )
+    assert not (project / "data/03_primary").exists()
