@@ -35,7 +35,7 @@ def _with(**overrides):
         ({"seed": "abc"}, "parameter 'seed' = 'abc'"),
         (
             {"budget": "huge"},
-            "parameter 'budget': unknown budget 'huge'; valid: smoke, default, paper",
+            "parameter 'budget': unknown budget 'huge'; valid: smoke, quick, default, paper",
         ),
         (
             {"method": "st_b", "final": "ft"},

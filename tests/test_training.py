@@ -216,3 +216,63 @@ def test_cuda_fit_runs_on_the_gpu(amp):
     )
     result = fit(model, Task([_data()], _data(seed=1)), HyperParameters(lr=1e-3), engine, 2, 0)
     assert next(model.parameters()).is_cuda and len(result.history) == 3
+
+
+def _batches(*datas, steps=None, weights=None):
+    steps = steps or [None] * len(datas)
+    weights = weights or [1.0] * len(datas)
+    return [
+        training._Batch(training.scale_images(d.x, ENGINE), d.y, None, t, c)
+        for d, t, c in zip(datas, steps, weights, strict=True)
+    ]
+
+
+def test_joint_loss_weights_steps_and_divides_by_their_number():
+    torch.manual_seed(0)
+    model = JointModel("convnet_1", 3, 2, [["fc"]])
+    a, b = _data(6, size=16), _data(6, seed=5, size=16)
+    task = Task([a, b], a, objective="joint", steps=[0, 1], step_weights=[1.0, 3.0])
+    loss, *_ = training._loss(
+        model, _batches(a, b, steps=[0, 1], weights=[1.0, 3.0]), task, HyperParameters(lr=1.0), None
+    )
+    model.eval()  # no dropout in the model; BN in train mode in both computations
+    model.train()
+    ce = [
+        F.cross_entropy(model(training.scale_images(d.x, ENGINE), t), d.y)
+        for d, t in ((a, 0), (b, 1))
+    ]
+    assert float(loss) == pytest.approx(float((1.0 * ce[0] + 3.0 * ce[1]) / 2), rel=1e-5)
+
+
+def test_irm_loss_sums_domains_each_with_its_weighted_penalty():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
+    a, b = _data(6, size=2), _data(6, seed=4, size=2)
+    task = Task([a, b], a, objective="irm")
+    hp = HyperParameters(lr=1.0, irm_penalty=2.5)
+    loss, *_ = training._loss(model, _batches(a, b), task, hp, torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(1)
+    expected = 0.0
+    for d in (a, b):
+        logits = model(training.scale_images(d.x, ENGINE))
+        expected += float(F.cross_entropy(logits, d.y) + 2.5 * irm_penalty(logits, d.y, g))
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+
+
+def test_one_training_pass_and_one_validation_pass_per_epoch(monkeypatch):
+    model = build_model("convnet_1", 3)
+    calls = {"train": 0, "eval": 0}
+    original = model.forward
+
+    def counting(x):
+        calls["train" if model.training else "eval"] += len(x)
+        return original(x)
+
+    monkeypatch.setattr(model, "forward", counting)
+    train, valid = _data(24), _data(10, seed=1)
+    fit(model, Task([train], valid), HyperParameters(lr=1e-3), ENGINE, 3, 0)
+    assert calls == {"train": 3 * 24, "eval": 4 * 10}  # epochs 1-3 train; epochs 0-3 validate
+
+
+def test_fp16_is_refused_off_cuda():
+    with pytest.raises(ValueError, match="amp 'fp16' needs a CUDA device"):
+        Engine(amp="fp16", device="cpu").torch_device()

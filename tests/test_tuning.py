@@ -106,3 +106,25 @@ def test_budgets_are_names_with_checked_settings():
         parse_budgets({"bad": {"sampler": "cmaes", "trials": 1, "max_epochs": 1}})
     with pytest.raises(Seq2FinalError, match="needs a number of trials"):
         parse_budgets({"bad": {"sampler": "tpe", "max_epochs": 1}})
+
+
+def test_a_resumed_grid_with_a_fixed_value_and_a_tie_matches_an_uninterrupted_one(tmp_path):
+    """Fixed values are not Optuna parameters, and the interrupted point reruns last."""
+    space = SPACE.fix({"weight_decay": 1e-3})  # 4 points; two tie at the best score
+
+    class Tied(Objective):
+        def __call__(self, params, seed, report):
+            self.seeds = [*getattr(self, "seeds", []), seed]
+            return super().__call__({**params, "dropout": 0.0}, seed, report)
+
+    budget = Budget(sampler="grid", max_epochs=1)
+    whole = Tied()
+    expected = Tuner(budget, None, tmp_path / "a", seed=1).tune("s", space, whole)
+    first, second = Tied(interrupt_at=0), Tied()  # the grid-first point of the tie is cut off
+    with pytest.raises(KeyboardInterrupt):
+        Tuner(budget, None, tmp_path / "b", seed=1).tune("s", space, first)
+    resumed = Tuner(budget, None, tmp_path / "b", seed=1).tune("s", space, second)
+    assert len(first.calls) + len(second.calls) == 4  # nothing finished is rerun
+    assert resumed.params == expected.params == {"lr": 1e-3, "weight_decay": 1e-3, "dropout": 0.0}
+    assert first.seeds == whole.seeds[:1]  # a trial's seed follows its values, not its number
+    assert sorted(second.seeds) == sorted(whole.seeds)

@@ -32,7 +32,6 @@ from seq2final.errors import Seq2FinalError
 from seq2final.methods import HistoricalState
 from seq2final.models.storage import pack, unpack
 from seq2final.sequences import ShiftSequence, Step
-from seq2final.training import Engine
 
 log = logging.getLogger(__name__)
 
@@ -168,18 +167,11 @@ def _pack_state(state: HistoricalState) -> dict[str, Any]:
 def _unpack_state(payload: dict[str, Any]) -> HistoricalState:
     from seq2final.methods import Chain
 
-    device = Engine().torch_device()
     chains = {
         name: Chain(
-            [unpack(m, device) for m in chain["models"]],
+            [unpack(m) for m in chain["models"]],
             chain["final_space"],
-            [
-                (
-                    {k: v.to(device) for k, v in values.items()},
-                    {k: v.to(device) for k, v in fisher.items()},
-                )
-                for values, fisher in chain["anchors"]
-            ],
+            [(values, fisher) for values, fisher in chain["anchors"]],
         )
         for name, chain in payload["chains"].items()
     }

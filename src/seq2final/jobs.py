@@ -33,6 +33,7 @@ from seq2final.methods import (
     Context,
     HistoricalState,
     canonical_modes,
+    check_schedules,
     family_of,
     method_label,
     resolve_request,
@@ -41,7 +42,7 @@ from seq2final.methods import (
 from seq2final.metrics import classification_metrics
 from seq2final.models import count_parameters
 from seq2final.sequences import SequenceSpec, ShiftSequence
-from seq2final.training import Engine, predict_logits
+from seq2final.training import Engine, HyperParameters, predict_logits
 from seq2final.tuning import SearchSpace, Tuner, get_budget
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ def plan_run(
     budget = get_budget(budgets, budget_name).model_dump()
     engine = Engine(**training)
     arch = request["arch"]
-    check_mode_configs(historical_modes, final_modes, step0_space)
+    check_mode_configs(historical_modes, final_modes, step0_space, spec.num_targets)
     base = {
         "sequence": spec.key,
         "arch": arch,
@@ -186,28 +187,59 @@ def check_mode_configs(
     historical_modes: Mapping[str, Any],
     final_modes: Mapping[str, Any],
     step0_space: Mapping[str, Any],
+    final_step: int | None = None,
 ) -> None:
-    """Every registered mode needs its YAML block, and every search space in it must parse."""
-    SearchSpace.parse(step0_space, "pretrain_historical.step0")
+    """Every registered mode has its YAML block, and everything in it is usable.
+
+    Checked here, before any training, so a typo in a YAML block costs seconds, not the hours of
+    training that would run before the mode reading it is reached.
+    """
+    check_space(step0_space, "pretrain_historical.step0")
     for registry, blocks, where in (
         (HISTORICAL_MODES, historical_modes, "historical_modes"),
         (FINAL_MODES, final_modes, "final_modes"),
     ):
-        for name in registry:
-            if name == "none":
-                continue
-            if name not in blocks:
-                raise Seq2FinalError(
-                    f"{where} has no block for registered mode '{name}'; add one to conf/base/parameters_*.yml"
-                )
-            for key, value in blocks[name].items():
-                if key.endswith("space"):
-                    SearchSpace.parse(value, f"{where}.{name}.{key}")
         unknown = [name for name in blocks if name not in registry]
         if unknown:
             raise Seq2FinalError(
-                f"{where} has a block for unknown mode(s) {', '.join(unknown)}; valid: {', '.join(registry)}"
+                f"{where} has a block for unknown mode(s) {', '.join(unknown)}; "
+                f"valid: {', '.join(registry)}"
             )
+        for name, mode in registry.items():
+            if not mode.config_keys:
+                continue
+            block = blocks.get(name)
+            if block is None:
+                raise Seq2FinalError(
+                    f"{where} has no block for registered mode '{name}'; "
+                    "add one to conf/base/parameters_*.yml"
+                )
+            for key in mode.config_keys:
+                if key not in block:
+                    raise Seq2FinalError(f"{where}.{name} needs '{key}'; it has {', '.join(block)}")
+                check_space(block[key], f"{where}.{name}.{key}")
+            weight = block.get("final_weight", 1.0)
+            if not isinstance(weight, int | float) or weight <= 0:
+                raise Seq2FinalError(
+                    f"{where}.{name}.final_weight must be a positive number, got {weight!r}"
+                )
+            if final_step is not None:
+                check_schedules(block, final_step, f"{where}.{name}")
+
+
+def check_space(raw: Mapping[str, Any], where: str) -> SearchSpace:
+    """A search space that parses, names only known hyper-parameters and sets a learning rate."""
+    space = SearchSpace.parse(raw, where)
+    known = set(HyperParameters.__dataclass_fields__)
+    unknown = [name for name in space.params if name not in known]
+    if unknown:
+        raise Seq2FinalError(
+            f"search space {where} names unknown hyper-parameter(s) {', '.join(unknown)}; "
+            f"valid: {', '.join(sorted(known))}"
+        )
+    if "lr" not in space.params:
+        raise Seq2FinalError(f"search space {where} needs 'lr'")
+    return space
 
 
 def _context(plan: RunPlan, sequence: ShiftSequence, prefix: str) -> Context:
@@ -249,7 +281,7 @@ class StateRecipe:
                 key = self.state.step0_key
 
                 def step0() -> nn.Module:
-                    return store[key].chains["main"].last.to(ctx.device)
+                    return store[key].to(ctx.device).chains["main"].last
 
             assert mode.train is not None
             chains = mode.train(ctx, self.state.config, step0)
@@ -300,12 +332,15 @@ class JobRecipe:
     def run(self) -> JobOutcome:
         started = time.perf_counter()
         ctx = self._context = _context(self.plan, self.sequence, self.job.key)
-        outcome = FINAL_MODES[self.job.final].run(ctx, self.job.config, self.state)
+        state = None if self.state is None else self.state.to(ctx.device)
+        outcome = FINAL_MODES[self.job.final].run(ctx, self.job.config, state)
         test = ctx.split(-1, "test")
         logits = predict_logits(outcome.model, test, ctx.engine, outcome.step)
         metrics = classification_metrics(logits, test.y)
         wall = time.perf_counter() - started
-        final_fit = ctx.fits[-1]
+        valid_accuracy = outcome.valid_accuracy
+        if valid_accuracy is None:
+            valid_accuracy = ctx.fits[-1]["valid_accuracy"]
         recipe = METHODS.get(self.job.method)
         record = {
             "job_key": self.job.key,
@@ -326,7 +361,7 @@ class JobRecipe:
             "worst_class_accuracy": metrics["worst_class_accuracy"],
             "test_nll": metrics["nll"],
             "ece": metrics["ece"],
-            "valid_accuracy": final_fit["valid_accuracy"],
+            "valid_accuracy": valid_accuracy,
             "epochs": sum(f["epochs"] for f in ctx.fits),
             "trials": sum(f["trials"] for f in ctx.fits),
             "wall_seconds": wall,

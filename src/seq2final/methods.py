@@ -85,6 +85,19 @@ class HistoricalState:
     fits: list[dict[str, Any]] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
 
+    def to(self, device: torch.device) -> HistoricalState:
+        """Move every model and EWC anchor to ``device`` (stores load on the CPU)."""
+        for chain in self.chains.values():
+            chain.models = [model.to(device) for model in chain.models]
+            chain.anchors = [
+                (
+                    {k: v.to(device) for k, v in values.items()},
+                    {k: v.to(device) for k, v in fisher.items()},
+                )
+                for values, fisher in chain.anchors
+            ]
+        return self
+
 
 @dataclass
 class Context:
@@ -189,6 +202,7 @@ class HistoricalMode:
     side_kind: str | None = None
     uses_step0: bool = False
     convnet_equivalent: str | None = None
+    config_keys: tuple[str, ...] = ("space",)
 
 
 @dataclass
@@ -198,6 +212,7 @@ class FinalOutcome:
     model: nn.Module
     step: int | None
     chosen: dict[str, Any] = field(default_factory=dict)
+    valid_accuracy: float | None = None
 
 
 FinalRunner = Callable[[Context, Mapping[str, Any], HistoricalState | None], FinalOutcome]
@@ -213,6 +228,7 @@ class FinalMode:
     run: FinalRunner
     side_kind: str | None = None
     convnet_equivalent: str | None = None
+    config_keys: tuple[str, ...] = ("space",)
 
 
 HISTORICAL_MODES: Registry[HistoricalMode] = Registry("historical mode")
@@ -266,6 +282,7 @@ HISTORICAL_MODES.add(
         "none",
         "no historical state: the final mode sees the steps itself, or only the final step",
         "none",
+        config_keys=(),
     ),
 )
 
@@ -295,16 +312,39 @@ for _name, _text in (
     historical_mode(_name, _text)(_historical_single(_name))
 
 
+SCHEDULE_FIELDS = {"none": (), "linear": ("start", "decrement"), "exponential": ("start", "factor")}
+
+
 def schedule_lr(schedule: Mapping[str, Any], step: int) -> float | None:
     """The learning rate an SFT schedule gives step ``step`` (``None``: tuned per step)."""
     kind = schedule.get("kind")
-    if kind == "none":
-        return None
+    if kind not in SCHEDULE_FIELDS:
+        raise Seq2FinalError(f"unknown schedule kind {kind!r}; valid: {', '.join(SCHEDULE_FIELDS)}")
+    missing = [f for f in SCHEDULE_FIELDS[kind] if not isinstance(schedule.get(f), int | float)]
+    if missing:
+        raise Seq2FinalError(f"a {kind} schedule needs numeric {', '.join(missing)}")
     if kind == "linear":
         return float(schedule["start"]) - step * float(schedule["decrement"])
     if kind == "exponential":
         return float(schedule["start"]) * float(schedule["factor"]) ** step
-    raise Seq2FinalError(f"unknown schedule kind {kind!r}; valid: none, linear, exponential")
+    return None
+
+
+def check_schedules(config: Mapping[str, Any], final_step: int, where: str) -> None:
+    """Every schedule is well formed and keeps a positive rate up to the final step."""
+    for name, schedule in config.get("schedules", {}).items():
+        for step in range(1, final_step + 1):
+            try:
+                lr = schedule_lr(schedule, step)
+            except Seq2FinalError as error:
+                raise Seq2FinalError(f"{where}.schedules.{name}: {error}") from None
+            if lr is not None and lr <= 0:
+                raise Seq2FinalError(
+                    f"{where}.schedules.{name} reaches learning rate {lr:.3g} at step {step}; "
+                    "it must stay positive up to the final step"
+                )
+    for budget in config.get("budget_schedules", {}):
+        selected_schedules(config, budget)
 
 
 def selected_schedules(config: Mapping[str, Any], budget_name: str) -> dict[str, Mapping[str, Any]]:
@@ -504,7 +544,7 @@ def _best_of_chains(
             best = (accuracy, name, model)
     assert best is not None
     chosen = {"chain": best[1]} if len(state.chains) > 1 or best[1] != "main" else {}
-    return FinalOutcome(best[2], step, chosen)
+    return FinalOutcome(best[2], step, chosen, best[0])
 
 
 def _chain_space(chain: Chain, config: Mapping[str, Any], key: str) -> SearchSpace:
@@ -532,6 +572,7 @@ def _fine_tune(
     "lp_ft",
     "fit the head on the final step (linear probe), then fine-tune every layer from it",
     ("model",),
+    config_keys=("head_space", "space"),
 )
 def _linear_probe_fine_tune(
     ctx: Context, config: Mapping[str, Any], state: HistoricalState | None

@@ -137,8 +137,7 @@ def validate_parameters(parameters: dict[str, Any]) -> RunParameters:
         run = RunParameters.model_validate(parameters)
     except ValidationError as error:
         raise Seq2FinalError(_one_line(error)) from None
-    _check_methods(run)
-    resolve_spec(
+    spec = resolve_spec(
         run.sequence,
         run.dataset,
         run.data_path,
@@ -146,10 +145,11 @@ def validate_parameters(parameters: dict[str, Any]) -> RunParameters:
         run.build_sequences.test_size,
         run.build_sequences.oracle_size,
     )
+    _check_methods(run, spec.num_targets)
     return run
 
 
-def _check_methods(run: RunParameters) -> None:
+def _check_methods(run: RunParameters, final_step: int) -> None:
     """Method and modes agree, the budget exists and every search space parses."""
     from seq2final.jobs import check_mode_configs
     from seq2final.methods import resolve_request
@@ -167,7 +167,9 @@ def _check_methods(run: RunParameters) -> None:
     except Seq2FinalError as error:
         raise named("budget", error) from None
     if run.pretrain_historical is not None:
-        check_mode_configs(run.historical_modes, run.final_modes, run.pretrain_historical.step0)
+        check_mode_configs(
+            run.historical_modes, run.final_modes, run.pretrain_historical.step0, final_step
+        )
 
 
 def _one_line(error: ValidationError) -> str:

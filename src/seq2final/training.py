@@ -80,6 +80,10 @@ class Engine:
             ) from None
         if device.type == "cuda" and not torch.cuda.is_available():
             raise Seq2FinalError(f"device '{self.device}' requested but CUDA is not available")
+        if self.amp == "fp16" and device.type != "cuda":
+            raise Seq2FinalError(
+                f"amp 'fp16' needs a CUDA device, not '{device}'; valid on CPU: none, bf16"
+            )
         return device
 
     def results_key(self) -> dict[str, Any]:

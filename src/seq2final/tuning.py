@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 SAMPLERS = ("grid", "tpe", "random")
+HEARTBEAT_SECONDS = 60
 PRUNERS = ("none", "median")
 
 
@@ -238,31 +239,40 @@ class Tuner:
         )
 
     def tune(self, name: str, space: SearchSpace, objective: TrialObjective) -> Tuned:
-        """Run (or resume) study ``name`` and return its best trial, the earliest among ties.
+        """Run (or resume) study ``name`` and return its best trial.
 
-        Trials finished by an earlier, interrupted run are kept and not rerun. A study whose best
-        weights are gone (its fit was persisted and the checkpoint discarded, and now the fit is
-        asked for again, e.g. with ``force``) starts over, since its trials cannot be selected.
+        Ties go to the earliest grid point (grid) or the earliest trial (other samplers), as in
+        the original. Trials finished by an earlier, interrupted run are kept and not rerun, and a
+        trial's seed follows from its values, so a resumed study computes what an uninterrupted
+        one would. A study whose best weights are gone (its fit was stored and the checkpoint
+        discarded, and now the fit is asked for again, e.g. with ``force``) starts over.
         """
         study = self._study(name)
-        for stale in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.RUNNING]):
-            study.tell(stale.number, state=optuna.trial.TrialState.FAIL)  # interrupted earlier
-        finished = [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED]
-        done = study.get_trials(deepcopy=False, states=finished)
+        self._fail_stale(study)
+        trial_state = optuna.trial.TrialState
+        done = study.get_trials(deepcopy=False, states=[trial_state.COMPLETE, trial_state.PRUNED])
         checkpoint = self.root / "checkpoints" / f"{name}.pt"
         best = _load_checkpoint(checkpoint)
-        if best is None and any(t.state == optuna.trial.TrialState.COMPLETE for t in done):
+        if best is not None and not done:  # weights left from a study that no longer exists
+            checkpoint.unlink(missing_ok=True)
+            best = None
+        if best is None and any(t.state == trial_state.COMPLETE for t in done):
             log.info("study %s: best weights no longer stored; starting the study over", name)
             optuna.delete_study(study_name=name, storage=self.storage)
             study, done = self._study(name), []
         elif done:
             log.info("study %s: resuming after %d finished trial(s)", name, len(done))
         if self.budget.sampler == "grid":
-            seen = [t.params for t in done]
-            todo = [p for p in space.grid_points() if not any(_same(p, s) for s in seen)]
-            for point in todo:
-                study.enqueue_trial(point, skip_if_exists=False)
-            remaining = len(todo)
+            finished = {t.user_attrs["order"] for t in done}
+            waiting = {
+                t.user_attrs["order"]
+                for t in study.get_trials(deepcopy=False, states=[trial_state.WAITING])
+            }
+            points = space.grid_points()
+            for index, point in enumerate(points):
+                if index not in finished and index not in waiting:
+                    study.enqueue_trial(point, user_attrs={"order": index}, skip_if_exists=False)
+            remaining = len(points) - len(finished)
         else:
             remaining = max(0, (self.budget.trials or 0) - len(done))
         bar = tqdm(
@@ -272,8 +282,12 @@ class Tuner:
             for _ in range(remaining):
                 trial = study.ask()
                 params = space.suggest(trial)
-                seed = _derived_seed(self.seed, name, trial.number)
+                order = trial.user_attrs.get("order", trial.number)
+                trial.set_user_attr("order", order)
+                trial.set_user_attr("params", params)
+                seed = _derived_seed(self.seed, name, sorted(params.items()))
                 curve: list[float] = []
+                self._heartbeat(trial)
 
                 def report(
                     epoch: int,
@@ -282,6 +296,7 @@ class Tuner:
                     curve: list[float] = curve,
                 ) -> None:
                     curve.append(accuracy)
+                    self._heartbeat(trial)
                     trial.report(accuracy, epoch)
                     if trial.should_prune():
                         raise optuna.TrialPruned()
@@ -290,23 +305,25 @@ class Tuner:
                     result, state_dict = objective(params, seed, report)
                 except optuna.TrialPruned:
                     trial.set_user_attr("valid_curve", curve)
-                    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                    study.tell(trial, state=trial_state.PRUNED)
                     bar.update()
                     continue
                 except BaseException:
-                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    study.tell(trial, state=trial_state.FAIL)
                     raise
                 trial.set_user_attr("valid_curve", curve)
                 trial.set_user_attr("best_epoch", result.best_epoch)
-                if best is None or result.valid_accuracy > best["value"]:
+                value = result.valid_accuracy
+                if best is None or (value, -order) > (best["value"], -best["order"]):
                     best = {
-                        "value": result.valid_accuracy,
+                        "value": value,
+                        "order": order,
                         "params": params,
                         "fit": result,
                         "state_dict": state_dict,
                     }
                     _save_checkpoint(checkpoint, best)
-                study.tell(trial, result.valid_accuracy)
+                study.tell(trial, value)
                 bar.update()
         finally:
             bar.close()
@@ -320,13 +337,31 @@ class Tuner:
             {
                 "number": t.number,
                 "state": t.state.name,
-                "params": t.params,
+                "params": t.user_attrs.get("params", t.params),
                 "value": t.value,
                 "valid_curve": t.user_attrs.get("valid_curve", []),
             }
             for t in study.get_trials(deepcopy=False)
+            if t.state != trial_state.WAITING
         ]
         return Tuned(best["params"], best["fit"], best["state_dict"], trials)
+
+    def _fail_stale(self, study: optuna.Study) -> None:
+        """Close trials an interrupted run left open.
+
+        An RDB storage (shared by many workers) fails only trials whose heartbeat stopped; a
+        journal file serves one process at a time, so every running trial there is stale.
+        """
+        if isinstance(self.storage, optuna.storages.RDBStorage):
+            optuna.storages.fail_stale_trials(study)
+            return
+        running = study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.RUNNING])
+        for stale in running:
+            study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
+
+    def _heartbeat(self, trial: optuna.Trial) -> None:
+        if isinstance(self.storage, optuna.storages.RDBStorage):
+            self.storage.record_heartbeat(trial._trial_id)
 
     def discard_checkpoints(self) -> None:
         """Delete this tuner's checkpoints once the fits they back are persisted elsewhere."""
@@ -335,14 +370,12 @@ class Tuner:
         self.checkpoints.clear()
 
 
-def _same(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
-    return a.keys() == b.keys() and all(math.isclose(a[k], b[k]) for k in a)
-
-
 def open_storage(url: str | None, root: Path) -> optuna.storages.BaseStorage:
     """A journal file under ``root`` by default; an RDB for ``dialect://`` URLs; else a journal path."""
     if url and "://" in url:
-        return optuna.storages.RDBStorage(url)
+        return optuna.storages.RDBStorage(
+            url, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=10 * HEARTBEAT_SECONDS
+        )
     path = Path(url) if url else Path(root) / "journal.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     from optuna.storages.journal import JournalFileBackend
@@ -357,6 +390,7 @@ def _save_checkpoint(path: Path, best: dict[str, Any]) -> None:
     torch.save(
         {
             "value": best["value"],
+            "order": best["order"],
             "params": best["params"],
             "fit": vars(fit),
             "state_dict": best["state_dict"],

@@ -82,6 +82,16 @@ def test_all_methods_end_to_end(project, arch, caplog):
     studies = optuna.get_all_study_names(open_storage(None, project / "data/06_models/optuna"))
     assert sum(name.endswith("/erm") for name in studies) == 1
 
+    # SFT: the schedule fixes each step's learning rate (smoke runs exponential 2e-4 x 0.5^t).
+    sft = by_method["sft"]
+    schedule = "exponential_2e-4_0.5"
+    assert sft["chosen"] == {"chain": schedule}
+    assert sft["hyperparameters"][f"{schedule}/final"]["lr"] == pytest.approx(2e-4 * 0.5**3)
+    chain_fits = states[sft["historical_state"]].fits
+    assert {f["stage"]: f["params"]["lr"] for f in chain_fits} == pytest.approx(
+        {f"{schedule}/step1": 1e-4, f"{schedule}/step2": 5e-5}
+    )
+
     # ST freezes the ERM model: its modules come back bitwise unchanged (parameters; BN
     # statistics keep moving as in the original unless freeze_bn_stats is set).
     erm = states[by_method["ft"]["historical_state"]].chains["main"].last
