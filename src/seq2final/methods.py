@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from seq2final.errors import Seq2FinalError
 from seq2final.models import JointModel, build_model, layer_names
@@ -44,7 +45,7 @@ from seq2final.training import (
     fit,
     parameters_of,
 )
-from seq2final.tuning import Budget, SearchSpace, Tuner, _derived_seed
+from seq2final.tuning import Budget, SearchSpace, Tuner, derived_seed, quiet_progress
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ class Context:
 
     def new_model(self, stage: str) -> nn.Module:
         """A freshly initialised model; the same for every trial of a stage, as in the original."""
-        torch.manual_seed(_derived_seed(self.seed, self.prefix, stage, "init"))
+        torch.manual_seed(derived_seed(self.seed, self.prefix, stage, "init"))
         return build_model(self.arch, self.num_classes).to(self.device)
 
     def tuned_fit(
@@ -142,7 +143,11 @@ class Context:
         def objective(params, seed, report):
             model = make_model()
             hp = HyperParameters.from_dict(params)
-            result = fit(model, task, hp, self.engine, self.budget.max_epochs, seed, report)
+            epochs = self.budget.max_epochs
+            with tqdm(
+                total=epochs, desc=stage, unit="epoch", leave=False, disable=quiet_progress()
+            ) as bar:
+                result = fit(model, task, hp, self.engine, epochs, seed, report, bar.update)
             return result, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
         tuned = self.tuner.tune(f"{self.prefix}/{stage}", space, objective)
@@ -443,7 +448,7 @@ def _side_fit(
     )
 
     def make() -> nn.Module:
-        torch.manual_seed(_derived_seed(ctx.seed, ctx.prefix, stage, "init"))
+        torch.manual_seed(derived_seed(ctx.seed, ctx.prefix, stage, "init"))
         return _side_model(ctx, previous, side_kind)
 
     return ctx.tuned_fit(stage, space, make, task)
@@ -645,7 +650,7 @@ def _joint(mode: str, side_kind: str, stem_head: str) -> FinalRunner:
         )
 
         def make() -> nn.Module:
-            torch.manual_seed(_derived_seed(ctx.seed, ctx.prefix, "final", "init"))
+            torch.manual_seed(derived_seed(ctx.seed, ctx.prefix, "final", "init"))
             return JointModel(
                 ctx.arch, ctx.num_classes, steps, [names] * (steps - 1), mode, side_kind, stem_head
             ).to(ctx.device)

@@ -381,9 +381,12 @@ def fit(
     """Train ``model`` in place on ``task`` and load the selected epoch's weights into it.
 
     ``on_epoch(epoch, valid_accuracy)`` runs after every epoch's validation (a tuner reports to
-    its pruner there and may raise to stop the fit). The model must already be on its device.
+    its pruner there and may raise to stop the fit); ``progress(1)`` after every epoch (a progress
+    bar). The model must already be on its device.
     """
     device = next(model.parameters()).device
+    if engine.channels_last:
+        model.to(memory_format=torch.channels_last)
     torch.manual_seed(seed)  # dropout and any other global draws
     generator = torch.Generator().manual_seed(seed)
     flags = {name: p.requires_grad for name, p in model.named_parameters()}
@@ -439,7 +442,7 @@ def fit(
             valid_loss, valid_accuracy = _validate(model, task, engine)
             history.append(_row(epoch, ce_sum / count, correct / count, valid_loss, valid_accuracy))
             if progress is not None:
-                progress(epoch)
+                progress(1)
             if valid_accuracy > best_accuracy:
                 best_accuracy, best_epoch = valid_accuracy, epoch
                 best_state = _snapshot(model)

@@ -185,7 +185,8 @@ class Tuned:
         return sum(t["state"] in ("COMPLETE", "PRUNED") for t in self.trials)
 
 
-def _derived_seed(*parts: object) -> int:
+def derived_seed(*parts: object) -> int:
+    """A seed that depends on nothing but ``parts``: runs and resumed runs draw the same numbers."""
     digest = hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()
     return int(digest[:8], 16) % (2**31 - 1)
 
@@ -213,7 +214,7 @@ class Tuner:
         return self._storage
 
     def _sampler(self, name: str) -> optuna.samplers.BaseSampler:
-        seed = _derived_seed(self.seed, name, "sampler")
+        seed = derived_seed(self.seed, name, "sampler")
         if self.budget.sampler == "tpe":
             return optuna.samplers.TPESampler(
                 seed=seed, n_startup_trials=self.budget.startup_trials
@@ -285,7 +286,7 @@ class Tuner:
                 order = trial.user_attrs.get("order", trial.number)
                 trial.set_user_attr("order", order)
                 trial.set_user_attr("params", params)
-                seed = _derived_seed(self.seed, name, sorted(params.items()))
+                seed = derived_seed(self.seed, name, sorted(params.items()))
                 curve: list[float] = []
                 self._heartbeat(trial)
 
