@@ -96,3 +96,13 @@ def test_no_method_and_no_modes_means_every_method():
         selected_schedules(
             {"schedules": {"none": {"kind": "none"}}, "budget_schedules": {"x": ["cosine"]}}, "x"
         )
+
+
+def test_only_the_budgets_schedules_must_stay_positive_on_long_sequences():
+    """A linear schedule reaches zero at step 10; a budget that does not run it still works."""
+    from seq2final.methods import check_schedules
+
+    sequential = PARAMS["historical_modes"]["sequential"]
+    check_schedules(sequential, 12, "quick", "historical_modes.sequential")
+    with pytest.raises(Seq2FinalError, match="linear_1e-3 reaches learning rate .* at step 10"):
+        check_schedules(sequential, 12, "paper", "historical_modes.sequential")

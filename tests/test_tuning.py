@@ -47,7 +47,7 @@ def test_grid_runs_the_paper_grid_in_nesting_order(tmp_path):
     assert torch.equal(tuned.state_dict["w"], torch.tensor([0.6]))
 
 
-@pytest.mark.parametrize("sampler", ["grid", "tpe"])
+@pytest.mark.parametrize("sampler", ["grid", "tpe", "random"])
 def test_an_interrupted_study_resumes_without_repeating_trials(tmp_path, sampler):
     budget = Budget(sampler=sampler, trials=None if sampler == "grid" else 6, max_epochs=1)
     first = Objective(interrupt_at=3)
@@ -63,6 +63,8 @@ def test_an_interrupted_study_resumes_without_repeating_trials(tmp_path, sampler
             tuple(p.values()) for p in SPACE.grid_points()
         }
     assert tuned.finished_trials == total
+    if sampler != "grid":  # a resumed sampler must not replay the finished trials' draws
+        assert len({c["lr"] for c in first.calls + second.calls}) == total
     best = max(first.calls + second.calls, key=lambda p: p["lr"] * 100 + p["dropout"])
     assert tuned.fit.valid_accuracy == pytest.approx(best["lr"] * 100 + best["dropout"])
 

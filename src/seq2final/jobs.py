@@ -86,6 +86,7 @@ class RunPlan:
     sequence_key: str
     sequence_name: str
     dataset: str
+    data_path: str | None
     arch: str
     seed: int
     budget_name: str
@@ -100,10 +101,18 @@ class RunPlan:
     def engine_options(self) -> Engine:
         return Engine(**self.engine)
 
-    def command(self, pipeline: str, method: str) -> str:
-        """The command that runs ``pipeline`` for ``method`` with this plan's settings."""
-        params = f"sequence:{self.sequence_name},method:{method},arch:{self.arch},budget:{self.budget_name}"
-        return f"kedro run --pipeline {pipeline} --params {params}"
+    def command(self, pipeline: str, job: JobPlan) -> str:
+        """The command that runs ``pipeline`` for ``job`` with this plan's sequence and settings."""
+        name = job.requested[0]
+        what = (
+            f"method:{name}"
+            if name in METHODS
+            else f"historical:{job.historical},final:{job.final}"
+        )
+        params = [f"sequence:{self.sequence_name}", f"seed:{self.seed}", f"dataset:{self.dataset}"]
+        params += [f"data_path:{self.data_path}"] if self.data_path else []
+        params += [what, f"arch:{self.arch}", f"budget:{self.budget_name}"]
+        return f"kedro run --pipeline {pipeline} --params {','.join(params)}"
 
 
 def plan_run(
@@ -121,7 +130,7 @@ def plan_run(
     budget = get_budget(budgets, budget_name).model_dump()
     engine = Engine(**training)
     arch = request["arch"]
-    check_mode_configs(historical_modes, final_modes, step0_space, spec.num_targets)
+    check_mode_configs(historical_modes, final_modes, step0_space, spec.num_targets, budget_name)
     base = {
         "sequence": spec.key,
         "arch": arch,
@@ -170,6 +179,7 @@ def plan_run(
         sequence_key=spec.key,
         sequence_name=spec.name,
         dataset=spec.dataset,
+        data_path=spec.data_path,
         arch=arch,
         seed=spec.seed,
         budget_name=budget_name,
@@ -188,6 +198,7 @@ def check_mode_configs(
     final_modes: Mapping[str, Any],
     step0_space: Mapping[str, Any],
     final_step: int | None = None,
+    budget: str | None = None,
 ) -> None:
     """Every registered mode has its YAML block, and everything in it is usable.
 
@@ -223,8 +234,8 @@ def check_mode_configs(
                 raise Seq2FinalError(
                     f"{where}.{name}.final_weight must be a positive number, got {weight!r}"
                 )
-            if final_step is not None:
-                check_schedules(block, final_step, f"{where}.{name}")
+            if final_step is not None and budget is not None:
+                check_schedules(block, final_step, budget, f"{where}.{name}")
 
 
 def check_space(raw: Mapping[str, Any], where: str) -> SearchSpace:
@@ -391,7 +402,7 @@ def load_states(plan: RunPlan, store: Mapping[str, HistoricalState]) -> dict[str
         if job.state_key not in store:
             raise MissingPrerequisiteError(
                 f"historical state '{job.state_key}' ({job.historical} for {job.method}) has not "
-                f"been trained; make it with: {plan.command('pretrain_historical', job.requested[0])}"
+                f"been trained; make it with: {plan.command('pretrain_historical', job)}"
             )
         state = store[job.state_key]
         if state.arch != plan.arch or state.mode != job.historical:

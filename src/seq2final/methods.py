@@ -335,9 +335,13 @@ def schedule_lr(schedule: Mapping[str, Any], step: int) -> float | None:
     return None
 
 
-def check_schedules(config: Mapping[str, Any], final_step: int, where: str) -> None:
-    """Every schedule is well formed and keeps a positive rate up to the final step."""
-    for name, schedule in config.get("schedules", {}).items():
+def check_schedules(config: Mapping[str, Any], final_step: int, budget: str, where: str) -> None:
+    """The budget's schedules are well formed and keep a positive rate up to the final step."""
+    if "schedules" not in config:
+        return
+    if not selected_schedules(config, budget):
+        raise Seq2FinalError(f"{where}.budget_schedules.{budget} lists no schedule")
+    for name, schedule in selected_schedules(config, budget).items():
         for step in range(1, final_step + 1):
             try:
                 lr = schedule_lr(schedule, step)
@@ -348,8 +352,6 @@ def check_schedules(config: Mapping[str, Any], final_step: int, where: str) -> N
                     f"{where}.schedules.{name} reaches learning rate {lr:.3g} at step {step}; "
                     "it must stay positive up to the final step"
                 )
-    for budget in config.get("budget_schedules", {}):
-        selected_schedules(config, budget)
 
 
 def selected_schedules(config: Mapping[str, Any], budget_name: str) -> dict[str, Mapping[str, Any]]:

@@ -168,7 +168,11 @@ def _check_methods(run: RunParameters, final_step: int) -> None:
         raise named("budget", error) from None
     if run.pretrain_historical is not None:
         check_mode_configs(
-            run.historical_modes, run.final_modes, run.pretrain_historical.step0, final_step
+            run.historical_modes,
+            run.final_modes,
+            run.pretrain_historical.step0,
+            final_step,
+            run.budget,
         )
 
 

@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 SAMPLERS = ("grid", "tpe", "random")
-HEARTBEAT_SECONDS = 60
 PRUNERS = ("none", "median")
 
 
@@ -213,8 +212,9 @@ class Tuner:
             self._storage = open_storage(self.storage_url, self.root)
         return self._storage
 
-    def _sampler(self, name: str) -> optuna.samplers.BaseSampler:
-        seed = derived_seed(self.seed, name, "sampler")
+    def _sampler(self, name: str, trials_so_far: int = 0) -> optuna.samplers.BaseSampler:
+        # A resumed study must not replay the draws its finished trials already made.
+        seed = derived_seed(self.seed, name, "sampler", trials_so_far)
         if self.budget.sampler == "tpe":
             return optuna.samplers.TPESampler(
                 seed=seed, n_startup_trials=self.budget.startup_trials
@@ -230,10 +230,14 @@ class Tuner:
         return optuna.pruners.NopPruner()
 
     def _study(self, name: str) -> optuna.Study:
+        try:
+            trials_so_far = len(optuna.load_study(study_name=name, storage=self.storage).trials)
+        except KeyError:
+            trials_so_far = 0
         return optuna.create_study(
             storage=self.storage,
             study_name=name,
-            sampler=self._sampler(name),
+            sampler=self._sampler(name, trials_so_far),
             pruner=self._pruner(),
             direction="maximize",
             load_if_exists=True,
@@ -244,8 +248,8 @@ class Tuner:
 
         Ties go to the earliest grid point (grid) or the earliest trial (other samplers), as in
         the original. Trials finished by an earlier, interrupted run are kept and not rerun, and a
-        trial's seed follows from its values, so a resumed study computes what an uninterrupted
-        one would. A study whose best weights are gone (its fit was stored and the checkpoint
+        trial's seed follows from its values, so a resumed grid computes what an uninterrupted
+        one would. One process runs a study at a time. A study whose best weights are gone (its fit was stored and the checkpoint
         discarded, and now the fit is asked for again, e.g. with ``force``) starts over.
         """
         study = self._study(name)
@@ -264,9 +268,9 @@ class Tuner:
         elif done:
             log.info("study %s: resuming after %d finished trial(s)", name, len(done))
         if self.budget.sampler == "grid":
-            finished = {t.user_attrs["order"] for t in done}
+            finished = {t.user_attrs.get("order", t.number) for t in done}
             waiting = {
-                t.user_attrs["order"]
+                t.user_attrs.get("order", t.number)
                 for t in study.get_trials(deepcopy=False, states=[trial_state.WAITING])
             }
             points = space.grid_points()
@@ -288,7 +292,6 @@ class Tuner:
                 trial.set_user_attr("params", params)
                 seed = derived_seed(self.seed, name, sorted(params.items()))
                 curve: list[float] = []
-                self._heartbeat(trial)
 
                 def report(
                     epoch: int,
@@ -297,7 +300,6 @@ class Tuner:
                     curve: list[float] = curve,
                 ) -> None:
                     curve.append(accuracy)
-                    self._heartbeat(trial)
                     trial.report(accuracy, epoch)
                     if trial.should_prune():
                         raise optuna.TrialPruned()
@@ -315,7 +317,7 @@ class Tuner:
                 trial.set_user_attr("valid_curve", curve)
                 trial.set_user_attr("best_epoch", result.best_epoch)
                 value = result.valid_accuracy
-                if best is None or (value, -order) > (best["value"], -best["order"]):
+                if best is None or (value, -order) > (best["value"], -best.get("order", 0)):
                     best = {
                         "value": value,
                         "order": order,
@@ -348,21 +350,10 @@ class Tuner:
         return Tuned(best["params"], best["fit"], best["state_dict"], trials)
 
     def _fail_stale(self, study: optuna.Study) -> None:
-        """Close trials an interrupted run left open.
-
-        An RDB storage (shared by many workers) fails only trials whose heartbeat stopped; a
-        journal file serves one process at a time, so every running trial there is stale.
-        """
-        if isinstance(self.storage, optuna.storages.RDBStorage):
-            optuna.storages.fail_stale_trials(study)
-            return
+        """Close trials an interrupted run left open (a study is run by one process at a time)."""
         running = study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.RUNNING])
         for stale in running:
             study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
-
-    def _heartbeat(self, trial: optuna.Trial) -> None:
-        if isinstance(self.storage, optuna.storages.RDBStorage):
-            self.storage.record_heartbeat(trial._trial_id)
 
     def discard_checkpoints(self) -> None:
         """Delete this tuner's checkpoints once the fits they back are persisted elsewhere."""
@@ -374,9 +365,7 @@ class Tuner:
 def open_storage(url: str | None, root: Path) -> optuna.storages.BaseStorage:
     """A journal file under ``root`` by default; an RDB for ``dialect://`` URLs; else a journal path."""
     if url and "://" in url:
-        return optuna.storages.RDBStorage(
-            url, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=10 * HEARTBEAT_SECONDS
-        )
+        return optuna.storages.RDBStorage(url)
     path = Path(url) if url else Path(root) / "journal.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     from optuna.storages.journal import JournalFileBackend
