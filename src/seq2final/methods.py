@@ -209,6 +209,12 @@ class HistoricalMode:
     convnet_equivalent: str | None = None
     config_keys: tuple[str, ...] = ("space",)
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(
+                f"historical mode '{self.name}': unknown kind '{self.kind}'; valid: {', '.join(KINDS)}"
+            )
+
 
 @dataclass
 class FinalOutcome:
