@@ -68,11 +68,22 @@ def end_mlflow_runs() -> None:
         mlflow.end_run()
 
 
+def set_tracking_uri(project: Path, uri: str) -> None:
+    """Point the copied project's MLflow at ``uri``.
+
+    kedro-mlflow takes the URI from ``mlflow.yml`` (over ``MLFLOW_TRACKING_URI``), and MLflow
+    caches one database engine per URI string, so each test gets its own absolute URI.
+    """
+    (project / "conf" / "test" / "mlflow.yml").write_text(
+        f"server:\n  mlflow_tracking_uri: {uri}\n"
+    )
+
+
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A copy of the project's configuration in a temporary folder, made the working directory.
 
-    Pipelines then write their data, and kedro-mlflow its database, under ``tmp_path`` only.
+    Pipelines then write their data, and MLflow its database and artifacts, under ``tmp_path`` only.
     """
     shutil.copytree(PROJECT / "conf", tmp_path / "conf", ignore=shutil.ignore_patterns("local"))
     (tmp_path / "conf" / "local").mkdir()
@@ -81,10 +92,16 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (tmp_path / "src").mkdir()  # the package itself is imported from the installed project
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KEDRO_DISABLE_TELEMETRY", "1")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    set_tracking_uri(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}")
     end_mlflow_runs()
     yield tmp_path
     end_mlflow_runs()  # kedro-mlflow keeps a process-wide active run between sessions
+
+
+@pytest.fixture
+def point_mlflow_at():
+    """``set_tracking_uri`` as a fixture, for tests that give the project another tracking URI."""
+    return set_tracking_uri
 
 
 @pytest.fixture

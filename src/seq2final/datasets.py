@@ -282,14 +282,20 @@ class ResultStore(Mapping[str, dict[str, Any]]):
     def __init__(self, results: Path, models: Path, curves: Path) -> None:
         self.results, self.models, self.curves = results, models, curves
 
-    def _record_path(self, key: str) -> Path:
+    def record_path(self, key: str) -> Path:
         return self.results / f"{key}.json"
 
+    def model_path(self, key: str) -> Path:
+        return self.models / f"{key}.pt"
+
+    def curves_path(self, key: str) -> Path:
+        return self.curves / f"{key}.csv"
+
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self._record_path(key).exists()
+        return isinstance(key, str) and self.record_path(key).exists()
 
     def __getitem__(self, key: str) -> dict[str, Any]:
-        path = self._record_path(key)
+        path = self.record_path(key)
         if not path.exists():
             raise KeyError(key)
         try:
@@ -307,31 +313,34 @@ class ResultStore(Mapping[str, dict[str, Any]]):
 
     def model(self, key: str) -> torch.nn.Module:
         """The job's final model, on the CPU in eval mode."""
-        path = self.models / f"{key}.pt"
+        path = self.model_path(key)
         try:
             return unpack(torch.load(path, map_location="cpu", weights_only=True))
         except Exception as error:
             raise Seq2FinalError(f"final model {path} is unreadable ({error})") from None
 
     def learning_curves(self, key: str) -> pd.DataFrame:
-        return pd.read_csv(self.curves / f"{key}.csv")
+        return pd.read_csv(self.curves_path(key))
 
     def put(
         self, key: str, record: dict[str, Any], model: torch.nn.Module, curves: list[dict[str, Any]]
     ) -> None:
         """Model and curves first, the record last: a record's presence means the job finished."""
-        _atomic_write(self.models / f"{key}.pt", lambda p: torch.save(pack(model), p))
+        _atomic_write(self.model_path(key), lambda p: torch.save(pack(model), p))
+        _atomic_write(self.curves_path(key), lambda p: pd.DataFrame(curves).to_csv(p, index=False))
         _atomic_write(
-            self.curves / f"{key}.csv", lambda p: pd.DataFrame(curves).to_csv(p, index=False)
-        )
-        _atomic_write(
-            self._record_path(key),
+            self.record_path(key),
             lambda p: p.write_text(json.dumps(_json_safe(record), indent=1)),
         )
 
 
 class ResultStoreDataset(AbstractDataset[Mapping[str, Any], ResultStore]):
-    """Finished jobs, saved lazily: a job recipe runs only if its record is missing or forced."""
+    """Finished jobs, saved lazily: a job recipe runs only if its record is missing or forced.
+
+    A recipe has ``force``, ``run()`` (returning record, model and curves) and
+    ``finished(store, computed)``, called once the job's record is in the store, whether it was
+    just computed or reused (tracking logs it from there).
+    """
 
     def __init__(
         self,
@@ -351,10 +360,11 @@ class ResultStoreDataset(AbstractDataset[Mapping[str, Any], ResultStore]):
         for key, recipe in data.items():
             if key in store and not recipe.force:
                 log.info("job %s finished earlier; reusing it (force:true recomputes)", key)
+                recipe.finished(store, computed=False)
                 continue
             outcome = recipe.run()
             store.put(key, outcome.record, outcome.model, outcome.curves)
-            recipe.after_save()
+            recipe.finished(store, computed=True)
 
     def _exists(self) -> bool:
         return self._paths[0].exists()

@@ -1,16 +1,131 @@
-"""Project hooks."""
+"""Project hooks: parameter checks before any work, and kedro-mlflow switched by a parameter."""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
+import mlflow
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
+from kedro.io import CatalogProtocol
+from kedro.pipeline import Node, Pipeline
+from kedro_mlflow.framework.hooks import MlflowHook
+from mlflow import MlflowClient
 
-from seq2final.params import validate_parameters
+from seq2final.errors import Seq2FinalError
+from seq2final.params import RunParameters, validate_parameters
+from seq2final.tracking import check_registry_names, fail_fast, render_name
+
+log = logging.getLogger(__name__)
 
 
 class ValidateParametersHook:
     """Check every run parameter as soon as the context exists, so a typo costs no work."""
 
-    @hook_impl
+    @hook_impl(tryfirst=True)
     def after_context_created(self, context: KedroContext) -> None:
         validate_parameters(context.params)
+
+
+class TrackingHook(MlflowHook):
+    """kedro-mlflow's hook, off when ``mlflow.enabled`` is false, checked before any work.
+
+    kedro-mlflow itself has no run-time switch (only a per-pipeline list in ``mlflow.yml``), and
+    a bad tracking URI surfaces as a long traceback, or as minutes of HTTP retries, from inside
+    its setup. This subclass (registered in ``settings.py`` in place of the plugin's own) skips
+    every hook when tracking is off, and otherwise checks the URI and the registered-model names
+    the run will use before any pipeline starts, failing in one line.
+    """
+
+    enabled = True
+
+    @hook_impl
+    def after_context_created(self, context: KedroContext) -> None:
+        run = validate_parameters(context.params)
+        self.enabled = run.mlflow.enabled
+        if not self.enabled:
+            log.info("MLflow tracking is off (mlflow.enabled: false)")
+            return
+        with fail_fast():
+            try:
+                super().after_context_created(context)
+                client = MlflowClient()
+                client.search_experiments(max_results=1)
+            except Exception as error:  # MLflow, SQLAlchemy and HTTP errors alike
+                reason = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+                raise Seq2FinalError(
+                    f"MLflow tracking URI '{_configured_uri(context)}' is not usable: {reason}"
+                ) from None
+            check_registry_names(client, _registry_names(run))
+
+    @hook_impl
+    def after_catalog_created(  # noqa: PLR0913 (kedro-mlflow's hook signature)
+        self,
+        catalog: CatalogProtocol,
+        conf_catalog: dict[str, Any],
+        conf_creds: dict[str, Any],
+        parameters: dict[str, Any],
+        save_version: str,
+        load_versions: dict[str, str],
+    ) -> None:
+        if self.enabled:
+            super().after_catalog_created(
+                catalog, conf_catalog, conf_creds, parameters, save_version, load_versions
+            )
+
+    @hook_impl
+    def before_pipeline_run(
+        self, run_params: dict[str, Any], pipeline: Pipeline, catalog: CatalogProtocol
+    ) -> None:
+        if self.enabled:
+            super().before_pipeline_run(run_params, pipeline, catalog)
+
+    @hook_impl
+    def before_node_run(
+        self, node: Node, catalog: CatalogProtocol, inputs: dict[str, Any], is_async: bool
+    ) -> None:
+        if self.enabled:
+            super().before_node_run(node, catalog, inputs, is_async)
+
+    @hook_impl
+    def after_pipeline_run(
+        self, run_params: dict[str, Any], pipeline: Pipeline, catalog: CatalogProtocol
+    ) -> None:
+        if self.enabled:
+            super().after_pipeline_run(run_params, pipeline, catalog)
+
+    @hook_impl
+    def on_pipeline_error(
+        self,
+        error: Exception,
+        run_params: dict[str, Any],
+        pipeline: Pipeline,
+        catalog: CatalogProtocol,
+    ) -> None:
+        if self.enabled:
+            super().on_pipeline_error(error, run_params, pipeline, catalog)
+
+
+def _configured_uri(context: KedroContext) -> str:
+    """The URI as the user wrote it in ``mlflow.yml`` (kedro-mlflow failed before setting it)."""
+    try:
+        return str(context.config_loader["mlflow"]["server"]["mlflow_tracking_uri"])
+    except Exception:  # no mlflow.yml, or no server block: MLflow's own default
+        return mlflow.get_tracking_uri()
+
+
+def _registry_names(run: RunParameters) -> list[str]:
+    """The registered-model names this run's jobs will use (one per requested method)."""
+    from seq2final.methods import method_label, resolve_request
+    from seq2final.sequences import resolve_spec
+
+    spec = resolve_spec(run.sequence, run.dataset, run.data_path, run.seed)
+    fields = {"sequence": spec.name, "dataset": spec.dataset, "arch": run.arch,
+              "budget": run.budget, "seed": spec.seed}  # fmt: skip
+    return [
+        render_name(
+            run.mlflow.registered_model, "registered_model", method=method_label(h, f), **fields
+        )
+        for _, h, f in resolve_request(run.method, run.historical, run.final)
+    ]

@@ -20,11 +20,15 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from seq2final.errors import MissingPrerequisiteError, Seq2FinalError
+
+if TYPE_CHECKING:
+    from seq2final.datasets import ResultStore
+    from seq2final.tracking import JobTracker
 from seq2final.methods import (
     FINAL_MODES,
     HISTORICAL_MODES,
@@ -388,9 +392,34 @@ class JobRecipe:
         curves = [{"stage": f["stage"], **row} for f in ctx.fits for row in f["history"]]
         return JobOutcome(record, outcome.model, curves)
 
-    def after_save(self) -> None:
-        if self._context is not None:
+    def finished(self, store: ResultStore, computed: bool) -> None:
+        if computed and self._context is not None:
             self._context.tuner.discard_checkpoints()
+
+
+@dataclass
+class TrackedJob:
+    """A job recipe whose run is tracked in MLflow: RUNNING while it trains, FAILED if it raises."""
+
+    recipe: JobRecipe
+    tracker: JobTracker
+    _run_id: str | None = None
+
+    @property
+    def force(self) -> bool:
+        return self.recipe.force
+
+    def run(self) -> JobOutcome:
+        self._run_id = self.tracker.start(self.recipe.job)
+        try:
+            return self.recipe.run()
+        except BaseException as error:
+            self.tracker.fail(self._run_id, error)
+            raise
+
+    def finished(self, store: ResultStore, computed: bool) -> None:
+        self.recipe.finished(store, computed)
+        self.tracker.complete(self.recipe.job, self._run_id if computed else None, store)
 
 
 def load_states(plan: RunPlan, store: Mapping[str, HistoricalState]) -> dict[str, HistoricalState]:

@@ -64,6 +64,15 @@ class TuningOptions(_Strict):
     root: str = "data/06_models/optuna"
 
 
+class MlflowOptions(_Strict):
+    """``mlflow`` block: whether jobs are tracked, and the names their runs and models get."""
+
+    enabled: bool = True
+    experiment: str = "seq2final/{sequence}"
+    registered_model: str = "{sequence}.{arch}.{method}"
+    log_models: bool = True
+
+
 class PretrainOptions(_Strict):
     """``pretrain_historical`` block: the shared step-0 model's search space."""
 
@@ -88,6 +97,7 @@ class RunParameters(_Strict):
     training: TrainingOptions = TrainingOptions()
     budgets: dict[str, dict[str, Any]] = Field(default_factory=dict)
     tuning: TuningOptions = TuningOptions()
+    mlflow: MlflowOptions = MlflowOptions()
     pretrain_historical: PretrainOptions | None = None
     historical_modes: dict[str, dict[str, Any]] = Field(default_factory=dict)
     final_modes: dict[str, dict[str, Any]] = Field(default_factory=dict)

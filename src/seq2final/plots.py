@@ -1,4 +1,4 @@
-"""Figures: example-image grids, sub-population membership, shift distances.
+"""Figures: example-image grids, sub-population membership, shift distances, learning curves.
 
 Functions return matplotlib figures and never write files: Kedro's ``MatplotlibDataset`` saves
 them, so where figures go is the catalog's business.
@@ -77,5 +77,33 @@ def shift_profile(table: pd.DataFrame, title: str) -> Figure:
     axis.set_ylabel("W2 to final ÷ final train-vs-test")
     axis.set_title(title, fontsize=9)
     axis.legend(fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def learning_curves(curves: pd.DataFrame, title: str) -> Figure:
+    """Loss and accuracy per epoch, train and valid, one line style per fit stage.
+
+    Epoch 0 is the model before any update (validation only), so a fine-tuned model's curve starts
+    where its historical state stood on the final step.
+    """
+    figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(9, 3.4))
+    stages = list(dict.fromkeys(curves["stage"]))
+    for index, stage in enumerate(stages):
+        rows = curves[curves["stage"] == stage]
+        suffix = f" ({stage})" if len(stages) > 1 else ""
+        for axis, metric in ((loss_axis, "loss"), (accuracy_axis, "accuracy")):
+            for split, style in (("train", "--"), ("valid", "-")):
+                axis.plot(
+                    rows["epoch"],
+                    rows[f"{split}_{metric}"],
+                    style,
+                    color=f"C{index % 10}",
+                    label=f"{split}{suffix}",
+                )
+    loss_axis.set(xlabel="epoch", ylabel="cross-entropy", title="loss")
+    accuracy_axis.set(xlabel="epoch", ylabel="accuracy", title="accuracy", ylim=(0, 1))
+    accuracy_axis.legend(fontsize="small", ncol=1 + len(stages) // 4)
+    figure.suptitle(title)
     figure.tight_layout()
     return figure

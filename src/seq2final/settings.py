@@ -2,9 +2,14 @@
 
 from kedro.config import OmegaConfigLoader
 
-from seq2final.hooks import ValidateParametersHook
+from seq2final.hooks import TrackingHook, ValidateParametersHook
 
-HOOKS = (ValidateParametersHook(),)
+HOOKS = (ValidateParametersHook(), TrackingHook())
+# kedro-mlflow's own hook is replaced by TrackingHook, its subclass that a parameter switches off.
+DISABLE_HOOKS_FOR_PLUGINS = (
+    "kedro_mlflow",
+    "kedro-mlflow",
+)  # the name as installed, either spelling
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
 
-from seq2final.jobs import JobRecipe, RunPlan, load_states
+from seq2final.jobs import JobRecipe, RunPlan, TrackedJob, load_states
 from seq2final.methods import HistoricalState
 from seq2final.sequences import ShiftSequence
+from seq2final.tracking import JobTracker
 
 log = logging.getLogger(__name__)
 
@@ -16,14 +18,27 @@ _COLUMNS = ("method", "test", "valid", "epochs", "seconds")
 
 
 def job_recipes(
-    sequence: ShiftSequence, plan: RunPlan, states: Mapping[str, HistoricalState]
-) -> dict[str, JobRecipe]:
-    """One recipe per job; every historical state is loaded and checked before any training."""
+    sequence: ShiftSequence,
+    plan: RunPlan,
+    states: Mapping[str, HistoricalState],
+    mlflow_options: Mapping[str, Any],
+) -> dict[str, JobRecipe | TrackedJob]:
+    """One recipe per job, tracked in MLflow unless tracking is off.
+
+    Every historical state is loaded and checked, and the MLflow experiment and registry names
+    accepted, before any training.
+    """
     loaded = load_states(plan, states)
-    return {
+    recipes = {
         job.key: JobRecipe(plan, job, sequence, loaded.get(job.state_key), plan.force)
         for job in plan.jobs
     }
+    example = sequence.step(-1).split("test")[0][:2]
+    spec = json.dumps(sequence.manifest["spec"], separators=(",", ":"))
+    tracker = JobTracker.connect(mlflow_options, plan, spec, example)
+    if tracker is None:
+        return dict(recipes)
+    return {key: TrackedJob(recipe, tracker) for key, recipe in recipes.items()}
 
 
 def report_results(results: Mapping[str, dict[str, Any]], plan: RunPlan) -> dict[str, str]:

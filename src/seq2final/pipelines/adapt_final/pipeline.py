@@ -17,7 +17,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             plan_jobs_node(),
             Node(
                 nodes.job_recipes,
-                inputs=["sequence", "job_plan", "historical_states"],
+                inputs=["sequence", "job_plan", "historical_states", "params:mlflow"],
                 outputs="adapt_results",
                 name="adapt_final_step",
             ),
