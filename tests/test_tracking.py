@@ -1,5 +1,7 @@
 """MLflow tracking on a tiny digits sequence, with MLflow pointed at a temporary SQLite file."""
 
+from pathlib import Path
+
 import mlflow
 import numpy as np
 import pytest
@@ -7,11 +9,12 @@ from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 from mlflow import MlflowClient
 
-from seq2final.datasets import ResultStore
+from seq2final.datasets import ResultStore, SequenceStore
 from seq2final.errors import Seq2FinalError
 from seq2final.jobs import JobRecipe
 from seq2final.serving import ImageClassifier, predict_probabilities
-from seq2final.tracking import render_name, safe_name
+from seq2final.tracking import _TRIAL_STATUS
+from seq2final.tracking_setup import render_name, safe_name
 
 TINY = {
     "sequence": "source100:rotation60:corruption100:label_flip60",
@@ -110,6 +113,16 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
     assert np.array_equal(loaded.predict(images), in_memory)
     assert np.array_equal(loaded.predict(images.transpose(0, 2, 3, 1)), in_memory)
     assert in_memory.shape == (7, 10) and np.allclose(in_memory.sum(axis=1), 1, atol=1e-5)
+    # ... and on the final step's test images (NHWC, as users hold them) it scores the recorded
+    # test accuracy, so its preprocessing is the evaluation's.
+    sequence = SequenceStore(project / "data/03_primary/sequences")[record["sequence_key"]]
+    x_test, y_test = sequence.step(-1).split("test")
+    predicted = loaded.predict(x_test.transpose(0, 2, 3, 1)).argmax(axis=1)
+    assert np.mean(predicted == y_test) == pytest.approx(record["test_accuracy"], abs=1e-6)
+    info = mlflow.models.get_model_info(f"models:/{name}/1")
+    assert info.signature.inputs.inputs[0].type == np.dtype(np.uint8)
+    requirements = client.download_artifacts(run.info.run_id, "model/requirements.txt")
+    assert "torch==" in Path(requirements).read_text()
 
 
 def test_rerunning_a_finished_job_adds_no_run_and_untracked_jobs_are_logged_later(project):
@@ -121,6 +134,10 @@ def test_rerunning_a_finished_job_adds_no_run_and_untracked_jobs_are_logged_late
     (run,) = _job_runs(client)
     assert run.info.status == "FINISHED" and run.data.metrics.keys() >= SUMMARY
     assert len(client.search_registered_models()) == 1
+    _run(project, ["adapt_final"], method="baseline", force=True)  # recomputed: a new run
+    runs = _job_runs(client, "FINISHED")
+    assert len(runs) == 2
+    assert client.get_run(run.info.run_id).data.tags["superseded_by"] != run.info.run_id
 
 
 def test_a_job_that_raises_leaves_a_failed_run(project, monkeypatch):
@@ -139,9 +156,10 @@ def test_a_job_that_raises_leaves_a_failed_run(project, monkeypatch):
     ("params", "uri", "message"),
     [
         ({}, "sqlite:////proc/nope/mlflow.db", "tracking URI 'sqlite:////proc/nope/mlflow.db'"),
-        ({}, "http://127.0.0.1:9", "tracking URI 'http://127.0.0.1:9' is not usable"),
+        ({}, "http://127.0.0.1:9", "tracking URI 'http://127.0.0.1:9'"),
         ({"mlflow": {"registered_model": "{sequence}/{method}"}}, None, "refuses the registered"),
         ({"mlflow": {"registered_model": "{model}"}}, None, "mlflow.registered_model"),
+        ({"mlflow": {"experiment": "x/{arch_name}"}}, None, "mlflow.experiment"),
     ],
 )
 def test_bad_tracking_settings_stop_before_any_work(project, point_mlflow_at, params, uri, message):
@@ -166,4 +184,13 @@ def test_classifier_takes_both_layouts_and_refuses_others():
 
 def test_names_are_made_safe_for_the_registry():
     assert safe_name("source100:rotation60/x") == "source100-rotation60-x"
-    assert render_name("{sequence}.{arch}", "x", sequence="a:b", arch="resnet_3") == "a-b.resnet_3"
+    fields = {"sequence": "a:b", "arch": "resnet_3"}
+    assert render_name("{sequence}.{arch}", "x", fields) == "a-b.resnet_3"
+
+
+def test_every_optuna_trial_state_maps_to_a_run_status():
+    import optuna
+
+    finished = {"COMPLETE", "PRUNED", "FAIL"}  # states a study ends trials in
+    assert {s.name for s in optuna.trial.TrialState} >= finished
+    assert {_TRIAL_STATUS[s] for s in finished} == {"FINISHED", "KILLED", "FAILED"}

@@ -267,7 +267,7 @@ class HistoricalStoreDataset(AbstractDataset[Mapping[str, Any], HistoricalStore]
                 log.info("historical state %s exists; reusing it", key)
                 continue
             store.put(key, recipe.build(store))
-            recipe.after_save()
+            recipe.finished(store, computed=True)
 
     def _exists(self) -> bool:
         return self._root.exists()
@@ -337,9 +337,10 @@ class ResultStore(Mapping[str, dict[str, Any]]):
 class ResultStoreDataset(AbstractDataset[Mapping[str, Any], ResultStore]):
     """Finished jobs, saved lazily: a job recipe runs only if its record is missing or forced.
 
-    A recipe has ``force``, ``run()`` (returning record, model and curves) and
-    ``finished(store, computed)``, called once the job's record is in the store, whether it was
-    just computed or reused (tracking logs it from there).
+    A recipe has ``force``, ``run()`` (returning record, model and curves), ``failed(error)``,
+    called when running or storing it raised, and ``finished(store, computed)``, called once the
+    job's record is in the store, whether it was just computed or reused (tracking logs it from
+    there).
     """
 
     def __init__(
@@ -362,8 +363,12 @@ class ResultStoreDataset(AbstractDataset[Mapping[str, Any], ResultStore]):
                 log.info("job %s finished earlier; reusing it (force:true recomputes)", key)
                 recipe.finished(store, computed=False)
                 continue
-            outcome = recipe.run()
-            store.put(key, outcome.record, outcome.model, outcome.curves)
+            try:
+                outcome = recipe.run()
+                store.put(key, outcome.record, outcome.model, outcome.curves)
+            except BaseException as error:
+                recipe.failed(error)
+                raise
             recipe.finished(store, computed=True)
 
     def _exists(self) -> bool:

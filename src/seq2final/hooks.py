@@ -15,7 +15,7 @@ from mlflow import MlflowClient
 
 from seq2final.errors import Seq2FinalError
 from seq2final.params import RunParameters, validate_parameters
-from seq2final.tracking import check_registry_names, fail_fast, render_name
+from seq2final.tracking_setup import JobNames, check_registry_names, fail_fast
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class TrackingHook(MlflowHook):
     the run will use before any pipeline starts, failing in one line.
     """
 
-    enabled = True
+    enabled = False  # until after_context_created has read the parameter
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
@@ -55,9 +55,11 @@ class TrackingHook(MlflowHook):
             except Exception as error:  # MLflow, SQLAlchemy and HTTP errors alike
                 reason = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
                 raise Seq2FinalError(
-                    f"MLflow tracking URI '{_configured_uri(context)}' is not usable: {reason}"
+                    f"MLflow setup failed on tracking URI '{_configured_uri(context)}': {reason}"
                 ) from None
-            check_registry_names(client, _registry_names(run))
+            names = _job_names(run)
+            if run.mlflow.log_models:
+                check_registry_names(client, [n.registered_model for n in names])
 
     @hook_impl
     def after_catalog_created(  # noqa: PLR0913 (kedro-mlflow's hook signature)
@@ -115,17 +117,24 @@ def _configured_uri(context: KedroContext) -> str:
         return mlflow.get_tracking_uri()
 
 
-def _registry_names(run: RunParameters) -> list[str]:
-    """The registered-model names this run's jobs will use (one per requested method)."""
-    from seq2final.methods import method_label, resolve_request
+def _job_names(run: RunParameters) -> list[JobNames]:
+    """The names this run's jobs will use, as the tracker will render them (templates checked)."""
+    from seq2final.methods import canonical_modes, family_of, method_label, resolve_request
     from seq2final.sequences import resolve_spec
 
     spec = resolve_spec(run.sequence, run.dataset, run.data_path, run.seed)
-    fields = {"sequence": spec.name, "dataset": spec.dataset, "arch": run.arch,
-              "budget": run.budget, "seed": spec.seed}  # fmt: skip
-    return [
-        render_name(
-            run.mlflow.registered_model, "registered_model", method=method_label(h, f), **fields
+    names = []
+    for _, historical, final in resolve_request(run.method, run.historical, run.final):
+        trained = canonical_modes(historical, final, family_of(run.arch))
+        names.append(
+            JobNames.of(
+                run.mlflow,
+                sequence=spec.name,
+                dataset=spec.dataset,
+                arch=run.arch,
+                method=method_label(*trained),
+                budget=run.budget,
+                seed=spec.seed,
+            )
         )
-        for _, h, f in resolve_request(run.method, run.historical, run.final)
-    ]
+    return names

@@ -25,10 +25,6 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from seq2final.errors import MissingPrerequisiteError, Seq2FinalError
-
-if TYPE_CHECKING:
-    from seq2final.datasets import ResultStore
-    from seq2final.tracking import JobTracker
 from seq2final.methods import (
     FINAL_MODES,
     HISTORICAL_MODES,
@@ -48,6 +44,10 @@ from seq2final.models import count_parameters
 from seq2final.sequences import SequenceSpec, ShiftSequence
 from seq2final.training import Engine, HyperParameters, predict_logits
 from seq2final.tuning import SearchSpace, Tuner, get_budget
+
+if TYPE_CHECKING:
+    from seq2final.datasets import HistoricalStore, ResultStore
+    from seq2final.tracking import JobTracker
 
 log = logging.getLogger(__name__)
 
@@ -319,8 +319,8 @@ class StateRecipe:
             },
         )
 
-    def after_save(self) -> None:
-        if self._context is not None:
+    def finished(self, store: HistoricalStore, computed: bool) -> None:
+        if computed and self._context is not None:
             self._context.tuner.discard_checkpoints()
 
 
@@ -392,6 +392,9 @@ class JobRecipe:
         curves = [{"stage": f["stage"], **row} for f in ctx.fits for row in f["history"]]
         return JobOutcome(record, outcome.model, curves)
 
+    def failed(self, error: BaseException) -> None:
+        """Nothing to undo: the study and its checkpoint stay, so a rerun resumes."""
+
     def finished(self, store: ResultStore, computed: bool) -> None:
         if computed and self._context is not None:
             self._context.tuner.discard_checkpoints()
@@ -411,11 +414,11 @@ class TrackedJob:
 
     def run(self) -> JobOutcome:
         self._run_id = self.tracker.start(self.recipe.job)
-        try:
-            return self.recipe.run()
-        except BaseException as error:
+        return self.recipe.run()
+
+    def failed(self, error: BaseException) -> None:
+        if self._run_id is not None:
             self.tracker.fail(self._run_id, error)
-            raise
 
     def finished(self, store: ResultStore, computed: bool) -> None:
         self.recipe.finished(store, computed)

@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 
 def _show(axis: plt.Axes, image: np.ndarray | None) -> None:
@@ -101,6 +102,8 @@ def learning_curves(curves: pd.DataFrame, title: str) -> Figure:
                     color=f"C{index % 10}",
                     label=f"{split}{suffix}",
                 )
+    for axis in (loss_axis, accuracy_axis):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     loss_axis.set(xlabel="epoch", ylabel="cross-entropy", title="loss")
     accuracy_axis.set(xlabel="epoch", ylabel="accuracy", title="accuracy", ylim=(0, 1))
     accuracy_axis.legend(fontsize="small", ncol=1 + len(stages) // 4)

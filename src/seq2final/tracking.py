@@ -17,8 +17,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
-import re
 import subprocess
 import tempfile
 import time
@@ -41,73 +39,22 @@ from mlflow.models import ModelSignature
 from mlflow.types import Schema, TensorSpec
 
 from seq2final import __version__
-from seq2final.errors import Seq2FinalError
 from seq2final.plots import learning_curves
-from seq2final.serving import ImageClassifier, predict_probabilities
+from seq2final.serving import ImageClassifier
+from seq2final.tracking_setup import JobNames, environment
 
 if TYPE_CHECKING:
     from seq2final.datasets import ResultStore
     from seq2final.jobs import JobPlan, RunPlan
+    from seq2final.params import MlflowOptions
 
 log = logging.getLogger(__name__)
 
 # Paper Table 1's classes; oracle and baseline are the references every table compares with.
 FAMILIES = {0: "reference", 1: "class 1", 2: "class 2", 3: "class 3"}
 # How an Optuna trial's state shows as an MLflow run status (the exact state is a tag).
-_TRIAL_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAILED": "FAILED"}
+_TRIAL_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 _CURVE_COLUMNS = ("train_loss", "train_accuracy", "valid_loss", "valid_accuracy")
-_NAME_FIELDS = ("sequence", "dataset", "arch", "method", "budget", "seed")
-
-
-def safe_name(text: str) -> str:
-    """``text`` with characters other than letters, digits, ``_ . + -`` replaced by ``-``.
-
-    Sequence spec strings (``source100:rotation60``) are valid sequence names but not valid parts
-    of a registered model's name, which MLflow keeps free of ``:`` and ``/``.
-    """
-    return re.sub(r"[^A-Za-z0-9_.+-]", "-", text)
-
-
-def render_name(template: str, what: str, **fields: Any) -> str:
-    """Fill a name template from the job's fields; an unknown field is a one-line error."""
-    try:
-        return template.format(**{k: safe_name(str(v)) for k, v in fields.items()})
-    except (KeyError, IndexError, ValueError) as error:
-        raise Seq2FinalError(
-            f"parameter 'mlflow.{what}' = {template!r} is not a valid template ({error}); "
-            f"fields: {', '.join('{' + f + '}' for f in _NAME_FIELDS)}"
-        ) from None
-
-
-@contextmanager
-def fail_fast() -> Iterator[None]:
-    """MLflow's HTTP client retries an unreachable server for minutes; a first check should not."""
-    saved = {
-        k: os.environ.get(k)
-        for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")
-    }
-    os.environ.update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def check_registry_names(client: MlflowClient, names: list[str]) -> None:
-    """Ask MLflow itself whether it accepts each registered-model name, before any training."""
-    for name in names:
-        try:
-            client.get_registered_model(name)
-        except MlflowException as error:
-            if error.error_code != "RESOURCE_DOES_NOT_EXIST":
-                raise Seq2FinalError(
-                    f"MLflow refuses the registered model name '{name}': "
-                    f"{str(error).splitlines()[0]}"
-                ) from None
 
 
 @dataclass
@@ -115,103 +62,126 @@ class JobTracker:
     """Logs the jobs of one plan to MLflow (see the module docstring for the layout)."""
 
     client: MlflowClient
-    experiment_id: str
     plan: RunPlan
-    options: Mapping[str, Any]
+    options: MlflowOptions
     sequence_spec: str
     example: np.ndarray
+    num_classes: int
     kedro_run_id: str | None = None
-    seconds: float = 0.0  # time spent logging, so its cost can be set against the run's
-    _finished: dict[str, list[str]] = field(default_factory=dict)
+    seconds: float = 0.0  # time spent on MLflow, so its cost can be set against the run's
+    _experiments: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def connect(
-        cls, options: Mapping[str, Any], plan: RunPlan, sequence_spec: str, example: np.ndarray
+        cls,
+        options: MlflowOptions,
+        plan: RunPlan,
+        sequence_spec: str,
+        example: np.ndarray,
+        num_classes: int,
     ) -> JobTracker | None:
-        """The tracker of this plan's experiment, or None when tracking is off."""
-        if not options.get("enabled", True):
+        """The tracker of this plan, or None when tracking is off (``options.enabled``).
+
+        The URI and every name were checked by :class:`seq2final.hooks.TrackingHook` before the
+        run started; ``example`` is a few uint8 N×C×H×W test images (the models' input example).
+        """
+        if not options.enabled:
             return None
-        client = MlflowClient()
-        name = render_name(options["experiment"], "experiment", **_plan_fields(plan, "-"))
-        experiment = client.get_experiment_by_name(name)
-        if experiment is None:
-            experiment_id = client.create_experiment(name)
-        else:
-            experiment_id = experiment.experiment_id
-            if experiment.lifecycle_stage == "deleted":
-                client.restore_experiment(experiment_id)
         active = mlflow.active_run()
-        tracker = cls(
-            client,
-            experiment_id,
+        return cls(
+            MlflowClient(),
             plan,
             options,
             sequence_spec,
             example,
+            num_classes,
             active.info.run_id if active else None,
         )
-        check_registry_names(client, [tracker.model_name(job) for job in plan.jobs])
-        tracker._finished = tracker._runs_by_key("FINISHED")
-        return tracker
 
-    def model_name(self, job: JobPlan) -> str:
-        return render_name(
-            self.options["registered_model"],
-            "registered_model",
-            **_plan_fields(self.plan, job.method),
+    def names(self, job: JobPlan) -> JobNames:
+        return JobNames.of(self.options, **plan_fields(self.plan, job.method))
+
+    def _experiment_id(self, job: JobPlan) -> str:
+        name = self.names(job).experiment
+        if name not in self._experiments:
+            experiment = self.client.get_experiment_by_name(name)
+            if experiment is None:
+                # The kind MLflow 3's own experiment-type selector records for training runs.
+                self._experiments[name] = self.client.create_experiment(
+                    name, tags={"mlflow.experimentKind": "custom_model_development"}
+                )
+            else:
+                if experiment.lifecycle_stage == "deleted":
+                    self.client.restore_experiment(experiment.experiment_id)
+                self._experiments[name] = experiment.experiment_id
+        return self._experiments[name]
+
+    def _runs(self, job: JobPlan, status: str) -> list[str]:
+        """The job's runs in ``status``, newest first."""
+        runs = self.client.search_runs(
+            [self._experiment_id(job)],
+            filter_string=(
+                f"tags.job_key = '{job.key}' and tags.kind = 'job' "
+                f"and attributes.status = '{status}'"
+            ),
+            order_by=["attributes.start_time DESC"],
         )
-
-    def _runs_by_key(self, status: str) -> dict[str, list[str]]:
-        keys = {job.key for job in self.plan.jobs}
-        found: dict[str, list[str]] = {}
-        for run in self.client.search_runs(
-            [self.experiment_id],
-            filter_string=f"attributes.status = '{status}' and tags.kind = 'job'",
-            max_results=50_000,
-        ):
-            key = run.data.tags.get("job_key")
-            if key in keys:
-                found.setdefault(key, []).append(run.info.run_id)
-        return found
+        return [run.info.run_id for run in runs]
 
     def start(self, job: JobPlan) -> str:
         """A RUNNING run for a job about to train; runs an interrupted process left open end KILLED."""
         started = time.perf_counter()
-        for run_id in self._runs_by_key("RUNNING").get(job.key, []):
+        for run_id in self._runs(job, "RUNNING"):
             self.client.set_tag(run_id, "ended_by", "a later run of the same job")
             self.client.set_terminated(run_id, "KILLED")
         run = self.client.create_run(
-            self.experiment_id, run_name=_run_name(self.plan, job), tags=self._tags(job)
+            self._experiment_id(job), run_name=_run_name(self.plan, job), tags=self._tags(job)
         )
         self._log_params(run.info.run_id, job)
         self.seconds += time.perf_counter() - started
         return run.info.run_id
 
     def fail(self, run_id: str, error: BaseException) -> None:
-        """A job whose training raised ends FAILED, never FINISHED with missing metrics."""
-        message = f"{type(error).__name__}: {error}"
-        self.client.set_tag(run_id, "error", message[:5000])
-        self.client.set_terminated(run_id, "FAILED")
+        """End a job's run FAILED (KILLED when interrupted), never FINISHED with missing metrics.
+
+        Called while ``error`` propagates, so a failure to reach MLflow here is logged, not raised:
+        it must not replace the error the user needs to see.
+        """
+        interrupted = isinstance(error, KeyboardInterrupt | SystemExit)
+        try:
+            self.client.set_tag(run_id, "error", f"{type(error).__name__}: {error}"[:5000])
+            self.client.set_terminated(run_id, "KILLED" if interrupted else "FAILED")
+        except Exception as tracking_error:  # noqa: BLE001 - the job's own error matters more
+            log.warning("could not mark MLflow run %s as failed: %s", run_id, tracking_error)
 
     def complete(self, job: JobPlan, run_id: str | None, store: ResultStore) -> None:
-        """Log a finished job from the store; a reused job with a finished run logs nothing."""
-        earlier = self._finished.get(job.key, [])
+        """Log a finished job from the store; a reused job with a finished run logs nothing.
+
+        A reused job that cannot be logged (MLflow unreachable, its model file gone) ends its run
+        FAILED with a warning and does not stop the run; a job just trained raises.
+        """
+        started = time.perf_counter()
+        earlier = self._runs(job, "FINISHED")
         if run_id is None and earlier:
+            self.seconds += time.perf_counter() - started
             return
+        reused = run_id is None
         if run_id is None:
             run_id = self.start(job)
             log.info("logging finished job %s to MLflow", job.key)
-        started = time.perf_counter()
         try:
             self._log_result(run_id, job, store)
-        except BaseException as error:
+            self.client.set_terminated(run_id, "FINISHED")
+        except Exception as error:
             self.fail(run_id, error)
-            raise
-        self.client.set_terminated(run_id, "FINISHED")
+            if not reused:
+                raise
+            log.warning("could not log finished job %s to MLflow: %s", job.key, error)
+            return
+        finally:
+            self.seconds += time.perf_counter() - started
         for old in earlier:
             self.client.set_tag(old, "superseded_by", run_id)
-        self._finished[job.key] = [run_id]
-        self.seconds += time.perf_counter() - started
         log.info(
             "MLflow: %s logged (%.1f s of tracking in this run so far)", job.method, self.seconds
         )
@@ -236,6 +206,9 @@ class JobTracker:
             "budget": self.plan.budget_name,
             "code_version": code_version(),
         }
+        aliases = [name for name in job.requested if name != job.method]
+        if aliases:  # on ConvNets st_1, sst_1 and jst_1 are their block versions' runs
+            tags["aliases"] = ",".join(aliases)
         if self.kedro_run_id:
             tags["kedro_run_id"] = self.kedro_run_id
         return tags
@@ -304,7 +277,7 @@ class JobTracker:
             self.client.log_artifact(run_id, str(figure_path))
         self.client.log_artifact(run_id, str(store.record_path(job.key)))
         self.client.log_artifact(run_id, str(store.curves_path(job.key)))
-        if self.options.get("log_models", True):
+        if self.options.log_models:
             self._log_model(run_id, job, record, store)
 
     def _log_trials(self, run_id: str, job: JobPlan, record: Mapping[str, Any]) -> None:
@@ -318,7 +291,7 @@ class JobTracker:
                     "trial_state": trial["state"],
                 }
                 child = self.client.create_run(
-                    self.experiment_id,
+                    self._experiment_id(job),
                     run_name=f"{fit['stage']} trial {trial['number']}",
                     tags=tags,
                 ).info.run_id
@@ -340,15 +313,11 @@ class JobTracker:
         classifier = ImageClassifier(
             tuple(self.example.shape[1:]), record["engine"]["input_scale"], record["eval_step"]
         )
-        probabilities = predict_probabilities(
-            store.model(job.key), self.example, classifier.input_scale, classifier.step
-        )
-        classes = probabilities.shape[1]
         signature = ModelSignature(
             inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, -1, -1, -1))]),
-            outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, classes))]),
+            outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, self.num_classes))]),
         )
-        with tempfile.TemporaryDirectory() as folder:
+        with tempfile.TemporaryDirectory() as folder, _quiet_model_logging():
             path = Path(folder) / "model"
             mlflow.pyfunc.save_model(
                 path,
@@ -359,15 +328,27 @@ class JobTracker:
                 pip_requirements=_requirements(),
             )
             self.client.log_artifacts(run_id, str(path), "model")
-        name = self.model_name(job)
+        name = self.names(job).registered_model
         try:
             self.client.create_registered_model(name)
         except MlflowException as error:
             if error.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
-        version = self.client.create_model_version(
-            name, f"runs:/{run_id}/model", run_id, tags={"job_key": job.key}
-        )
+        # One name holds every dataset, seed and budget of a sequence × arch × method: the
+        # version's tags tell them apart.
+        with _quiet_model_logging():
+            version = self.client.create_model_version(
+                name,
+                f"runs:/{run_id}/model",
+                run_id,
+                tags={
+                    "job_key": job.key,
+                    "dataset": self.plan.dataset,
+                    "seed": str(self.plan.seed),
+                    "budget": self.plan.budget_name,
+                },
+                description=f"{job.method} on {self.plan.sequence_key} ({self.plan.arch})",
+            )
         self.client.set_tag(run_id, "registered_model", f"{name}/{version.version}")
 
     def _batch(
@@ -377,19 +358,16 @@ class JobTracker:
         params: Mapping[str, Any] | None = None,
         tags: Mapping[str, str] | None = None,
     ) -> None:
-        metrics = metrics or []
-        params_list = [Param(k, _param_value(v)) for k, v in (params or {}).items()]
-        tags_list = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
-        for start in range(0, max(len(metrics), 1), 1000):  # MLflow takes 1000 metrics a batch
-            self.client.log_batch(
-                run_id,
-                metrics=metrics[start : start + 1000],
-                params=params_list if start == 0 else [],
-                tags=tags_list if start == 0 else [],
-            )
+        self.client.log_batch(  # the client splits batches to MLflow's limits itself
+            run_id,
+            metrics=metrics or [],
+            params=[Param(k, _param_value(v)) for k, v in (params or {}).items()],
+            tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
+        )
 
 
-def _plan_fields(plan: RunPlan, method: str) -> dict[str, Any]:
+def plan_fields(plan: RunPlan, method: str) -> dict[str, Any]:
+    """The name-template fields of one of the plan's jobs."""
     return {
         "sequence": plan.sequence_name,
         "dataset": plan.dataset,
@@ -398,6 +376,20 @@ def _plan_fields(plan: RunPlan, method: str) -> dict[str, Any]:
         "budget": plan.budget_name,
         "seed": plan.seed,
     }
+
+
+@contextmanager
+def _quiet_model_logging() -> Iterator[None]:
+    """Silence what MLflow prints per model: the CloudPickle advice (the class is our own,
+    importable code) and artifact download bars; its warnings and errors otherwise still show."""
+    pyfunc_log = logging.getLogger("mlflow.pyfunc")
+    level = pyfunc_log.level
+    pyfunc_log.setLevel(logging.ERROR)
+    try:
+        with environment(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false"):
+            yield
+    finally:
+        pyfunc_log.setLevel(level)
 
 
 def _run_name(plan: RunPlan, job: JobPlan) -> str:

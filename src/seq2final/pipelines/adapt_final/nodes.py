@@ -9,6 +9,7 @@ from typing import Any
 
 from seq2final.jobs import JobRecipe, RunPlan, TrackedJob, load_states
 from seq2final.methods import HistoricalState
+from seq2final.params import MlflowOptions
 from seq2final.sequences import ShiftSequence
 from seq2final.tracking import JobTracker
 
@@ -33,11 +34,16 @@ def job_recipes(
         job.key: JobRecipe(plan, job, sequence, loaded.get(job.state_key), plan.force)
         for job in plan.jobs
     }
-    example = sequence.step(-1).split("test")[0][:2]
-    spec = json.dumps(sequence.manifest["spec"], separators=(",", ":"))
-    tracker = JobTracker.connect(mlflow_options, plan, spec, example)
-    if tracker is None:
-        return dict(recipes)
+    options = MlflowOptions.model_validate(mlflow_options)
+    if not options.enabled:
+        return recipes
+    tracker = JobTracker.connect(
+        options,
+        plan,
+        json.dumps(sequence.manifest["spec"], separators=(",", ":")),
+        example=sequence.step(-1).split("test")[0][:2],
+        num_classes=len(sequence.class_names),
+    )
     return {key: TrackedJob(recipe, tracker) for key, recipe in recipes.items()}
 
 
