@@ -108,3 +108,20 @@ def point_mlflow_at():
 def source_factory():
     """``make_source`` as a fixture, for tests that need a source of another shape."""
     return make_source
+
+
+def run_session(project: Path, pipelines: list[str], runtime: dict) -> dict:
+    """Run ``pipelines`` of the copied project in a fresh Kedro session (env ``test``)."""
+    from kedro.framework.session import KedroSession
+    from kedro.framework.startup import bootstrap_project
+
+    end_mlflow_runs()  # kedro-mlflow keeps its run open across sessions of one process
+    bootstrap_project(project)
+    with KedroSession.create(project_path=project, env="test", runtime_params=runtime) as session:
+        return session.run(pipeline_names=pipelines)
+
+
+@pytest.fixture
+def run_kedro(project: Path):
+    """``run_session`` bound to the ``project`` fixture's copy."""
+    return lambda pipelines, **runtime: run_session(project, pipelines, runtime)

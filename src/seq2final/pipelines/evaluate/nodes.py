@@ -1,0 +1,127 @@
+"""Nodes that gather a sequence's result records and write the paper's tables."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from seq2final.errors import Seq2FinalError
+from seq2final.reporting import (
+    ResultTable,
+    cells,
+    format_number,
+    render,
+    table2_styles,
+    to_csv_frame,
+)
+from seq2final.sequences import SequenceSpec
+
+log = logging.getLogger(__name__)
+
+_SUMMARY_METRICS = ("test_accuracy", "worst_class_accuracy", "ece")
+
+
+def gather_results(spec: SequenceSpec, results: Mapping[str, dict[str, Any]]) -> list[dict]:
+    """Every readable result record of the sequence, any architecture, method, seed or budget.
+
+    Records are matched by sequence name and dataset; each must come from this specification at
+    its own seed, so results of, say, another test size under the same name are refused rather
+    than averaged in. A corrupt record is named, skipped and not counted.
+    """
+    records = []
+    for key in results:
+        try:
+            record = results[key]
+            ours = (record["sequence"], record["dataset"]) == (spec.name, spec.dataset)
+            expected = dataclasses.replace(spec, seed=record["seed"]).key if ours else None
+        except (Seq2FinalError, KeyError, TypeError) as error:
+            log.warning("skipping result record %s: %s", key, error)
+            continue
+        if not ours:
+            continue
+        if record["sequence_key"] != expected:
+            raise Seq2FinalError(
+                f"result {key} is for sequence '{record['sequence_key']}', not '{expected}': "
+                f"the records named '{spec.name}' ({spec.dataset}) come from different "
+                "specifications; pass the sequence's exact settings (e.g. build_sequences.test_size)"
+            )
+        records.append(record)
+    if not records:
+        raise Seq2FinalError(
+            f"no results for sequence '{spec.name}' ({spec.dataset}); make them with: kedro run "
+            f"--params sequence:{spec.name},dataset:{spec.dataset}"
+            + (f",data_path:{spec.data_path}" if spec.data_path else "")
+        )
+    log.info("evaluating %d result(s) of sequence %s (%s)", len(records), spec.name, spec.dataset)
+    return records
+
+
+def tabulate_results(
+    records: list[dict[str, Any]], spec: SequenceSpec
+) -> tuple[dict[str, pd.DataFrame], dict[str, str], dict[str, str]]:
+    """Per budget: Tables 8–13 (per architecture) and the Table 2 summary, as CSV, Markdown, LaTeX.
+
+    Budgets are never mixed in one table: a ``quick`` and a ``default`` result are different
+    experiments.
+    """
+    csv: dict[str, pd.DataFrame] = {}
+    markdown: dict[str, str] = {}
+    latex: dict[str, str] = {}
+    folder = f"{spec.name}-{spec.dataset}".replace(":", "-").replace("/", "-")
+    for budget in sorted({r["budget"] for r in records}):
+        group = [r for r in records if r["budget"] == budget]
+        table = ResultTable.from_cells(cells(group))
+        name = f"{folder}/{budget}-per_arch"
+        csv[name] = to_csv_frame(table)
+        markdown[name] = _title(spec, budget, "test accuracy per architecture") + render(
+            table, "markdown"
+        )
+        latex[name] = render(table, "latex")
+        summary = summarize(group)
+        csv[f"{folder}/{budget}-summary"] = summary
+        markdown[f"{folder}/{budget}-summary"] = _title(
+            spec, budget, "mean over architectures"
+        ) + summary_markdown(summary)
+    return csv, markdown, latex
+
+
+def summarize(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Table 2 style: per method the mean over architectures of test accuracy and extra metrics.
+
+    Each architecture's value is first averaged over seeds, so an architecture run with more
+    seeds does not weigh more. Test accuracy carries the main text's bold/italic rule.
+    """
+    columns = {}
+    for metric in _SUMMARY_METRICS:
+        per_arch = cells(records, metric)
+        columns[metric] = per_arch.groupby("method")["mean"].mean()
+        if metric == "test_accuracy":
+            columns["architectures"] = per_arch.groupby("method")["arch"].nunique()
+    summary = pd.DataFrame(columns)
+    order = ResultTable.from_cells(cells(records)).means.columns
+    summary = summary.reindex(order)
+    summary["style"] = table2_styles(summary["test_accuracy"])
+    return summary.rename_axis("method").reset_index()
+
+
+def summary_markdown(summary: pd.DataFrame) -> str:
+    wrap = {"": "{}", "bold": "**{}**", "italic": "*{}*", "bold_italic": "***{}***"}
+    lines = [
+        "| method | test accuracy | worst-class accuracy | ECE | architectures |",
+        "|---|---|---|---|---|",
+    ]
+    for row in summary.itertuples():
+        lines.append(
+            f"| {row.method} | {wrap[row.style or ''].format(format_number(row.test_accuracy))} "
+            f"| {format_number(row.worst_class_accuracy)} | {format_number(row.ece)} "
+            f"| {row.architectures} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _title(spec: SequenceSpec, budget: str, what: str) -> str:
+    return f"# {spec.name} ({spec.dataset}), budget {budget}: {what}\n\n"

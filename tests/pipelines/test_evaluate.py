@@ -1,0 +1,74 @@
+"""``evaluate`` on a tiny digits sequence: tables written, bad input refused in one line."""
+
+import json
+import logging
+
+import pandas as pd
+import pytest
+
+from seq2final.datasets import ResultStore
+from seq2final.errors import Seq2FinalError
+from seq2final.pipelines.evaluate.nodes import gather_results
+from seq2final.sequences import resolve_spec
+
+TINY = {
+    "sequence": "source100:rotation60:corruption100:label_flip60",
+    "build_sequences": {"test_size": 50, "oracle_size": 120},
+    "budget": "smoke",
+    "mlflow": {"enabled": False},
+}
+RESULTS = "data/07_model_output/results"
+
+
+def _train(run_kedro, arch, method):
+    run_kedro(["build_sequences", "pretrain_historical", "adapt_final"], **TINY, arch=arch,
+              method=method)  # fmt: skip
+
+
+def test_evaluate_writes_the_tables_of_every_arch_and_method(project, run_kedro, caplog):
+    for arch in ("convnet_1", "resnet_1"):
+        _train(run_kedro, arch, "baseline")
+    _train(run_kedro, "convnet_1", "oracle")
+    (project / RESULTS / "broken.json").write_text("{not json")
+    run_kedro(["evaluate"], **TINY)
+    # The corrupt record is named and skipped, never counted.
+    store = ResultStore(project / RESULTS, project / "data/06_models/final", project / "x")
+    spec = resolve_spec(TINY["sequence"], None, None, None, 50, 120)
+    logger = logging.getLogger("seq2final")  # Kedro's logging set-up detached caplog from root
+    logger.addHandler(caplog.handler)
+    try:
+        assert len(gather_results(spec, store)) == 3
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert "skipping result record broken" in caplog.text
+
+    folder = "source100-rotation60-corruption100-label_flip60-digits"
+    csv = pd.read_csv(project / f"data/08_reporting/result_tables/{folder}/smoke-per_arch.csv")
+    paths = [p for p in (project / RESULTS).glob("*.json") if p.name != "broken.json"]
+    records = [json.loads(p.read_text()) for p in paths]
+    by_cell = {(r["arch"], r["method"]): r["test_accuracy"] for r in records}
+    cell_rows = csv[~csv["arch"].isin(["Mean", "Std"])]
+    assert {(a, m): v for a, m, v in zip(cell_rows.arch, cell_rows.method, cell_rows["mean"],
+                                        strict=True)} == pytest.approx(by_cell)  # fmt: skip
+    markdown = project / f"data/08_reporting/result_table_reports/{folder}/smoke-per_arch.md"
+    text = markdown.read_text()
+    assert "| resnet_1 |" in text and "–" in text  # resnet_1 has no oracle: a missing cell
+    latex = project / f"data/08_reporting/result_table_latex/{folder}/smoke-per_arch.tex"
+    assert r"\begin{tabular}" in latex.read_text()
+    summary = pd.read_csv(project / f"data/08_reporting/result_tables/{folder}/smoke-summary.csv")
+    assert list(summary["method"]) == ["baseline", "oracle"]
+    assert summary.set_index("method").at["baseline", "architectures"] == 2
+
+
+def test_evaluate_without_results_names_the_command(project, run_kedro):
+    with pytest.raises(
+        Seq2FinalError, match="no results for sequence .* make them with: kedro run"
+    ):
+        run_kedro(["evaluate"], **TINY)
+
+
+def test_records_of_another_specification_under_the_same_name_are_refused(project, run_kedro):
+    _train(run_kedro, "convnet_1", "baseline")
+    other = {**TINY, "build_sequences": {"test_size": 40, "oracle_size": 120}}
+    with pytest.raises(Seq2FinalError, match="different specifications"):
+        run_kedro(["evaluate"], **other)
