@@ -5,8 +5,6 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pytest
-from kedro.framework.session import KedroSession
-from kedro.framework.startup import bootstrap_project
 from mlflow import MlflowClient
 
 from seq2final.datasets import ResultStore, SequenceStore
@@ -30,13 +28,8 @@ SUMMARY = {
 TAGS = {"sequence", "arch", "method", "family", "seed", "budget", "device", "code_version"}
 
 
-def _run(project, pipelines=PIPELINES, **params):
-    while mlflow.active_run():
-        mlflow.end_run()
-    bootstrap_project(project)
-    runtime = {**TINY, **params}
-    with KedroSession.create(project_path=project, env="test", runtime_params=runtime) as session:
-        return session.run(pipeline_names=pipelines)
+def _run(run_kedro, pipelines=PIPELINES, **params):
+    return run_kedro(pipelines, **{**TINY, **params})
 
 
 def _client(project) -> MlflowClient:
@@ -59,8 +52,10 @@ def _results(project) -> ResultStore:
     )
 
 
-def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_model(project):
-    _run(project, method="lp_ft")
+def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_model(
+    project, run_kedro
+):
+    _run(run_kedro, method="lp_ft")
     client = _client(project)
     (run,) = _job_runs(client)
     record = _results(project)[run.data.tags["job_key"]]
@@ -125,28 +120,30 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
     assert "torch==" in Path(requirements).read_text()
 
 
-def test_rerunning_a_finished_job_adds_no_run_and_untracked_jobs_are_logged_later(project):
-    _run(project, method="baseline", mlflow={"enabled": False})
+def test_rerunning_a_finished_job_adds_no_run_and_untracked_jobs_are_logged_later(
+    project, run_kedro
+):
+    _run(run_kedro, method="baseline", mlflow={"enabled": False})
     assert not (project / "mlflow.db").exists()  # off means off, kedro-mlflow's run included
-    _run(project, ["adapt_final"], method="baseline")  # reused job, logged from the store
-    _run(project, ["adapt_final"], method="baseline")
+    _run(run_kedro, ["adapt_final"], method="baseline")  # reused job, logged from the store
+    _run(run_kedro, ["adapt_final"], method="baseline")
     client = _client(project)
     (run,) = _job_runs(client)
     assert run.info.status == "FINISHED" and run.data.metrics.keys() >= SUMMARY
     assert len(client.search_registered_models()) == 1
-    _run(project, ["adapt_final"], method="baseline", force=True)  # recomputed: a new run
+    _run(run_kedro, ["adapt_final"], method="baseline", force=True)  # recomputed: a new run
     runs = _job_runs(client, "FINISHED")
     assert len(runs) == 2
     assert client.get_run(run.info.run_id).data.tags["superseded_by"] != run.info.run_id
 
 
-def test_a_job_that_raises_leaves_a_failed_run(project, monkeypatch):
+def test_a_job_that_raises_leaves_a_failed_run(project, run_kedro, monkeypatch):
     def broken(self):
         raise RuntimeError("diverged")
 
     monkeypatch.setattr(JobRecipe, "run", broken)
     with pytest.raises(Exception, match="diverged"):
-        _run(project, method="baseline")
+        _run(run_kedro, method="baseline")
     (run,) = _job_runs(_client(project))
     assert run.info.status == "FAILED" and "diverged" in run.data.tags["error"]
     assert "test_accuracy" not in run.data.metrics
@@ -162,11 +159,13 @@ def test_a_job_that_raises_leaves_a_failed_run(project, monkeypatch):
         ({"mlflow": {"experiment": "x/{arch_name}"}}, None, "mlflow.experiment"),
     ],
 )
-def test_bad_tracking_settings_stop_before_any_work(project, point_mlflow_at, params, uri, message):
+def test_bad_tracking_settings_stop_before_any_work(
+    project, run_kedro, point_mlflow_at, params, uri, message
+):
     if uri:
         point_mlflow_at(project, uri)
     with pytest.raises(Seq2FinalError, match=message) as error:
-        _run(project, method="baseline", **params)
+        _run(run_kedro, method="baseline", **params)
     assert "\n" not in str(error.value)
     assert not any(p.is_file() for p in (project / "data").rglob("*"))
 
