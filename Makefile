@@ -9,7 +9,7 @@ export KEDRO_DISABLE_TELEMETRY := 1
 export MLFLOW_ENABLE_TELEMETRY := false
 export DO_NOT_TRACK := 1
 
-.PHONY: run test lint viz mlflow clean-data
+.PHONY: run test lint viz docs mlflow clean-data
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ run: $(STAMP)
 	$(BIN)/kedro run
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 tests
+	$(BIN)/python -m pytest -n 2 --dist loadgroup tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
@@ -29,6 +29,9 @@ lint: $(STAMP)
 
 viz: $(STAMP)
 	$(BIN)/kedro viz build
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The MLflow UI on the project's database: one worker and no job runner (~0.5 GB instead of ~2.6).
 mlflow: $(STAMP)

@@ -79,23 +79,64 @@ def set_tracking_uri(project: Path, uri: str) -> None:
     )
 
 
+def copy_project(target: Path) -> Path:
+    """A copy of the project's configuration in ``target``, with its own MLflow database.
+
+    Pipelines run there write their data, and MLflow its database and artifacts, under ``target``.
+    """
+    shutil.copytree(PROJECT / "conf", target / "conf", ignore=shutil.ignore_patterns("local"))
+    (target / "conf" / "local").mkdir()
+    shutil.copy(PROJECT / "pyproject.toml", target / "pyproject.toml")
+    (target / "data").mkdir()
+    (target / "src").mkdir()  # the package itself is imported from the installed project
+    set_tracking_uri(target, f"sqlite:///{target / 'mlflow.db'}")
+    return target
+
+
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A copy of the project's configuration in a temporary folder, made the working directory.
-
-    Pipelines then write their data, and MLflow its database and artifacts, under ``tmp_path`` only.
-    """
-    shutil.copytree(PROJECT / "conf", tmp_path / "conf", ignore=shutil.ignore_patterns("local"))
-    (tmp_path / "conf" / "local").mkdir()
-    shutil.copy(PROJECT / "pyproject.toml", tmp_path / "pyproject.toml")
-    (tmp_path / "data").mkdir()
-    (tmp_path / "src").mkdir()  # the package itself is imported from the installed project
+    """:func:`copy_project` in a temporary folder, made the working directory."""
+    copy_project(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KEDRO_DISABLE_TELEMETRY", "1")
-    set_tracking_uri(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}")
     end_mlflow_runs()
     yield tmp_path
     end_mlflow_runs()  # kedro-mlflow keeps a process-wide active run between sessions
+
+
+# All 18 methods on a tiny sequence with tracking on, then evaluate and visualize: the project the
+# visualize and notebook tests read. Training it is the slow part, so it is made once per worker,
+# and the tests that read it share the xdist group "tiny_results" (one worker).
+TINY_RESULTS_PIPELINES = [
+    "build_sequences",
+    "pretrain_historical",
+    "adapt_final",
+    "evaluate",
+    "visualize",
+]
+TINY_RESULTS = {
+    "sequence": "source100:rotation60:corruption100:label_flip60",
+    "build_sequences": {"test_size": 50, "oracle_size": 120},
+    "budget": "smoke",
+    "arch": "convnet_1",
+    "visualize": {"interpolation_points": 3, "svcca_images": 20},
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_results_params() -> dict:
+    return TINY_RESULTS
+
+
+@pytest.fixture(scope="session")
+def tiny_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = copy_project(tmp_path_factory.mktemp("tiny_results"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        patch.setenv("KEDRO_DISABLE_TELEMETRY", "1")
+        run_session(folder, TINY_RESULTS_PIPELINES, TINY_RESULTS)
+        end_mlflow_runs()
+    return folder
 
 
 @pytest.fixture

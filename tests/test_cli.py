@@ -1,8 +1,14 @@
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 from kedro.framework.startup import bootstrap_project
 
-from seq2final.cli import _user_error, cli, parse_params
+from seq2final.cli import _FailureReport, _user_error, cli, parse_params
 from seq2final.errors import Seq2FinalError
 
 
@@ -15,6 +21,11 @@ def test_parse_params_accepts_both_syntaxes_and_keeps_later_separators():
     }
     assert parse_params("quantify_shift.workers:1") == {"quantify_shift": {"workers": 1}}
     assert parse_params("") == {}
+    # Values stay the text typed unless they are a number, a boolean, null or a written list.
+    assert parse_params("sequence=rotation:::,lr:1e-3,force:true,name:on,budget:null") == {
+        "sequence": "rotation:::", "lr": 0.001, "force": True, "name": "on", "budget": None,
+    }  # fmt: skip
+    assert parse_params("evaluate.pairs=[[sft, ft]]") == {"evaluate": {"pairs": [["sft", "ft"]]}}
     with pytest.raises(Seq2FinalError, match="no key"):
         parse_params(":x")
 
@@ -58,3 +69,39 @@ def test_user_errors_wrapped_by_kedro_are_still_reported_in_one_line():
     except DatasetError as outer:
         assert str(_user_error(outer)) == "stored sequence step x is corrupt"
     assert _user_error(RuntimeError("bug")) is None
+
+
+def test_a_user_error_inside_a_node_ends_the_run_with_one_line(project):
+    """No node-failure block, resume hint or "run closed" lines: just our Error line."""
+    environment = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1", "COLUMNS": "200"}
+    kedro = Path(sys.executable).with_name("kedro")
+    result = subprocess.run(
+        [str(kedro), "run", "--env", "test", "--pipeline", "evaluate", "--params", "sequence=digits_rcl"],
+        cwd=project, env=environment, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 1
+    errors = [line for line in output.splitlines() if "Error" in line or "error" in line]
+    assert errors == [
+        "Error: no results for sequence 'digits_rcl' (digits); make them with: "
+        "kedro run --params sequence:digits_rcl,dataset:digits"
+    ]
+    assert "have not run" not in output and "WARNING" not in output
+
+
+def test_failure_logs_are_shown_when_the_failure_is_a_bug():
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        report = _FailureReport()
+        with report.attached():
+            logging.getLogger("kedro.pipeline.node").error("Node x failed with error: boom")
+            logging.getLogger("kedro.other").error("unrelated")
+            assert seen == ["unrelated"]  # held back while the cause is unknown
+            report.release()
+        assert seen == ["unrelated", "Node x failed with error: boom"]
+    finally:
+        root.removeHandler(handler)

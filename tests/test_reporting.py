@@ -12,6 +12,7 @@ from seq2final.reporting import (
     format_number,
     from_csv_frame,
     mean_row_styles,
+    paired_comparison,
     per_arch_styles,
     render,
     table2_styles,
@@ -121,3 +122,27 @@ def test_numbers_print_as_in_the_paper():
     assert format_number(0.5412) == ".54"
     assert format_number(float("nan")) == "–"
     assert format_number(0.6, 0.013) == ".60 ± .01"
+
+
+def test_paired_comparison_pairs_on_arch_and_seed_and_bootstraps_the_mean():
+    records = _records({"a": {"ft": 0.60, "baseline": 0.50}, "b": {"ft": 0.70, "baseline": 0.65}})
+    records += _records({"a": {"ft": 0.58, "baseline": 0.50}, "c": {"ft": 0.9}}, seed=2)
+    result = paired_comparison(records, "ft", "baseline", resamples=2000)
+    assert result["pairs"] == 3  # (c, 2) has no baseline: left out, not averaged in
+    assert result["mean_difference"] == pytest.approx((0.10 + 0.05 + 0.08) / 3)
+    low, high = result["ci_low"], result["ci_high"]
+    assert 0.05 - 1e-9 <= low < result["mean_difference"] < high <= 0.10 + 1e-9  # within the data
+    single = paired_comparison(_records({"a": {"ft": 0.6, "baseline": 0.5}}), "ft", "baseline")
+    assert single["pairs"] == 1 and np.isnan(single["ci_low"]) and np.isnan(single["ci_high"])
+    absent = paired_comparison(records, "sft", "baseline")
+    assert absent["pairs"] == 0 and np.isnan(absent["mean_difference"])
+
+
+def test_a_job_answers_to_all_its_names_in_comparisons():
+    records = [
+        {"arch": "convnet_4", "method": "st_b", "aliases": ["st_1"], "seed": s,
+         "test_accuracy": 0.6 + s / 100}
+        for s in (1, 2)
+    ] + _records({"convnet_4": {"baseline": 0.5}}, 1) + _records({"convnet_4": {"baseline": 0.5}}, 2)  # fmt: skip
+    for name in ("st_1", "st_b"):
+        assert paired_comparison(records, name, "baseline")["pairs"] == 2

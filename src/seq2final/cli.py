@@ -8,16 +8,21 @@ end the command with one line instead of a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import logging
+import re
+from collections.abc import Iterator
 from typing import Any
 
 import click
+import yaml
 from kedro.framework.cli.project import run as kedro_run
-from omegaconf import OmegaConf
 
 from seq2final.errors import Seq2FinalError
 
 _SEPARATORS = (":", "=")
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")  # 1e-3, which YAML 1.1 leaves a string
 
 
 def parse_params(text: str) -> dict[str, Any]:
@@ -37,8 +42,36 @@ def parse_params(text: str) -> dict[str, Any]:
             pairs[-1][1] += "," + piece
             continue
         pairs.append([piece[:cut].strip(), piece[cut + 1 :]])
-    dotlist = [f"{key}={value.strip()}" for key, value in pairs]
-    return OmegaConf.to_container(OmegaConf.from_dotlist(dotlist)) if dotlist else {}
+    params: dict[str, Any] = {}
+    for key, value in pairs:
+        *parents, leaf = key.split(".")
+        target = params
+        for part in parents:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise Seq2FinalError(f"--params key '{key}' sets inside '{part}', which is a value")
+        target[leaf] = typed_value(value.strip())
+    return params
+
+
+def typed_value(text: str) -> Any:
+    """A number, boolean or null when the text is one; a list or mapping only when written as
+    one (``[a, b]``, ``{k: v}``); otherwise the string exactly as typed.
+
+    YAML alone would turn ``rotation:::`` into a mapping and ``1e-3`` into a string; a sequence
+    spec or a path must reach the validator as the text the user typed.
+    """
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, bool | int | float) or value is None:
+        return value if text.lower() not in ("yes", "no", "on", "off", "y", "n") else text
+    if isinstance(value, list | dict) and text[:1] in "[{":
+        return value
+    if isinstance(value, str) and _FLOAT.fullmatch(text):
+        return float(text)
+    return text
 
 
 def _params_callback(ctx: click.Context, param: click.Parameter, value: Any) -> dict[str, Any]:
@@ -59,6 +92,55 @@ def _user_error(error: BaseException | None) -> Seq2FinalError | None:
     return None
 
 
+class _FailureReport(logging.Filter):
+    """Holds back what Kedro and kedro-mlflow log when a node fails, until the cause is known.
+
+    For a user error (a :class:`Seq2FinalError`) the node-failure block, the resume hint and the
+    "run closed" lines only repeat, at length, the one ``Error:`` line we print; they are dropped.
+    For anything else they are logged as usual, just before the traceback.
+    """
+
+    _HELD = (
+        ("kedro.pipeline.node", "failed with error"),
+        ("kedro.runner", "nodes that have not run"),
+        ("kedro_mlflow", "closed because of an error"),
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+        self._handlers: list[logging.Handler] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for logger, text in self._HELD:
+            if record.name.startswith(logger) and text in record.getMessage():
+                if record not in self.records:
+                    self.records.append(record)
+                return False
+        return True
+
+    @contextlib.contextmanager
+    def attached(self) -> Iterator[None]:
+        self._handlers = list(logging.getLogger().handlers)
+        for handler in self._handlers:
+            handler.addFilter(self)
+        try:
+            yield
+        finally:
+            for handler in self._handlers:
+                handler.removeFilter(self)
+
+    def release(self) -> None:
+        """Log the held records as they would have been (used when the failure is a bug)."""
+        for handler in self._handlers:
+            handler.removeFilter(self)
+        for record in self.records:
+            for handler in self._handlers:
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+        self.records.clear()
+
+
 def _build_run_command() -> click.Command:
     """Kedro's ``run`` with our ``--params`` parser and ``--pipeline`` as a quiet alias."""
     command = copy.copy(kedro_run)
@@ -73,13 +155,18 @@ def _build_run_command() -> click.Command:
         pipeline = kwargs.pop("pipeline")
         if pipeline:
             kwargs["pipelines"] = [*kwargs["pipelines"], *pipeline.split(",")]
-        try:
-            return kedro_run.callback(pipeline=None, **kwargs)
-        except Exception as error:
-            cause = _user_error(error)
-            if cause is None:
-                raise
-            raise click.ClickException(str(cause)) from None
+        held = _FailureReport()
+        with held.attached():
+            try:
+                return kedro_run.callback(pipeline=None, **kwargs)
+            except Exception as error:
+                cause = _user_error(error)
+                if cause is None:
+                    raise
+                held.records.clear()
+                raise click.ClickException(str(cause)) from None
+            finally:
+                held.release()
 
     command.callback = callback
     return command

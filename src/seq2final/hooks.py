@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlflow
 from kedro.framework.context import KedroContext
@@ -15,7 +15,10 @@ from mlflow import MlflowClient
 
 from seq2final.errors import Seq2FinalError
 from seq2final.params import RunParameters, validate_parameters
-from seq2final.tracking_setup import JobNames, check_registry_names, fail_fast
+from seq2final.tracking_setup import JobNames, check_registry_names, fail_fast, sequence_names
+
+if TYPE_CHECKING:  # the tracker imports torch; settings load on every kedro command
+    from seq2final.tracking import SequenceSummary
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +29,41 @@ class ValidateParametersHook:
     @hook_impl(tryfirst=True)
     def after_context_created(self, context: KedroContext) -> None:
         validate_parameters(context.params)
+
+
+class ReportLocationsHook:
+    """Ends a run that wrote tables or figures with where they are, so a first run leads on."""
+
+    _run: RunParameters | None = None
+
+    @hook_impl
+    def after_context_created(self, context: KedroContext) -> None:
+        self._run = validate_parameters(context.params)
+
+    @hook_impl
+    def after_pipeline_run(
+        self, run_params: dict[str, Any], pipeline: Pipeline, catalog: CatalogProtocol
+    ) -> None:
+        from seq2final.reporting import report_folder
+        from seq2final.sequences import resolve_spec
+
+        outputs = pipeline.all_outputs()
+        if self._run is None or not outputs & {"result_table_reports", "heatmap_figures"}:
+            return
+        run = self._run
+        spec = resolve_spec(run.sequence, run.dataset, run.data_path, run.seed)
+        folder = report_folder(spec.name, spec.dataset)
+        if "result_table_reports" in outputs:
+            log.info("Tables (Markdown; CSV and LaTeX beside): data/08_reporting/"
+                     "result_table_reports/%s/", folder)  # fmt: skip
+        figures = sorted(o.removesuffix("_figures") for o in outputs if o.endswith("_figures"))
+        if figures:
+            log.info("Figures (PNG and PDF): data/08_reporting/{%s}_figures/%s/",
+                     ",".join(figures), folder)  # fmt: skip
+        if run.mlflow.enabled:
+            names = sequence_names(run.mlflow, spec.name, spec.dataset, spec.seed)
+            log.info("MLflow: `make mlflow`, experiment '%s', run 'summary · %s · %s'",
+                     names.experiment, spec.name, spec.dataset)  # fmt: skip
 
 
 class TrackingHook(MlflowHook):
@@ -39,11 +77,14 @@ class TrackingHook(MlflowHook):
     """
 
     enabled = False  # until after_context_created has read the parameter
+    _run: RunParameters | None = None
+    _summary: SequenceSummary | None = None
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
         run = validate_parameters(context.params)
         self.enabled = run.mlflow.enabled
+        self._run, self._summary = run, None  # one hook object serves every session of a process
         if not self.enabled:
             log.info("MLflow tracking is off (mlflow.enabled: false)")
             return
@@ -59,7 +100,9 @@ class TrackingHook(MlflowHook):
                 ) from None
             names = _job_names(run)
             if run.mlflow.log_models:
-                check_registry_names(client, [n.registered_model for n in names])
+                check_registry_names(
+                    client, [m for n in names for m in (n.registered_model, n.best_model)]
+                )
 
     @hook_impl
     def after_catalog_created(  # noqa: PLR0913 (kedro-mlflow's hook signature)
@@ -98,6 +141,50 @@ class TrackingHook(MlflowHook):
             super().after_pipeline_run(run_params, pipeline, catalog)
 
     @hook_impl
+    def after_dataset_saved(self, dataset_name: str, data: Any, node: Node) -> None:
+        """Mirror the reporting datasets into the sequence's summary run (see SequenceSummary).
+
+        Tables and figures are logged from the objects the nodes returned, as they are saved, so
+        the nodes stay free of MLflow and the files on disk and in MLflow are the same.
+        """
+        if (
+            not self.enabled
+            or dataset_name not in _SUMMARY_DATASETS
+            and not (dataset_name.endswith("_figures"))
+        ):
+            return
+        summary = self._sequence_summary()
+        if dataset_name == "best_models":
+            for frame in data.values():
+                summary.mark_best(frame)
+        elif dataset_name.endswith("_figures") and isinstance(data, dict):
+            # Only the sequence's reporting figures (keyed by its folder), not per-build ones.
+            mine = {k: f for k, f in data.items() if k.startswith(f"{summary.folder}/")}
+            summary.log_figures(f"figures/{dataset_name}", mine)
+        else:
+            folder, suffix = _SUMMARY_DATASETS[dataset_name]
+            summary.log_text(
+                folder,
+                {
+                    f"{key}{suffix}": value.to_csv(index=False) if suffix == ".csv" else value
+                    for key, value in data.items()
+                },
+            )
+
+    def _sequence_summary(self) -> SequenceSummary:
+        from seq2final.sequences import resolve_spec
+        from seq2final.tracking import SequenceSummary
+
+        if self._summary is None:
+            assert self._run is not None
+            run = self._run
+            spec = resolve_spec(run.sequence, run.dataset, run.data_path, run.seed)
+            self._summary = SequenceSummary(
+                MlflowClient(), run.mlflow, spec.name, spec.dataset, spec.seed
+            )
+        return self._summary
+
+    @hook_impl
     def on_pipeline_error(
         self,
         error: Exception,
@@ -107,6 +194,15 @@ class TrackingHook(MlflowHook):
     ) -> None:
         if self.enabled:
             super().on_pipeline_error(error, run_params, pipeline, catalog)
+
+
+# Reporting datasets logged to the summary run: artifact folder and file suffix.
+_SUMMARY_DATASETS = {
+    "result_tables": ("tables", ".csv"),
+    "result_table_reports": ("tables", ".md"),
+    "result_table_latex": ("tables", ".tex"),
+    "best_models": ("", ""),
+}
 
 
 def _configured_uri(context: KedroContext) -> str:

@@ -70,7 +70,41 @@ class MlflowOptions(_Strict):
     enabled: bool = True
     experiment: str = "seq2final/{sequence}"
     registered_model: str = "{sequence}.{arch}.{method}"
+    best_model: str = "{sequence}.{arch}"
     log_models: bool = True
+
+
+class EvaluateOptions(_Strict):
+    """``evaluate`` block: which methods the paired bootstrap compares, and how."""
+
+    reference: str = "baseline"
+    pairs: list[tuple[str, str]] = Field(default_factory=list)
+    resamples: int = Field(default=10_000, ge=100)
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+
+    @field_validator("reference")
+    @classmethod
+    def _reference(cls, value: str) -> str:
+        from seq2final.methods import METHODS
+
+        return _check_name(METHODS, value) or value
+
+    @field_validator("pairs")
+    @classmethod
+    def _pairs(cls, value: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        from seq2final.methods import METHODS
+
+        for pair in value:
+            for name in pair:
+                _check_name(METHODS, name)
+        return value
+
+
+class VisualizeOptions(_Strict):
+    """``visualize`` block: how finely paths are sampled and how many test images SVCCA uses."""
+
+    interpolation_points: int = Field(default=101, ge=2)
+    svcca_images: int = Field(default=500, ge=10)
 
 
 class PretrainOptions(_Strict):
@@ -98,6 +132,8 @@ class RunParameters(_Strict):
     budgets: dict[str, dict[str, Any]] = Field(default_factory=dict)
     tuning: TuningOptions = TuningOptions()
     mlflow: MlflowOptions = MlflowOptions()
+    evaluate: EvaluateOptions = EvaluateOptions()
+    visualize: VisualizeOptions = VisualizeOptions()
     pretrain_historical: PretrainOptions | None = None
     historical_modes: dict[str, dict[str, Any]] = Field(default_factory=dict)
     final_modes: dict[str, dict[str, Any]] = Field(default_factory=dict)

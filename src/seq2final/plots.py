@@ -6,6 +6,8 @@ them, so where figures go is the catalog's business.
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -108,5 +110,118 @@ def learning_curves(curves: pd.DataFrame, title: str) -> Figure:
     accuracy_axis.set(xlabel="epoch", ylabel="accuracy", title="accuracy", ylim=(0, 1))
     accuracy_axis.legend(fontsize="small", ncol=1 + len(stages) // 4)
     figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+def _method_colour(method: str) -> str:
+    """One colour per method, stable across figures (the paper's column order)."""
+    from seq2final.reporting import PAPER_COLUMNS
+
+    index = PAPER_COLUMNS.index(method) if method in PAPER_COLUMNS else len(PAPER_COLUMNS)
+    return plt.get_cmap("tab20")(index % 20)
+
+
+def _wrapped(text: str, width: int = 70) -> str:
+    """Sequence names can be long (``source100:rotation60:...``): titles wrap instead of clipping."""
+    return textwrap.fill(text, width)
+
+
+def _panels(count: int, width: float = 3.6, height: float = 3.0) -> tuple[Figure, np.ndarray]:
+    columns = min(count, 3)
+    rows = -(-count // columns)
+    figure, axes = plt.subplots(
+        rows, columns, figsize=(max(width * columns, 5.5), height * rows + 0.5), squeeze=False
+    )
+    for axis in axes.flat[count:]:
+        axis.set_visible(False)
+    return figure, axes.flat
+
+
+def interpolation_panels(paths: dict[str, dict[str, pd.DataFrame]], title: str) -> Figure:
+    """Paper Fig. 1: test accuracy along each method's path, one panel per architecture."""
+    figure, axes = _panels(len(paths))
+    for axis, (arch, methods) in zip(axes, paths.items(), strict=False):
+        for method, path in methods.items():
+            axis.plot(path["s"], path["test_accuracy"], color=_method_colour(method), label=method)
+        axis.set(title=arch, xlabel="s (start → final model)", ylabel="test accuracy", xlim=(0, 1))
+        axis.legend(fontsize=6, ncol=2)
+    figure.suptitle(_wrapped(title), fontsize=9)
+    figure.tight_layout()
+    return figure
+
+
+def _trajectories(axis: plt.Axes, frame: pd.DataFrame, x: str, y: str) -> None:
+    for label, rows in frame.groupby("label", sort=False):
+        rows = rows.sort_values("point")
+        colour = _method_colour(str(label).split(" ")[0])
+        axis.plot(rows[x], rows[y], "-", color=colour, alpha=0.6, linewidth=1)
+        axis.plot(rows[x].iloc[-1], rows[y].iloc[-1], "o", color=colour, label=str(label))
+
+
+def shown_layers(layers: list[str]) -> list[str]:
+    """The paper's panels: the input conv, the second block, the head, and the whole model."""
+    wanted = ["conv1", "layer2" if "layer2" in layers else "layer1", "fc", "model"]
+    return [layer for layer in dict.fromkeys(wanted) if layer in layers]
+
+
+def projection_panels(frame: pd.DataFrame, title: str) -> Figure:
+    """Paper Fig. 16: each model's weights in the oracle-centred plane, per layer and overall."""
+    layers = shown_layers(list(dict.fromkeys(frame["layer"])))
+    figure, axes = _panels(len(layers))
+    for axis, layer in zip(axes, layers, strict=False):
+        _trajectories(axis, frame[frame["layer"] == layer], "x", "y")
+        axis.plot(0, 0, "kx", markersize=9, label="oracle")
+        axis.set(title=layer, xlabel="toward ERM on history", ylabel="toward final-step-only")
+    axes[0].legend(fontsize=6, ncol=2)
+    figure.suptitle(_wrapped(title), fontsize=9)
+    figure.tight_layout()
+    return figure
+
+
+def svcca_panels(frame: pd.DataFrame, title: str) -> Figure:
+    """Paper Fig. 17: SVCCA with the oracle keeping 50 % (x) and 90 % (y) of the variance."""
+    layers = shown_layers(list(dict.fromkeys(frame["layer"])))
+    figure, axes = _panels(len(layers))
+    for axis, layer in zip(axes, layers, strict=False):
+        _trajectories(axis, frame[frame["layer"] == layer], "svcca_50", "svcca_90")
+        axis.plot(1, 1, "kx", markersize=9, label="oracle")
+        axis.set(title=layer, xlabel="SVCCA, 50 % variance", ylabel="SVCCA, 90 % variance")
+    axes[0].legend(fontsize=6, ncol=2)
+    figure.suptitle(_wrapped(title), fontsize=9)
+    figure.tight_layout()
+    return figure
+
+
+def adjacency_sweep(trials: pd.DataFrame, references: dict[str, float], title: str) -> Figure:
+    """Paper Fig. 9: the joint model's final-step validation accuracy against λ_adj."""
+    figure, axis = plt.subplots(figsize=(4.8, 3.4))
+    for state, rows in trials.groupby("state"):
+        axis.plot(rows["adjacency"], rows["valid_accuracy"], "o", label=f"JM trial ({state})")
+    for index, (label, value) in enumerate(references.items()):
+        axis.axhline(value, color=f"C{index + 2}", linestyle="--", linewidth=1, label=label)
+    axis.set_xscale("log")
+    axis.set(xlabel="λ_adj (adjacent-step L2)", ylabel="final-step validation accuracy")
+    axis.legend(fontsize=7)
+    axis.set_title(_wrapped(title, 55), fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def result_heatmap(means: pd.DataFrame, title: str) -> Figure:
+    """Test accuracy, methods (rows, the paper's order) × architectures; empty where missing."""
+    table = means.T
+    figure, axis = plt.subplots(
+        figsize=(max(3.5 + 0.9 * len(table.columns), 5.0), 1.2 + 0.32 * len(table.index))
+    )
+    image = axis.imshow(table.to_numpy(dtype=float), cmap="viridis", aspect="auto")
+    for (row, column), value in np.ndenumerate(table.to_numpy(dtype=float)):
+        if not np.isnan(value):
+            axis.text(column, row, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                      color="white" if value < np.nanmean(table.to_numpy(dtype=float)) else "black")  # fmt: skip
+    axis.set_xticks(range(len(table.columns)), list(table.columns), rotation=30, fontsize=7)
+    axis.set_yticks(range(len(table.index)), list(table.index), fontsize=7)
+    figure.colorbar(image, ax=axis, label="test accuracy")
+    axis.set_title(_wrapped(title, 55), fontsize=8)
     figure.tight_layout()
     return figure

@@ -46,12 +46,10 @@ def cells(records: Iterable[Mapping[str, Any]], metric: str = "test_accuracy") -
     """
     rows = []
     for record in records:
-        names = [record["method"], *record.get("aliases", [])]
-        shown = [n for n in PAPER_COLUMNS if n in names] or [record["method"]]
         rows.append(
             {
                 "arch": record["arch"],
-                "method": shown[0],
+                "method": shown_name(record),
                 "seed": record["seed"],
                 "value": float(record[metric]),
             }  # fmt: skip
@@ -61,6 +59,18 @@ def cells(records: Iterable[Mapping[str, Any]], metric: str = "test_accuracy") -
     return pd.DataFrame(
         {"mean": grouped.mean(), "std": grouped.std(ddof=1), "seeds": grouped.count()}
     ).reset_index()
+
+
+def report_folder(sequence: str, dataset: str) -> str:
+    """The folder a sequence's tables and figures go to, under each reporting dataset."""
+    return f"{sequence}-{dataset}".replace(":", "-").replace("/", "-")
+
+
+def shown_name(record: Mapping[str, Any]) -> str:
+    """The name a job's column has: its first name in the paper's order (``st_1`` for the ConvNet
+    job that also answers to ``st_b``), else its method."""
+    names = [record["method"], *record.get("aliases", [])]
+    return next((n for n in PAPER_COLUMNS if n in names), record["method"])
 
 
 def arch_sort_key(arch: str) -> tuple[int, int, str]:
@@ -273,3 +283,73 @@ def from_csv_frame(frame: pd.DataFrame) -> ResultTable:
         pivot("mean", summary_part, ["Mean", "Std"]).astype(float),
         mean_styles,
     )
+
+
+def paired_differences(
+    records: Iterable[Mapping[str, Any]], method: str, reference: str, metric: str = "test_accuracy"
+) -> pd.Series:
+    """``method − reference`` per (arch, seed) that both have a result for, nothing else.
+
+    Pairing on the architecture and the seed removes what they share (an easy architecture, a
+    lucky split) from the comparison; unpaired results are left out rather than averaged in.
+    """
+    table = cells_by_seed(records, metric)
+    wide = table.pivot_table(index=["arch", "seed"], columns="method", values="value")
+    if method not in wide or reference not in wide:
+        return pd.Series(dtype=float)
+    return (wide[method] - wide[reference]).dropna()
+
+
+def cells_by_seed(records: Iterable[Mapping[str, Any]], metric: str) -> pd.DataFrame:
+    """One row per (arch, method, seed) under every name a job answers to (``st_1`` and ``st_b``
+    on a ConvNet), so a comparison can name either."""
+    rows = []
+    for record in records:
+        for name in dict.fromkeys([record["method"], *record.get("aliases", [])]):
+            rows.append(
+                {"arch": record["arch"], "method": name, "seed": record["seed"],
+                 "value": float(record[metric])}
+            )  # fmt: skip
+    return pd.DataFrame(rows, columns=["arch", "method", "seed", "value"])
+
+
+def paired_comparison(
+    records: Iterable[Mapping[str, Any]],
+    method: str,
+    reference: str,
+    metric: str = "test_accuracy",
+    resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Mean paired difference ``method − reference`` with a percentile bootstrap interval.
+
+    The interval resamples the (arch, seed) pairs; with fewer than two pairs there is nothing to
+    resample and it is left missing (NaN), never made up.
+    """
+    from scipy.stats import bootstrap
+
+    differences = paired_differences(list(records), method, reference, metric)
+    low = high = float("nan")
+    if len(differences) >= 2 and differences.nunique() > 1:
+        interval = bootstrap(
+            (differences.to_numpy(),),
+            np.mean,
+            n_resamples=resamples,
+            confidence_level=confidence,
+            method="percentile",
+            rng=np.random.default_rng(seed),
+        ).confidence_interval
+        low, high = float(interval.low), float(interval.high)
+    elif len(differences) >= 2:  # every pair differs by the same amount
+        low = high = float(differences.iloc[0])
+    return {
+        "method": method,
+        "reference": reference,
+        "metric": metric,
+        "pairs": len(differences),
+        "mean_difference": float(differences.mean()) if len(differences) else float("nan"),
+        "ci_low": low,
+        "ci_high": high,
+        "confidence": confidence,
+    }

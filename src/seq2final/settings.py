@@ -1,10 +1,14 @@
 """Project settings (see Kedro's configuration docs for the defaults left untouched here)."""
 
-from kedro.config import OmegaConfigLoader
+from seq2final.third_party_warnings import silence_known_warnings
 
-from seq2final.hooks import TrackingHook, ValidateParametersHook
+silence_known_warnings()  # before the imports below, which set some of them off
 
-HOOKS = (ValidateParametersHook(), TrackingHook())
+from kedro.config import OmegaConfigLoader  # noqa: E402
+
+from seq2final.hooks import ReportLocationsHook, TrackingHook, ValidateParametersHook  # noqa: E402
+
+HOOKS = (ValidateParametersHook(), TrackingHook(), ReportLocationsHook())
 # kedro-mlflow's own hook is replaced by TrackingHook, its subclass that a parameter switches off.
 DISABLE_HOOKS_FOR_PLUGINS = (
     "kedro_mlflow",

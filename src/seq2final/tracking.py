@@ -41,7 +41,7 @@ from mlflow.types import Schema, TensorSpec
 from seq2final import __version__
 from seq2final.plots import learning_curves
 from seq2final.serving import ImageClassifier
-from seq2final.tracking_setup import JobNames, environment
+from seq2final.tracking_setup import JobNames, environment, sequence_names
 
 if TYPE_CHECKING:
     from seq2final.datasets import ResultStore
@@ -104,16 +104,7 @@ class JobTracker:
     def _experiment_id(self, job: JobPlan) -> str:
         name = self.names(job).experiment
         if name not in self._experiments:
-            experiment = self.client.get_experiment_by_name(name)
-            if experiment is None:
-                # The kind MLflow 3's own experiment-type selector records for training runs.
-                self._experiments[name] = self.client.create_experiment(
-                    name, tags={"mlflow.experimentKind": "custom_model_development"}
-                )
-            else:
-                if experiment.lifecycle_stage == "deleted":
-                    self.client.restore_experiment(experiment.experiment_id)
-                self._experiments[name] = experiment.experiment_id
+            self._experiments[name] = experiment_id(self.client, name)
         return self._experiments[name]
 
     def _runs(self, job: JobPlan, status: str) -> list[str]:
@@ -364,6 +355,121 @@ class JobTracker:
             params=[Param(k, _param_value(v)) for k, v in (params or {}).items()],
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )
+
+
+def experiment_id(client: MlflowClient, name: str) -> str:
+    """The experiment called ``name``, created (or restored from deletion) when needed."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        # The kind MLflow 3's own experiment-type selector records for training runs.
+        return client.create_experiment(
+            name, tags={"mlflow.experimentKind": "custom_model_development"}
+        )
+    if experiment.lifecycle_stage == "deleted":
+        client.restore_experiment(experiment.experiment_id)
+    return experiment.experiment_id
+
+
+@dataclass
+class SequenceSummary:
+    """The summary run of one sequence: its tables and figures, and the ``best`` model alias.
+
+    One run per (sequence, dataset), tagged ``kind=summary``, in the sequence's experiment; later
+    ``evaluate``/``visualize`` runs update it in place (same artifact paths), so it always shows
+    the latest tables. The best adapted model per (sequence, arch) is registered under the
+    ``best_model`` name and carries the alias ``best``.
+    """
+
+    client: MlflowClient
+    options: MlflowOptions
+    sequence: str
+    dataset: str
+    seed: int
+    _run_id: str | None = None
+
+    def _names(self, arch: str = "all") -> JobNames:
+        return sequence_names(self.options, self.sequence, self.dataset, self.seed, arch)
+
+    @property
+    def run_id(self) -> str:
+        if self._run_id is None:
+            experiment = experiment_id(self.client, self._names().experiment)
+            tags = {"kind": "summary", "sequence": self.sequence, "dataset": self.dataset}
+            found = self.client.search_runs(
+                [experiment],
+                filter_string=" and ".join(f"tags.{k} = '{v}'" for k, v in tags.items()),
+                order_by=["attributes.start_time DESC"],
+                max_results=1,
+            )
+            if found:
+                self._run_id = found[0].info.run_id
+            else:
+                run = self.client.create_run(
+                    experiment, tags=tags, run_name=f"summary · {self.sequence} · {self.dataset}"
+                )
+                self.client.set_terminated(run.info.run_id, "FINISHED")
+                self._run_id = run.info.run_id
+        return self._run_id
+
+    @property
+    def folder(self) -> str:
+        """The folder the sequence's tables and figures are filed under (``report_folder``)."""
+        from seq2final.reporting import report_folder
+
+        return report_folder(self.sequence, self.dataset)
+
+    def log_text(self, folder: str, files: Mapping[str, str]) -> None:
+        for key, text in files.items():
+            self.client.log_text(self.run_id, text, f"{folder}/{key}")
+
+    def log_figures(self, folder: str, figures: Mapping[str, Any]) -> None:
+        for key, figure in figures.items():
+            self.client.log_figure(self.run_id, figure, f"{folder}/{key}")
+
+    def mark_best(self, best: pd.DataFrame) -> None:
+        """Point ``<best_model>@best`` at each architecture's chosen job's registered model.
+
+        A version is added only when the choice changed, so re-running ``evaluate`` is free.
+        """
+        for row in best.itertuples():
+            name = self._names(arch=row.arch).best_model
+            runs = self.client.search_runs(
+                experiment_ids=[experiment_id(self.client, self._names().experiment)],
+                filter_string=(
+                    f"tags.job_key = '{row.job_key}' and tags.kind = 'job' "
+                    "and attributes.status = 'FINISHED'"
+                ),
+                order_by=["attributes.start_time DESC"],
+                max_results=1,
+            )
+            if not runs or "registered_model" not in runs[0].data.tags:
+                log.warning(
+                    "no registered model for job %s (tracked with log_models off?); "
+                    "alias 'best' for %s not set", row.job_key, row.arch,
+                )  # fmt: skip
+                continue
+            try:
+                current = self.client.get_model_version_by_alias(name, "best")
+                if current.tags.get("job_key") == row.job_key:
+                    continue
+            except MlflowException:
+                try:
+                    self.client.create_registered_model(name)
+                except MlflowException as error:
+                    if error.error_code != "RESOURCE_ALREADY_EXISTS":
+                        raise
+            run = runs[0]
+            with _quiet_model_logging():
+                version = self.client.create_model_version(
+                    name,
+                    f"runs:/{run.info.run_id}/model",
+                    run.info.run_id,
+                    tags={"job_key": row.job_key, "method": row.method, "budget": row.budget,
+                          "seed": str(row.seed)},
+                    description=f"best on validation: {row.method} ({row.valid_accuracy:.3f})",
+                )  # fmt: skip
+            self.client.set_registered_model_alias(name, "best", version.version)
+            log.info("%s@best is now %s (valid %.3f)", name, row.method, row.valid_accuracy)
 
 
 def plan_fields(plan: RunPlan, method: str) -> dict[str, Any]:

@@ -47,6 +47,7 @@ class JobNames:
 
     experiment: str
     registered_model: str
+    best_model: str
 
     @classmethod
     def of(cls, templates: Any, **fields: Any) -> JobNames:
@@ -55,7 +56,19 @@ class JobNames:
         return cls(
             render_name(templates.experiment, "experiment", fields),
             render_name(templates.registered_model, "registered_model", fields),
+            render_name(templates.best_model, "best_model", fields),
         )
+
+
+def sequence_names(
+    templates: Any, sequence: str, dataset: str, seed: int, arch: str = "all"
+) -> JobNames:
+    """The names of a sequence's summary run and best models: the job templates, with fields no
+    single job fixes (method, budget; the architecture unless given) rendered as placeholders."""
+    return JobNames.of(
+        templates, sequence=sequence, dataset=dataset, arch=arch, method="summary",
+        budget="all", seed=seed,
+    )  # fmt: skip
 
 
 @contextmanager

@@ -90,12 +90,13 @@ class JointModel(nn.Module):
             raise Seq2FinalError(f"time step {t} out of range; valid: 0..{self.num_steps - 1}")
         last = len(self.layer_names) - 1
         for index, name in enumerate(self.layer_names):
-            x = self._layer_output(name, x, t)
+            x = self.layer_output(name, x, t)
             if index < last and self.dropout > 0:
                 x = F.dropout(x, self.dropout, training=self.training)
         return x
 
-    def _layer_output(self, name: str, x: torch.Tensor, t: int) -> torch.Tensor:
+    def layer_output(self, name: str, x: torch.Tensor, t: int) -> torch.Tensor:
+        """The output of layer ``name`` at time ``t`` for input ``x`` (side modules summed)."""
         modules = self.layers[name]
         index = self.module_path[t][name]
         if not self._summed[name]:

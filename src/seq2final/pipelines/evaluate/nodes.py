@@ -7,14 +7,21 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from seq2final.errors import Seq2FinalError
 from seq2final.reporting import (
+    ORACLE,
+    PAPER_COLUMNS,
     ResultTable,
+    arch_sort_key,
     cells,
     format_number,
+    paired_comparison,
     render,
+    report_folder,
+    shown_name,
     table2_styles,
     to_csv_frame,
 )
@@ -61,9 +68,10 @@ def gather_results(spec: SequenceSpec, results: Mapping[str, dict[str, Any]]) ->
 
 
 def tabulate_results(
-    records: list[dict[str, Any]], spec: SequenceSpec
+    records: list[dict[str, Any]], spec: SequenceSpec, options: Mapping[str, Any]
 ) -> tuple[dict[str, pd.DataFrame], dict[str, str], dict[str, str]]:
-    """Per budget: Tables 8–13 (per architecture) and the Table 2 summary, as CSV, Markdown, LaTeX.
+    """Per budget: Tables 8–13 (per architecture), the Table 2 summary and the paired
+    comparisons, as CSV and Markdown (the tables also as LaTeX).
 
     Budgets are never mixed in one table: a ``quick`` and a ``default`` result are different
     experiments.
@@ -71,7 +79,7 @@ def tabulate_results(
     csv: dict[str, pd.DataFrame] = {}
     markdown: dict[str, str] = {}
     latex: dict[str, str] = {}
-    folder = f"{spec.name}-{spec.dataset}".replace(":", "-").replace("/", "-")
+    folder = report_folder(spec.name, spec.dataset)
     for budget in sorted({r["budget"] for r in records}):
         group = [r for r in records if r["budget"] == budget]
         table = ResultTable.from_cells(cells(group))
@@ -86,7 +94,48 @@ def tabulate_results(
         markdown[f"{folder}/{budget}-summary"] = _title(
             spec, budget, "mean over architectures"
         ) + summary_markdown(summary)
+        comparisons = compare_methods(group, options)
+        csv[f"{folder}/{budget}-comparisons"] = comparisons
+        markdown[f"{folder}/{budget}-comparisons"] = _title(
+            spec, budget, "paired differences over architectures and seeds"
+        ) + comparisons_markdown(comparisons)
     return csv, markdown, latex
+
+
+def compare_methods(records: list[dict[str, Any]], options: Mapping[str, Any]) -> pd.DataFrame:
+    """Every method against ``options['reference']``, then the extra ``pairs``, for test accuracy.
+
+    Pairs without a shared (arch, seed) are listed with 0 pairs and missing numbers, so a
+    comparison asked for is never silently dropped.
+    """
+    present = [m for m in ResultTable.from_cells(cells(records)).means.columns]
+    reference = options["reference"]
+    pairs = [(m, reference) for m in present if m != reference]
+    pairs += [tuple(p) for p in options.get("pairs", []) if tuple(p) not in pairs]
+    rows = [
+        paired_comparison(
+            records, method, ref, resamples=options["resamples"],
+            confidence=options["confidence"],
+        )
+        for method, ref in pairs
+    ]  # fmt: skip
+    columns = ["method", "reference", "metric", "pairs", "mean_difference", "ci_low", "ci_high",
+               "confidence"]  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+def comparisons_markdown(comparisons: pd.DataFrame) -> str:
+    lines = ["| method | reference | pairs | mean difference | interval |", "|---|---|---|---|---|"]
+    for row in comparisons.itertuples():
+        interval = (
+            "–" if np.isnan(row.ci_low)
+            else f"[{row.ci_low:+.3f}, {row.ci_high:+.3f}] ({row.confidence:.0%})"
+        )  # fmt: skip
+        difference = "–" if np.isnan(row.mean_difference) else f"{row.mean_difference:+.3f}"
+        lines.append(
+            f"| {row.method} | {row.reference} | {row.pairs} | {difference} | {interval} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def summarize(records: list[dict[str, Any]]) -> pd.DataFrame:
@@ -125,3 +174,31 @@ def summary_markdown(summary: pd.DataFrame) -> str:
 
 def _title(spec: SequenceSpec, budget: str, what: str) -> str:
     return f"# {spec.name} ({spec.dataset}), budget {budget}: {what}\n\n"
+
+
+def choose_best_models(
+    records: list[dict[str, Any]], spec: SequenceSpec
+) -> dict[str, pd.DataFrame]:
+    """Per architecture, the adapted job with the best final-step *validation* accuracy.
+
+    Any budget and seed of the sequence competes; the oracle does not (it is trained on the large
+    final-step set, not adapted). Ties go to the paper's column order, then the earlier seed.
+    The choice never looks at test accuracy, so reporting it stays honest.
+    """
+    order = {name: index for index, name in enumerate(PAPER_COLUMNS)}
+    rows = []
+    for arch in sorted({r["arch"] for r in records}, key=arch_sort_key):
+        candidates = [r for r in records if r["arch"] == arch and shown_name(r) != ORACLE]
+        if not candidates:
+            continue
+        best = max(
+            candidates,
+            key=lambda r: (r["valid_accuracy"], -order.get(shown_name(r), len(order)), -r["seed"]),
+        )
+        rows.append(
+            {"arch": arch, "method": shown_name(best), "job_key": best["job_key"],
+             "budget": best["budget"], "seed": best["seed"],
+             "valid_accuracy": best["valid_accuracy"], "test_accuracy": best["test_accuracy"]}
+        )  # fmt: skip
+    folder = report_folder(spec.name, spec.dataset)
+    return {folder: pd.DataFrame(rows)}

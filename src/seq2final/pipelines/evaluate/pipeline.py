@@ -8,21 +8,32 @@ from seq2final.pipelines.build_sequences.pipeline import resolve_sequence_node
 from seq2final.pipelines.evaluate import nodes
 
 
+def gather_results_node() -> Node:
+    """Shared with ``visualize``, so either pipeline runs on its own."""
+    return Node(
+        nodes.gather_results,
+        inputs=["sequence_spec", "adapt_results"],
+        outputs="sequence_results",
+        name="gather_results",
+    )
+
+
 def create_pipeline(**kwargs) -> Pipeline:
     return Pipeline(
         [
             resolve_sequence_node(),
-            Node(
-                nodes.gather_results,
-                inputs=["sequence_spec", "adapt_results"],
-                outputs="sequence_results",
-                name="gather_results",
-            ),
+            gather_results_node(),
             Node(
                 nodes.tabulate_results,
-                inputs=["sequence_results", "sequence_spec"],
+                inputs=["sequence_results", "sequence_spec", "params:evaluate"],
                 outputs=["result_tables", "result_table_reports", "result_table_latex"],
                 name="tabulate_results",
+            ),
+            Node(
+                nodes.choose_best_models,
+                inputs=["sequence_results", "sequence_spec"],
+                outputs="best_models",
+                name="choose_best_models",
             ),
         ]
     )

@@ -1,0 +1,321 @@
+"""Nodes that draw a sequence's finished jobs: paths, projections, SVCCA, λ_adj, heat-map, curves.
+
+Every figure is made per budget and architecture (and seed) from the result records ``evaluate``
+gathers, so any mix of runs is drawn and nothing is retrained. Interpolation paths cost a forward
+pass over the test set per point; they are stored per job and reused.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+from matplotlib.figure import Figure
+from plotly.subplots import make_subplots
+from torch import nn
+
+from seq2final import plots
+from seq2final.analysis import (
+    interpolation_path,
+    path_ends,
+    path_key,
+    svcca_similarity,
+    weight_projection,
+)
+from seq2final.methods import HistoricalState
+from seq2final.models import JointModel
+from seq2final.reporting import ORACLE, ResultTable, cells, report_folder, shown_name
+from seq2final.sequences import SequenceSpec
+from seq2final.training import Data, Engine
+
+log = logging.getLogger(__name__)
+
+Group = tuple[str, str, int]  # (budget, arch, seed)
+
+
+def _folder(spec: SequenceSpec) -> str:
+    return report_folder(spec.name, spec.dataset)
+
+
+def _groups(records: list[dict[str, Any]]) -> dict[Group, dict[str, dict[str, Any]]]:
+    """Records by (budget, arch, seed), each keyed by the name the tables show it under."""
+    groups: dict[Group, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for record in records:
+        groups[(record["budget"], record["arch"], record["seed"])][shown_name(record)] = record
+    return dict(sorted(groups.items()))
+
+
+class _Models:
+    """Loads a job's final model, historical state and final-step test data once each."""
+
+    def __init__(self, results: Any, states: Mapping[str, HistoricalState], sequences: Any) -> None:
+        self.results, self.states, self.sequences = results, states, sequences
+
+    def final(self, record: Mapping[str, Any]) -> nn.Module:
+        return self.results.model(record["job_key"])
+
+    def state(self, record: Mapping[str, Any]) -> HistoricalState | None:
+        key = record.get("historical_state")
+        if key is None:
+            return None
+        if key not in self.states:
+            log.warning("historical state %s of job %s is missing", key, record["job_key"])
+            return None
+        return self.states[key]
+
+    def test_data(self, record: Mapping[str, Any], limit: int | None = None) -> Data | None:
+        key = record["sequence_key"]
+        if key not in self.sequences:
+            log.warning("sequence %s is not built; skipping job %s", key, record["job_key"])
+            return None
+        x, y = self.sequences[key].step(-1).split("test")
+        return Data.from_arrays(x[:limit], y[:limit])
+
+    def trajectory(self, record: Mapping[str, Any]) -> list[tuple[nn.Module, int | None]]:
+        """The job's models over time, each with the step it runs at, ending with its final model.
+
+        Chains give their models at steps 0..T−1; a joint model trained at once is read at each
+        of its steps; scratch jobs are a single point.
+        """
+        final, state = self.final(record), self.state(record)
+        points: list[tuple[nn.Module, int | None]] = []
+        if state is not None:
+            chain = state.chains[record.get("chosen", {}).get("chain", "main")]
+            points = [
+                (m, m.num_steps - 1 if isinstance(m, JointModel) else None) for m in chain.models
+            ]
+        elif isinstance(final, JointModel) and record.get("eval_step"):
+            points = [(final, t) for t in range(record["eval_step"])]
+        return [*points, (final, record.get("eval_step"))]
+
+
+def _engine(record: Mapping[str, Any]) -> Engine:
+    """The engine the job was trained with (input scale, batch sizes), so accuracies match."""
+    return Engine(**record["engine"])
+
+
+def interpolation_recipes(
+    records: list[dict[str, Any]],
+    results: Any,
+    states: Mapping[str, HistoricalState],
+    sequences: Any,
+    options: Mapping[str, Any],
+) -> dict[str, Callable[[], pd.DataFrame]]:
+    """One path per job that has one (see :mod:`seq2final.analysis`), computed only if missing."""
+    models = _Models(results, states, sequences)
+    points = int(options["interpolation_points"])
+    recipes = {}
+    for record in records:
+
+        def make(record: dict[str, Any] = record) -> pd.DataFrame:
+            ends = path_ends(record, models.final(record), models.state(record))
+            data = models.test_data(record)
+            if ends is None or data is None:
+                return pd.DataFrame(columns=["s", "test_accuracy"])
+            engine = _engine(record)
+            device = engine.torch_device()
+            ends.start, ends.end = ends.start.to(device), ends.end.to(device)
+            log.info("interpolation path of %s (%d points)", record["job_key"], points)
+            return interpolation_path(ends, data, engine, points)
+
+        recipes[path_key(record, points)] = make
+    return recipes
+
+
+def plot_interpolation(
+    records: list[dict[str, Any]],
+    paths: Mapping[str, pd.DataFrame],
+    spec: SequenceSpec,
+    options: Mapping[str, Any],
+    budget: str,
+) -> tuple[dict[str, Figure], dict[str, Figure], go.Figure]:
+    """Paper Fig. 1 per budget and seed (one panel per architecture), as PNG, PDF and plotly."""
+    points = int(options["interpolation_points"])
+    by_figure: dict[tuple[str, int], dict[str, dict[str, pd.DataFrame]]] = defaultdict(dict)
+    for (run_budget, arch, seed), group in _groups(records).items():
+        drawn = {}
+        for name, record in group.items():
+            key = path_key(record, points)
+            path = paths.get(key)
+            if path is not None and len(path):  # scratch jobs store an empty path
+                drawn[name] = path
+        if drawn:
+            by_figure[(run_budget, seed)][arch] = drawn
+    figures = {
+        f"{_folder(spec)}/{b}-seed{seed}-interpolation": plots.interpolation_panels(
+            panels, f"{spec.name} ({spec.dataset}), budget {b}, seed {seed}: interpolation paths"
+        )
+        for (b, seed), panels in by_figure.items()
+    }
+    shown = next((key for key in by_figure if key[0] == budget), next(iter(by_figure), None))
+    return (
+        *_formats(figures),
+        _interpolation_plotly(by_figure.get(shown, {}) if shown else {}, spec),
+    )
+
+
+def _interpolation_plotly(
+    panels: dict[str, dict[str, pd.DataFrame]], spec: SequenceSpec
+) -> go.Figure:
+    figure = make_subplots(rows=1, cols=max(len(panels), 1), subplot_titles=list(panels) or None)
+    for column, methods in enumerate(panels.values(), start=1):
+        for method, path in methods.items():
+            figure.add_trace(
+                go.Scatter(x=path["s"], y=path["test_accuracy"], name=method, legendgroup=method,
+                           showlegend=column == 1, mode="lines"),
+                row=1, col=column,
+            )  # fmt: skip
+    figure.update_layout(title=f"{spec.name}: test accuracy along interpolation paths")
+    figure.update_xaxes(title_text="s")
+    figure.update_yaxes(title_text="test accuracy")
+    return figure
+
+
+def plot_projections(
+    records: list[dict[str, Any]],
+    results: Any,
+    states: Mapping[str, HistoricalState],
+    spec: SequenceSpec,
+) -> tuple[dict[str, Figure], dict[str, Figure], dict[str, pd.DataFrame]]:
+    """Appendix G.2's weight projection for every (budget, arch, seed) with its three anchors.
+
+    The anchors are the oracle, the baseline and ERM on the historical steps (the state FT
+    starts from); a group missing one is skipped with a note. Joint models have other weight
+    shapes and are left out, as in the paper.
+    """
+    models = _Models(results, states, None)
+    figures, frames = {}, []
+    for (budget, arch, seed), group in _groups(records).items():
+        history = next((r for n, r in group.items() if r.get("historical") == "erm"), None)
+        if ORACLE not in group or "baseline" not in group or history is None:
+            log.info("no weight projection for %s/%s/seed %s: it needs the oracle, the "
+                     "baseline and an ERM-history job (FT)", budget, arch, seed)  # fmt: skip
+            continue
+        erm_history = models.trajectory(history)[0][0]
+        trajectories = {
+            name: [m for m, _ in models.trajectory(r)]
+            for name, r in group.items()
+            if name != ORACLE and not isinstance(models.final(r), JointModel)
+        }
+        frame = weight_projection(
+            {n: t for n, t in trajectories.items() if t},
+            models.final(group[ORACLE]),
+            erm_history,
+            models.final(group["baseline"]),
+        )
+        frames.append(frame.assign(budget=budget, arch=arch, seed=seed))
+        figures[f"{_folder(spec)}/{budget}-{arch}-seed{seed}-projection"] = plots.projection_panels(
+            frame, f"{spec.name}, {arch}, budget {budget}, seed {seed}: weights around the oracle"
+        )
+    return *_formats(figures), {_folder(spec): _concat(frames)}
+
+
+def plot_svcca(
+    records: list[dict[str, Any]],
+    results: Any,
+    states: Mapping[str, HistoricalState],
+    sequences: Any,
+    spec: SequenceSpec,
+    options: Mapping[str, Any],
+) -> tuple[dict[str, Figure], dict[str, Figure], dict[str, pd.DataFrame]]:
+    """Paper Fig. 17: every job's trajectory in SVCCA similarity to the oracle, per layer."""
+    models = _Models(results, states, sequences)
+    figures, frames = {}, []
+    for (budget, arch, seed), group in _groups(records).items():
+        if ORACLE not in group:
+            log.info("no SVCCA for %s/%s/seed %s: it needs the oracle", budget, arch, seed)
+            continue
+        data = models.test_data(group[ORACLE], int(options["svcca_images"]))
+        if data is None:
+            continue
+        trajectories = {n: models.trajectory(r) for n, r in group.items() if n != ORACLE}
+        frame = svcca_similarity(
+            trajectories, models.final(group[ORACLE]), data, _engine(group[ORACLE])
+        )
+        frames.append(frame.assign(budget=budget, arch=arch, seed=seed))
+        figures[f"{_folder(spec)}/{budget}-{arch}-seed{seed}-svcca"] = plots.svcca_panels(
+            frame, f"{spec.name}, {arch}, budget {budget}, seed {seed}: SVCCA with the oracle"
+        )
+    return *_formats(figures), {_folder(spec): _concat(frames)}
+
+
+def plot_adjacency_sweep(
+    records: list[dict[str, Any]], spec: SequenceSpec
+) -> tuple[dict[str, Figure], dict[str, Figure]]:
+    """Paper Fig. 9 from JM's own trials: validation accuracy per λ_adj tried, against the
+    validation accuracy of ERM on the final step alone (baseline) and on all steps (ERM)."""
+    figures = {}
+    for (budget, arch, seed), group in _groups(records).items():
+        if "jm" not in group:
+            continue
+        trials = pd.DataFrame(
+            [
+                {"adjacency": t["params"].get("adjacency"), "valid_accuracy": t["value"],
+                 "state": t["state"]}
+                for fit in group["jm"].get("fits", [])
+                for t in fit.get("trial_summaries", [])
+                if t.get("value") is not None and t["params"].get("adjacency") is not None
+            ],
+            columns=["adjacency", "valid_accuracy", "state"],
+        )  # fmt: skip
+        references = {
+            label: group[name]["valid_accuracy"]
+            for name, label in (("baseline", "ERM final step (baseline)"), ("erm", "ERM all steps"))
+            if name in group
+        }
+        figures[f"{_folder(spec)}/{budget}-{arch}-seed{seed}-adjacency"] = plots.adjacency_sweep(
+            trials, references, f"{spec.name}, {arch}, budget {budget}: JM's λ_adj"
+        )
+    return _formats(figures)
+
+
+def plot_heatmaps(
+    records: list[dict[str, Any]], spec: SequenceSpec, budget: str
+) -> tuple[dict[str, Figure], dict[str, Figure], go.Figure]:
+    """Test accuracy, methods × architectures, one heat-map per budget (plotly: the run's)."""
+    figures, tables = {}, {}
+    for run_budget in sorted({r["budget"] for r in records}):
+        table = ResultTable.from_cells(cells([r for r in records if r["budget"] == run_budget]))
+        tables[run_budget] = table.means
+        figures[f"{_folder(spec)}/{run_budget}-heatmap"] = plots.result_heatmap(
+            table.means, f"{spec.name} ({spec.dataset}), budget {run_budget}: test accuracy"
+        )
+    means = tables.get(budget, next(iter(tables.values())))
+    interactive = go.Figure(
+        go.Heatmap(z=means.T.to_numpy(), x=list(means.index), y=list(means.columns),
+                   colorscale="Viridis", colorbar={"title": "test accuracy"})
+    )  # fmt: skip
+    interactive.update_layout(title=f"{spec.name}: test accuracy", yaxis={"autorange": "reversed"})
+    return *_formats(figures), interactive
+
+
+def plot_learning_curves(
+    records: list[dict[str, Any]], results: Any, spec: SequenceSpec
+) -> tuple[dict[str, Figure], dict[str, Figure]]:
+    """Each job's per-epoch loss and accuracy (every fit stage), as stored when it trained."""
+    figures = {}
+    for record in records:
+        name = shown_name(record)
+        figures[
+            f"{_folder(spec)}/curves/{record['budget']}-{record['arch']}-seed{record['seed']}-{name}"
+        ] = plots.learning_curves(
+            results.learning_curves(record["job_key"]),
+            f"{name} · {record['arch']} · seed {record['seed']} · {record['budget']}",
+        )
+    return _formats(figures)
+
+
+def _formats(figures: dict[str, Figure]) -> tuple[dict[str, Figure], dict[str, Figure]]:
+    """The same figures keyed for the PNG and the PDF dataset."""
+    return (
+        {f"{k}.png": f for k, f in figures.items()},
+        {f"{k}.pdf": f for k, f in figures.items()},
+    )
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -1,0 +1,78 @@
+"""``visualize``: a sequence's finished jobs → the paper's figures (PNG, PDF, plotly)."""
+
+from __future__ import annotations
+
+from kedro.pipeline import Node, Pipeline
+
+from seq2final.pipelines.build_sequences.pipeline import resolve_sequence_node
+from seq2final.pipelines.evaluate.pipeline import gather_results_node
+from seq2final.pipelines.visualize import nodes
+
+_STORES = ["adapt_results", "historical_states"]
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    return Pipeline(
+        [
+            resolve_sequence_node(),
+            gather_results_node(),
+            Node(
+                nodes.interpolation_recipes,
+                inputs=["sequence_results", *_STORES, "sequences", "params:visualize"],
+                outputs="interpolation_paths",
+                name="interpolation_paths",
+            ),
+            Node(
+                nodes.plot_interpolation,
+                inputs=[
+                    "sequence_results",
+                    "interpolation_paths",
+                    "sequence_spec",
+                    "params:visualize",
+                    "params:budget",
+                ],
+                outputs=[
+                    "interpolation_figures",
+                    "interpolation_figures_pdf",
+                    "interpolation_plotly",
+                ],
+                name="plot_interpolation",
+            ),  # fmt: skip
+            Node(
+                nodes.plot_projections,
+                inputs=["sequence_results", *_STORES, "sequence_spec"],
+                outputs=["projection_figures", "projection_figures_pdf", "projection_coordinates"],
+                name="plot_weight_projections",
+            ),
+            Node(
+                nodes.plot_svcca,
+                inputs=[
+                    "sequence_results",
+                    *_STORES,
+                    "sequences",
+                    "sequence_spec",
+                    "params:visualize",
+                ],
+                outputs=["svcca_figures", "svcca_figures_pdf", "svcca_coordinates"],
+                name="plot_svcca",
+            ),  # fmt: skip
+            Node(
+                nodes.plot_adjacency_sweep,
+                inputs=["sequence_results", "sequence_spec"],
+                outputs=["adjacency_figures", "adjacency_figures_pdf"],
+                name="plot_adjacency_sweep",
+            ),
+            Node(
+                nodes.plot_heatmaps,
+                inputs=["sequence_results", "sequence_spec", "params:budget"],
+                outputs=["heatmap_figures", "heatmap_figures_pdf", "heatmap_plotly"],
+                name="plot_heatmaps",
+            ),
+            Node(
+                nodes.plot_learning_curves,
+                inputs=["sequence_results", "adapt_results", "sequence_spec"],
+                outputs=["learning_curve_figures", "learning_curve_figures_pdf"],
+                name="plot_learning_curves",
+            ),
+        ]
+    )

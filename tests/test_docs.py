@@ -1,0 +1,28 @@
+"""The docs site builds strictly, and its generated reference page matches the registries."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from seq2final.reference import render
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_docs_site_builds_strictly(tmp_path):
+    mkdocs = Path(sys.executable).with_name("mkdocs")
+    result = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "site" / "reference" / "index.html").exists()
+
+
+def test_the_reference_page_is_current():
+    expected = render(ROOT / "conf" / "base")
+    assert (ROOT / "docs" / "reference.md").read_text() == expected, (
+        "docs/reference.md is stale: python -m seq2final.reference > docs/reference.md"
+    )
