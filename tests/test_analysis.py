@@ -57,6 +57,12 @@ def test_a_side_tuning_path_scales_the_new_modules_from_step_t_minus_1(data):
     path = interpolation_path(ends, data, ENGINE, 3)
     assert path["test_accuracy"].iloc[0] == accuracy(joint, data, ENGINE, 1)
     assert path["test_accuracy"].iloc[-1] == accuracy(joint, data, ENGINE, 2)
+    # Exactly step T−1's model at s = 0 (not step 0's), exactly the final model at s = 1.
+    with torch.no_grad():
+        x = data.x[:8].float() / 255
+        assert torch.equal(ends.at(0.0)(x, 2), joint(x, 1))
+        assert not torch.equal(joint(x, 1), joint(x, 0))
+        assert torch.equal(ends.at(1.0)(x, 2), joint(x, 2))
 
 
 def test_projection_puts_the_oracle_at_the_origin_and_anchors_on_their_axes():

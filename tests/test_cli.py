@@ -26,6 +26,10 @@ def test_parse_params_accepts_both_syntaxes_and_keeps_later_separators():
         "sequence": "rotation:::", "lr": 0.001, "force": True, "name": "on", "budget": None,
     }  # fmt: skip
     assert parse_params("evaluate.pairs=[[sft, ft]]") == {"evaluate": {"pairs": [["sft", "ft"]]}}
+    # Not YAML 1.1's octal, sexagesimal or comments: those stay text.
+    assert parse_params("a=010,b=2:30,c=#x,d=.5,e=-2") == {
+        "a": "010", "b": "2:30", "c": "#x", "d": 0.5, "e": -2,
+    }  # fmt: skip
     with pytest.raises(Seq2FinalError, match="no key"):
         parse_params(":x")
 

@@ -22,7 +22,8 @@ from kedro.framework.cli.project import run as kedro_run
 from seq2final.errors import Seq2FinalError
 
 _SEPARATORS = (":", "=")
-_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")  # 1e-3, which YAML 1.1 leaves a string
+_INT = re.compile(r"[-+]?(0|[1-9]\d*)")
+_FLOAT = re.compile(r"[-+]?((0|[1-9]\d*)(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 
 
 def parse_params(text: str) -> dict[str, Any]:
@@ -55,22 +56,28 @@ def parse_params(text: str) -> dict[str, Any]:
 
 
 def typed_value(text: str) -> Any:
-    """A number, boolean or null when the text is one; a list or mapping only when written as
-    one (``[a, b]``, ``{k: v}``); otherwise the string exactly as typed.
+    """A number, boolean or null when the text is plainly one; a list or mapping only when written
+    as one (``[a, b]``, ``{k: v}``); otherwise the string exactly as typed.
 
-    YAML alone would turn ``rotation:::`` into a mapping and ``1e-3`` into a string; a sequence
-    spec or a path must reach the validator as the text the user typed.
+    YAML alone would turn ``rotation:::`` into a mapping, ``2:30`` into 150, ``010`` into 8 and
+    ``#x`` into null; a sequence spec or a path must reach the validator as the text typed.
     """
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-    if isinstance(value, bool | int | float) or value is None:
-        return value if text.lower() not in ("yes", "no", "on", "off", "y", "n") else text
-    if isinstance(value, list | dict) and text[:1] in "[{":
-        return value
-    if isinstance(value, str) and _FLOAT.fullmatch(text):
+    if _INT.fullmatch(text):
+        return int(text)
+    if _FLOAT.fullmatch(text):
         return float(text)
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("null", "none", "~"):
+        return None
+    if text[:1] in "[{":
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return text
+        if isinstance(value, list | dict):
+            return value
     return text
 
 
@@ -103,6 +110,7 @@ class _FailureReport(logging.Filter):
     _HELD = (
         ("kedro.pipeline.node", "failed with error"),
         ("kedro.runner", "nodes that have not run"),
+        ("kedro.runner", "No nodes ran"),
         ("kedro_mlflow", "closed because of an error"),
     )
 

@@ -406,9 +406,12 @@ class FrameStore(Mapping[str, pd.DataFrame]):
         return sum(1 for _ in self)
 
 
-class FrameStoreDataset(AbstractDataset[Mapping[str, Callable[[], pd.DataFrame]], FrameStore]):
+class FrameStoreDataset(
+    AbstractDataset[Mapping[str, Callable[[], pd.DataFrame | None]], FrameStore]
+):
     """Tables saved lazily: ``save`` takes ``{key: make_table}`` and calls only the missing keys,
-    each written atomically, so an interrupted run keeps what it finished."""
+    each written atomically, so an interrupted run keeps what it finished. A maker returning
+    ``None`` (its inputs are not there) stores nothing."""
 
     def __init__(self, path: str, metadata: dict[str, Any] | None = None) -> None:
         self._root = Path(path)
@@ -417,12 +420,14 @@ class FrameStoreDataset(AbstractDataset[Mapping[str, Callable[[], pd.DataFrame]]
     def load(self) -> FrameStore:
         return FrameStore(self._root)
 
-    def save(self, data: Mapping[str, Callable[[], pd.DataFrame]]) -> None:
+    def save(self, data: Mapping[str, Callable[[], pd.DataFrame | None]]) -> None:
         store = FrameStore(self._root)
         for key, make in data.items():
             if key in store:
                 continue
             frame = make()
+            if frame is None:  # its inputs are missing: nothing to keep, try again next run
+                continue
             _atomic_write(store._path(key), lambda p, f=frame: f.to_csv(p, index=False))
 
     def _exists(self) -> bool:

@@ -157,9 +157,10 @@ class TrackingHook(MlflowHook):
         if dataset_name == "best_models":
             for frame in data.values():
                 summary.mark_best(frame)
-        elif dataset_name.endswith("_figures") and isinstance(data, dict):
+        elif dataset_name.endswith("_figures"):
             # Only the sequence's reporting figures (keyed by its folder), not per-build ones.
-            mine = {k: f for k, f in data.items() if k.startswith(f"{summary.folder}/")}
+            figures = data if isinstance(data, dict) else {}
+            mine = {k: f for k, f in figures.items() if k.startswith(f"{summary.folder}/")}
             summary.log_figures(f"figures/{dataset_name}", mine)
         else:
             folder, suffix = _SUMMARY_DATASETS[dataset_name]

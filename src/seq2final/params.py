@@ -70,7 +70,7 @@ class MlflowOptions(_Strict):
     enabled: bool = True
     experiment: str = "seq2final/{sequence}"
     registered_model: str = "{sequence}.{arch}.{method}"
-    best_model: str = "{sequence}.{arch}"
+    best_model: str = "{sequence}.{dataset}.{arch}"
     log_models: bool = True
 
 

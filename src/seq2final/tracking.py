@@ -433,24 +433,33 @@ class SequenceSummary:
         """
         for row in best.itertuples():
             name = self._names(arch=row.arch).best_model
-            runs = self.client.search_runs(
-                experiment_ids=[experiment_id(self.client, self._names().experiment)],
-                filter_string=(
-                    f"tags.job_key = '{row.job_key}' and tags.kind = 'job' "
-                    "and attributes.status = 'FINISHED'"
-                ),
-                order_by=["attributes.start_time DESC"],
-                max_results=1,
+            job_names = JobNames.of(
+                self.options, sequence=self.sequence, dataset=self.dataset, arch=row.arch,
+                method=row.job_method, budget=row.budget, seed=row.seed,
+            )  # fmt: skip
+            experiment = self.client.get_experiment_by_name(job_names.experiment)
+            runs = (
+                []
+                if experiment is None
+                else self.client.search_runs(
+                    experiment_ids=[experiment.experiment_id],
+                    filter_string=(
+                        f"tags.job_key = '{row.job_key}' and tags.kind = 'job' "
+                        "and attributes.status = 'FINISHED'"
+                    ),
+                    order_by=["attributes.start_time DESC"],
+                    max_results=1,
+                )
             )
             if not runs or "registered_model" not in runs[0].data.tags:
                 log.warning(
-                    "no registered model for job %s (tracked with log_models off?); "
+                    "no registered model for job %s (untracked, or log_models off); "
                     "alias 'best' for %s not set", row.job_key, row.arch,
                 )  # fmt: skip
                 continue
             try:
                 current = self.client.get_model_version_by_alias(name, "best")
-                if current.tags.get("job_key") == row.job_key:
+                if current.run_id == runs[0].info.run_id:  # a retrained job has a new run
                     continue
             except MlflowException:
                 try:

@@ -81,7 +81,7 @@ def test_the_summary_run_holds_the_tables_and_figures_and_best_points_at_the_bes
     adapted = {n: r for n, r in records.items() if n != "oracle"}
     best = max(adapted.values(), key=lambda r: r["valid_accuracy"])["valid_accuracy"]
     version = client.get_model_version_by_alias(
-        f"{records['ft']['sequence']}.convnet_1".replace(":", "-"), "best"
+        f"{records['ft']['sequence']}.digits.convnet_1".replace(":", "-"), "best"
     )
     assert adapted[version.tags["method"]]["valid_accuracy"] == best
     comparisons = pd.read_csv(

@@ -196,7 +196,8 @@ def choose_best_models(
             key=lambda r: (r["valid_accuracy"], -order.get(shown_name(r), len(order)), -r["seed"]),
         )
         rows.append(
-            {"arch": arch, "method": shown_name(best), "job_key": best["job_key"],
+            {"arch": arch, "method": shown_name(best), "job_method": best["method"],
+             "job_key": best["job_key"],
              "budget": best["budget"], "seed": best["seed"],
              "valid_accuracy": best["valid_accuracy"], "test_accuracy": best["test_accuracy"]}
         )  # fmt: skip

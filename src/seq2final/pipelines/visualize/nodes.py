@@ -54,18 +54,29 @@ class _Models:
 
     def __init__(self, results: Any, states: Mapping[str, HistoricalState], sequences: Any) -> None:
         self.results, self.states, self.sequences = results, states, sequences
+        self._finals: dict[str, nn.Module] = {}
+        self._states: dict[str, HistoricalState | None] = {}
 
     def final(self, record: Mapping[str, Any]) -> nn.Module:
-        return self.results.model(record["job_key"])
+        key = record["job_key"]
+        if key not in self._finals:
+            self._finals[key] = self.results.model(key)
+        return self._finals[key]
 
     def state(self, record: Mapping[str, Any]) -> HistoricalState | None:
         key = record.get("historical_state")
         if key is None:
             return None
-        if key not in self.states:
-            log.warning("historical state %s of job %s is missing", key, record["job_key"])
-            return None
-        return self.states[key]
+        if key not in self._states:
+            found = key in self.states
+            if not found:
+                log.warning("historical state %s of job %s is missing", key, record["job_key"])
+            self._states[key] = self.states[key] if found else None
+        return self._states[key]
+
+    def missing_state(self, record: Mapping[str, Any]) -> bool:
+        """The job continued a historical state that is not stored (any more)."""
+        return record.get("historical_state") is not None and self.state(record) is None
 
     def test_data(self, record: Mapping[str, Any], limit: int | None = None) -> Data | None:
         key = record["sequence_key"]
@@ -104,17 +115,19 @@ def interpolation_recipes(
     states: Mapping[str, HistoricalState],
     sequences: Any,
     options: Mapping[str, Any],
-) -> dict[str, Callable[[], pd.DataFrame]]:
+) -> dict[str, Callable[[], pd.DataFrame | None]]:
     """One path per job that has one (see :mod:`seq2final.analysis`), computed only if missing."""
     models = _Models(results, states, sequences)
     points = int(options["interpolation_points"])
     recipes = {}
     for record in records:
 
-        def make(record: dict[str, Any] = record) -> pd.DataFrame:
-            ends = path_ends(record, models.final(record), models.state(record))
+        def make(record: dict[str, Any] = record) -> pd.DataFrame | None:
             data = models.test_data(record)
-            if ends is None or data is None:
+            if data is None or models.missing_state(record):
+                return None  # not stored: drawn once the sequence or state is back
+            ends = path_ends(record, models.final(record), models.state(record))
+            if ends is None:  # a scratch job: stored as an empty path
                 return pd.DataFrame(columns=["s", "test_accuracy"])
             engine = _engine(record)
             device = engine.torch_device()
@@ -190,12 +203,13 @@ def plot_projections(
     models = _Models(results, states, None)
     figures, frames = {}, []
     for (budget, arch, seed), group in _groups(records).items():
-        history = next((r for n, r in group.items() if r.get("historical") == "erm"), None)
-        if ORACLE not in group or "baseline" not in group or history is None:
+        history = next((r for r in group.values() if r.get("historical") == "erm"), None)
+        erm_state = models.state(history) if history is not None else None
+        if ORACLE not in group or "baseline" not in group or erm_state is None:
             log.info("no weight projection for %s/%s/seed %s: it needs the oracle, the "
-                     "baseline and an ERM-history job (FT)", budget, arch, seed)  # fmt: skip
+                     "baseline and a stored ERM-history state (FT's)", budget, arch, seed)  # fmt: skip
             continue
-        erm_history = models.trajectory(history)[0][0]
+        erm_history = erm_state.chains["main"].last
         trajectories = {
             name: [m for m, _ in models.trajectory(r)]
             for name, r in group.items()
@@ -254,11 +268,11 @@ def plot_adjacency_sweep(
             continue
         trials = pd.DataFrame(
             [
-                {"adjacency": t["params"].get("adjacency"), "valid_accuracy": t["value"],
+                {"adjacency": t["params"].get("adjacency"), "valid_accuracy": _trial_value(t),
                  "state": t["state"]}
                 for fit in group["jm"].get("fits", [])
                 for t in fit.get("trial_summaries", [])
-                if t.get("value") is not None and t["params"].get("adjacency") is not None
+                if _trial_value(t) is not None and t["params"].get("adjacency") is not None
             ],
             columns=["adjacency", "valid_accuracy", "state"],
         )  # fmt: skip
@@ -271,6 +285,14 @@ def plot_adjacency_sweep(
             trials, references, f"{spec.name}, {arch}, budget {budget}: JM's λ_adj"
         )
     return _formats(figures)
+
+
+def _trial_value(trial: Mapping[str, Any]) -> float | None:
+    """A trial's validation accuracy: its value, or for a pruned trial the last epoch it reached."""
+    if trial.get("value") is not None:
+        return float(trial["value"])
+    curve = trial.get("valid_curve") or []
+    return float(curve[-1]) if curve else None
 
 
 def plot_heatmaps(
