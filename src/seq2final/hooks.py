@@ -56,7 +56,10 @@ class ReportLocationsHook:
         if "result_table_reports" in outputs:
             log.info("Tables (Markdown; CSV and LaTeX beside): data/08_reporting/"
                      "result_table_reports/%s/", folder)  # fmt: skip
-        figures = sorted(o.removesuffix("_figures") for o in outputs if o.endswith("_figures"))
+        from seq2final.pipelines.visualize import create_pipeline as visualize
+
+        drawn = outputs & visualize().all_outputs()  # not the per-build figures
+        figures = sorted(o.removesuffix("_figures") for o in drawn if o.endswith("_figures"))
         if figures:
             log.info("Figures (PNG and PDF): data/08_reporting/{%s}_figures/%s/",
                      ",".join(figures), folder)  # fmt: skip
