@@ -34,11 +34,11 @@ class ValidateParametersHook:
 class ReportLocationsHook:
     """Ends a run that wrote tables or figures with where they are, so a first run leads on."""
 
-    _run: RunParameters | None = None
+    _params: dict[str, Any] | None = None
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
-        self._run = validate_parameters(context.params)
+        self._params = context.params  # validated by ValidateParametersHook; parsed when needed
 
     @hook_impl
     def after_pipeline_run(
@@ -48,9 +48,9 @@ class ReportLocationsHook:
         from seq2final.sequences import resolve_spec
 
         outputs = pipeline.all_outputs()
-        if self._run is None or not outputs & {"result_table_reports", "heatmap_figures"}:
+        if self._params is None or not outputs & {"result_table_reports", "heatmap_figures"}:
             return
-        run = self._run
+        run = validate_parameters(self._params)
         spec = resolve_spec(run.sequence, run.dataset, run.data_path, run.seed)
         folder = report_folder(spec.name, spec.dataset)
         if "result_table_reports" in outputs:

@@ -165,32 +165,33 @@ def shown_layers(layers: list[str]) -> list[str]:
     return [layer for layer in dict.fromkeys(wanted) if layer in layers]
 
 
-def projection_panels(frame: pd.DataFrame, title: str) -> Figure:
-    """Paper Fig. 16: each model's weights in the oracle-centred plane, per layer and overall."""
+def _layer_panels(
+    frame: pd.DataFrame, x: str, y: str, oracle: tuple[float, float], labels: tuple[str, str],
+    title: str,
+) -> Figure:  # fmt: skip
+    """One panel per shown layer: each job's trajectory in (x, y), the oracle marked."""
     layers = shown_layers(list(dict.fromkeys(frame["layer"])))
     figure, axes = _panels(len(layers))
     for axis, layer in zip(axes, layers, strict=False):
-        _trajectories(axis, frame[frame["layer"] == layer], "x", "y")
-        axis.plot(0, 0, "kx", markersize=9, label="oracle")
-        axis.set(title=layer, xlabel="toward ERM on history", ylabel="toward final-step-only")
+        _trajectories(axis, frame[frame["layer"] == layer], x, y)
+        axis.plot(*oracle, "kx", markersize=9, label="oracle")
+        axis.set(title=layer, xlabel=labels[0], ylabel=labels[1])
     axes[0].legend(fontsize=6, ncol=2)
     figure.suptitle(_wrapped(title), fontsize=9)
     figure.tight_layout()
     return figure
+
+
+def projection_panels(frame: pd.DataFrame, title: str) -> Figure:
+    """Paper Fig. 16: each model's weights in the oracle-centred plane, per layer and overall."""
+    labels = ("toward ERM on history", "toward final-step-only")
+    return _layer_panels(frame, "x", "y", (0, 0), labels, title)
 
 
 def svcca_panels(frame: pd.DataFrame, title: str) -> Figure:
     """Paper Fig. 17: SVCCA with the oracle keeping 50 % (x) and 90 % (y) of the variance."""
-    layers = shown_layers(list(dict.fromkeys(frame["layer"])))
-    figure, axes = _panels(len(layers))
-    for axis, layer in zip(axes, layers, strict=False):
-        _trajectories(axis, frame[frame["layer"] == layer], "svcca_50", "svcca_90")
-        axis.plot(1, 1, "kx", markersize=9, label="oracle")
-        axis.set(title=layer, xlabel="SVCCA, 50 % variance", ylabel="SVCCA, 90 % variance")
-    axes[0].legend(fontsize=6, ncol=2)
-    figure.suptitle(_wrapped(title), fontsize=9)
-    figure.tight_layout()
-    return figure
+    labels = ("SVCCA, 50 % variance", "SVCCA, 90 % variance")
+    return _layer_panels(frame, "svcca_50", "svcca_90", (1, 1), labels, title)
 
 
 def adjacency_sweep(trials: pd.DataFrame, references: dict[str, float], title: str) -> Figure:

@@ -94,7 +94,7 @@ def tabulate_results(
         markdown[f"{folder}/{budget}-summary"] = _title(
             spec, budget, "mean over architectures"
         ) + summary_markdown(summary)
-        comparisons = compare_methods(group, options)
+        comparisons = compare_methods(group, list(table.means.columns), options)
         csv[f"{folder}/{budget}-comparisons"] = comparisons
         markdown[f"{folder}/{budget}-comparisons"] = _title(
             spec, budget, "paired differences over architectures and seeds"
@@ -102,15 +102,17 @@ def tabulate_results(
     return csv, markdown, latex
 
 
-def compare_methods(records: list[dict[str, Any]], options: Mapping[str, Any]) -> pd.DataFrame:
-    """Every method against ``options['reference']``, then the extra ``pairs``, for test accuracy.
+def compare_methods(
+    records: list[dict[str, Any]], methods: list[str], options: Mapping[str, Any]
+) -> pd.DataFrame:
+    """Every method of ``methods`` (the table's columns) against ``options['reference']``, then
+    the extra ``pairs``, for test accuracy.
 
     Pairs without a shared (arch, seed) are listed with 0 pairs and missing numbers, so a
     comparison asked for is never silently dropped.
     """
-    present = [m for m in ResultTable.from_cells(cells(records)).means.columns]
     reference = options["reference"]
-    pairs = [(m, reference) for m in present if m != reference]
+    pairs = [(m, reference) for m in methods if m != reference]
     pairs += [tuple(p) for p in options.get("pairs", []) if tuple(p) not in pairs]
     rows = [
         paired_comparison(
