@@ -65,6 +65,10 @@ def test_an_interrupted_study_resumes_without_repeating_trials(tmp_path, sampler
     assert tuned.finished_trials == total
     if sampler != "grid":  # a resumed sampler must not replay the finished trials' draws
         assert len({c["lr"] for c in first.calls + second.calls}) == total
+        # Nor draw anything else: an uninterrupted study with the same seed draws the same values.
+        uninterrupted = Objective()
+        Tuner(budget, None, tmp_path / "whole", seed=1).tune("study", SPACE, uninterrupted)
+        assert uninterrupted.calls == first.calls + second.calls
     best = max(first.calls + second.calls, key=lambda p: p["lr"] * 100 + p["dropout"])
     assert tuned.fit.valid_accuracy == pytest.approx(best["lr"] * 100 + best["dropout"])
 

@@ -212,9 +212,14 @@ class Tuner:
             self._storage = open_storage(self.storage_url, self.root)
         return self._storage
 
-    def _sampler(self, name: str, trials_so_far: int = 0) -> optuna.samplers.BaseSampler:
-        # A resumed study must not replay the draws its finished trials already made.
-        seed = derived_seed(self.seed, name, "sampler", trials_so_far)
+    def _sampler(self, name: str, draw: int = 0) -> optuna.samplers.BaseSampler:
+        """The sampler for the ``draw``-th finished trial of study ``name``.
+
+        Seeding by draw number, not once per process, makes trial k's values depend only on the
+        seed and the k finished trials before it: an interrupted and resumed study draws exactly
+        what an uninterrupted one does, and never replays the draws it already made.
+        """
+        seed = derived_seed(self.seed, name, "sampler", draw)
         if self.budget.sampler == "tpe":
             return optuna.samplers.TPESampler(
                 seed=seed, n_startup_trials=self.budget.startup_trials
@@ -230,14 +235,10 @@ class Tuner:
         return optuna.pruners.NopPruner()
 
     def _study(self, name: str) -> optuna.Study:
-        try:
-            trials_so_far = len(optuna.load_study(study_name=name, storage=self.storage).trials)
-        except KeyError:
-            trials_so_far = 0
         return optuna.create_study(
             storage=self.storage,
             study_name=name,
-            sampler=self._sampler(name, trials_so_far),
+            sampler=self._sampler(name),
             pruner=self._pruner(),
             direction="maximize",
             load_if_exists=True,
@@ -284,7 +285,8 @@ class Tuner:
             total=remaining, desc=name[:40], unit="trial", leave=False, disable=quiet_progress()
         )
         try:
-            for _ in range(remaining):
+            for draw in range(len(done), len(done) + remaining):
+                study.sampler = self._sampler(name, draw)
                 trial = study.ask()
                 params = space.suggest(trial)
                 order = trial.user_attrs.get("order", trial.number)
