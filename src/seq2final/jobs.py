@@ -42,7 +42,7 @@ from seq2final.methods import (
 from seq2final.metrics import classification_metrics
 from seq2final.models import count_parameters
 from seq2final.sequences import SequenceSpec, ShiftSequence
-from seq2final.training import Engine, HyperParameters, predict_logits
+from seq2final.training import Data, Engine, HyperParameters, predict_logits
 from seq2final.tuning import SearchSpace, Tuner, get_budget
 
 if TYPE_CHECKING:
@@ -257,6 +257,12 @@ def check_space(raw: Mapping[str, Any], where: str) -> SearchSpace:
     return space
 
 
+def _test_metrics(
+    model: nn.Module, test: Data, engine: Engine, step: int | None
+) -> dict[str, float]:
+    return classification_metrics(predict_logits(model, test, engine, step), test.y)
+
+
 def _context(plan: RunPlan, sequence: ShiftSequence, prefix: str) -> Context:
     engine = plan.engine_options()
     budget = get_budget({plan.budget_name: plan.budget}, plan.budget_name)
@@ -350,8 +356,16 @@ class JobRecipe:
         state = None if self.state is None else self.state.to(ctx.device)
         outcome = FINAL_MODES[self.job.final].run(ctx, self.job.config, state)
         test = ctx.split(-1, "test")
-        logits = predict_logits(outcome.model, test, ctx.engine, outcome.step)
-        metrics = classification_metrics(logits, test.y)
+        metrics = _test_metrics(outcome.model, test, ctx.engine, outcome.step)
+        chains = {
+            name: {
+                "valid_accuracy": valid,
+                "test_accuracy": metrics["accuracy"]
+                if model is outcome.model
+                else _test_metrics(model, test, ctx.engine, outcome.step)["accuracy"],
+            }
+            for name, (model, valid) in outcome.candidates.items()
+        }
         wall = time.perf_counter() - started
         valid_accuracy = outcome.valid_accuracy
         if valid_accuracy is None:
@@ -385,6 +399,7 @@ class JobRecipe:
             "test_size": len(test),
             "hyperparameters": {f["stage"]: f["params"] for f in ctx.fits},
             "chosen": outcome.chosen,
+            "chains": chains,
             "eval_step": outcome.step,
             "engine": self.plan.engine,
             "fits": [{k: v for k, v in f.items() if k != "history"} for f in ctx.fits],

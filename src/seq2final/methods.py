@@ -218,12 +218,18 @@ class HistoricalMode:
 
 @dataclass
 class FinalOutcome:
-    """A final mode's model, the time index to evaluate it at, and what it chose."""
+    """A final mode's model, the time index to evaluate it at, and what it chose.
+
+    ``candidates`` holds every chain's continued model with its final validation accuracy when
+    the mode chose among several (SFT's schedules), so the job can report each one's test
+    accuracy: the paper's SFT column is the best of them *on test*, ours the best on validation.
+    """
 
     model: nn.Module
     step: int | None
     chosen: dict[str, Any] = field(default_factory=dict)
     valid_accuracy: float | None = None
+    candidates: dict[str, tuple[nn.Module, float]] = field(default_factory=dict)
 
 
 FinalRunner = Callable[[Context, Mapping[str, Any], HistoricalState | None], FinalOutcome]
@@ -549,15 +555,16 @@ def _best_of_chains(
     step: int | None,
 ) -> FinalOutcome:
     """Continue every chain (SFT: every schedule) and keep the best on final *validation*."""
-    best: tuple[float, str, nn.Module] | None = None
+    candidates: dict[str, tuple[nn.Module, float]] = {}
+    best: str | None = None
     for name, chain in state.chains.items():
-        model = fit_chain(name, chain)
-        accuracy = ctx.fits[-1]["valid_accuracy"]
-        if best is None or accuracy > best[0]:
-            best = (accuracy, name, model)
+        candidates[name] = (fit_chain(name, chain), ctx.fits[-1]["valid_accuracy"])
+        if best is None or candidates[name][1] > candidates[best][1]:
+            best = name
     assert best is not None
-    chosen = {"chain": best[1]} if len(state.chains) > 1 or best[1] != "main" else {}
-    return FinalOutcome(best[2], step, chosen, best[0])
+    model, accuracy = candidates[best]
+    chosen = {"chain": best} if len(candidates) > 1 or best != "main" else {}
+    return FinalOutcome(model, step, chosen, accuracy, candidates if len(candidates) > 1 else {})
 
 
 def _chain_space(chain: Chain, config: Mapping[str, Any], key: str) -> SearchSpace:

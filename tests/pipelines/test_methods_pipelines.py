@@ -122,6 +122,27 @@ def test_finished_jobs_are_reused_and_force_recomputes_them_identically(project,
     assert again["hyperparameters"] == first["hyperparameters"]
 
 
+def test_sft_reports_every_schedule_and_keeps_the_best_on_validation(project):
+    """The paper's SFT column is the best schedule on test; the record lets both be read."""
+    schedules = ["exponential_2e-4_0.5", "linear_1e-3"]
+    two = {"sequential": {"budget_schedules": {"smoke": schedules}}}
+    _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], method="sft",
+         historical_modes=two)  # fmt: skip
+    _, results = _stores(project)
+    [record] = [results[k] for k in results]
+    chains = record["chains"]
+    assert list(chains) == schedules
+    fits = {f["stage"]: f["valid_accuracy"] for f in record["fits"]}
+    assert {n: c["valid_accuracy"] for n, c in chains.items()} == {
+        n: fits[f"{n}/final"] for n in schedules
+    }
+    best = max(schedules, key=lambda n: (chains[n]["valid_accuracy"], -schedules.index(n)))
+    assert record["chosen"] == {"chain": best}
+    assert chains[best]["test_accuracy"] == record["test_accuracy"]
+    assert record["valid_accuracy"] == chains[best]["valid_accuracy"]
+    assert all(0.0 <= c["test_accuracy"] <= 1.0 for c in chains.values()), chains
+
+
 def test_modes_combine_freely_where_they_fit(project):
     _run(
         project,
