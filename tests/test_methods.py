@@ -1,9 +1,11 @@
 """Method recipes, mode combinations and the paper's grids as configured in conf/base."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from kedro.config import OmegaConfigLoader
+from torch import nn
 
 from seq2final.errors import Seq2FinalError
 from seq2final.jobs import check_mode_configs
@@ -11,6 +13,9 @@ from seq2final.methods import (
     FINAL_MODES,
     HISTORICAL_MODES,
     METHODS,
+    Chain,
+    HistoricalState,
+    _best_of_chains,
     canonical_modes,
     check_combination,
     resolve_request,
@@ -106,3 +111,34 @@ def test_only_the_budgets_schedules_must_stay_positive_on_long_sequences():
     check_schedules(sequential, 12, "quick", "historical_modes.sequential")
     with pytest.raises(Seq2FinalError, match="linear_1e-3 reaches learning rate .* at step 10"):
         check_schedules(sequential, 12, "paper", "historical_modes.sequential")
+
+
+def _chain_choice(valid_by_chain: dict[str, float]):
+    """Run SFT's choice among chains whose continued fits score the given validation accuracies."""
+    ctx = SimpleNamespace(fits=[])
+    models = {name: nn.Linear(1, 1) for name in valid_by_chain}
+
+    def fit_chain(name: str, chain: Chain) -> nn.Module:
+        ctx.fits.append({"valid_accuracy": valid_by_chain[name]})
+        return models[name]
+
+    chains = {name: Chain(models=[nn.Linear(1, 1)]) for name in valid_by_chain}
+    state = HistoricalState(mode="sequential", arch="convnet_4", chains=chains)
+    return _best_of_chains(ctx, state, fit_chain, None), models
+
+
+def test_sft_keeps_the_best_schedule_on_validation_and_the_first_of_a_tie():
+    outcome, models = _chain_choice({"none": 0.5, "linear": 0.7, "exponential": 0.7})
+    assert outcome.chosen == {"chain": "linear"} and outcome.model is models["linear"]
+    assert outcome.valid_accuracy == 0.7
+    assert {name: valid for name, (_, valid) in outcome.candidates.items()} == {
+        "none": 0.5,
+        "linear": 0.7,
+        "exponential": 0.7,
+    }
+    assert all(outcome.candidates[n][0] is models[n] for n in models)
+
+
+def test_one_chain_is_no_choice():
+    outcome, models = _chain_choice({"main": 0.4})
+    assert outcome.chosen == {} and outcome.candidates == {} and outcome.model is models["main"]

@@ -73,6 +73,24 @@ def test_an_interrupted_study_resumes_without_repeating_trials(tmp_path, sampler
     assert tuned.fit.valid_accuracy == pytest.approx(best["lr"] * 100 + best["dropout"])
 
 
+def test_a_trial_left_running_by_a_killed_process_is_closed_and_redrawn(tmp_path):
+    """A killed process cannot mark its trial failed; the resumed study must not count it."""
+    budget = Budget(sampler="tpe", trials=5, max_epochs=1)
+    first = Objective(interrupt_at=2)
+    with pytest.raises(KeyboardInterrupt):
+        Tuner(budget, None, tmp_path, seed=3).tune("study", SPACE, first)
+    resumed = Tuner(budget, None, tmp_path, seed=3)
+    resumed._study("study").ask()  # what a kill in the middle of a trial leaves behind
+    second = Objective()
+    tuned = resumed.tune("study", SPACE, second)
+    states = [t["state"] for t in tuned.trials]
+    assert "RUNNING" not in states and states.count("FAIL") == 2
+    assert tuned.finished_trials == 5
+    uninterrupted = Objective()
+    Tuner(budget, None, tmp_path / "whole", seed=3).tune("study", SPACE, uninterrupted)
+    assert uninterrupted.calls == first.calls + second.calls
+
+
 def test_a_study_whose_weights_were_discarded_starts_over(tmp_path):
     budget = Budget(sampler="random", trials=2, max_epochs=1)
     tuner = Tuner(budget, None, tmp_path, seed=0)
