@@ -72,3 +72,22 @@ def test_records_of_another_specification_under_the_same_name_are_refused(projec
     other = {**TINY, "build_sequences": {"test_size": 40, "oracle_size": 120}}
     with pytest.raises(Seq2FinalError, match="different specifications"):
         run_kedro(["evaluate"], **other)
+
+
+def test_two_settings_under_one_budget_name_are_refused_not_averaged_as_seeds():
+    spec = resolve_spec(TINY["sequence"], None, None, None, 50, 120)
+
+    def record(method: str, seed: int, accuracy: float) -> dict:
+        at_seed = resolve_spec(TINY["sequence"], None, None, seed, 50, 120)
+        return {"sequence": spec.name, "dataset": spec.dataset, "sequence_key": at_seed.key,
+                "budget": "smoke", "arch": "convnet_1", "method": method, "seed": seed,
+                "test_accuracy": accuracy}  # fmt: skip
+
+    seeds = {"a": record("baseline", 1, 0.4), "b": record("baseline", 2, 0.5),
+             "c": record("ft", 1, 0.6)}  # fmt: skip
+    assert len(gather_results(spec, seeds)) == 3
+    again = {**seeds, "d": record("baseline", 1, 0.45)}  # the same cell and seed: another setting
+    with pytest.raises(Seq2FinalError, match="results a and d are both baseline on convnet_1 "
+                       "with budget smoke and seed 1") as error:  # fmt: skip
+        gather_results(spec, again)
+    assert "\n" not in str(error.value)

@@ -37,14 +37,18 @@ def gather_results(spec: SequenceSpec, results: Mapping[str, dict[str, Any]]) ->
 
     Records are matched by sequence name and dataset; each must come from this specification at
     its own seed, so results of, say, another test size under the same name are refused rather
-    than averaged in. A corrupt record is named, skipped and not counted.
+    than averaged in. So are two records of one method, architecture, budget and seed: they
+    differ in settings, and averaging them would pass two experiments off as two seeds. A
+    corrupt record is named, skipped and not counted.
     """
     records = []
+    cells_seen: dict[tuple[Any, ...], str] = {}
     for key in results:
         try:
             record = results[key]
             ours = (record["sequence"], record["dataset"]) == (spec.name, spec.dataset)
             expected = dataclasses.replace(spec, seed=record["seed"]).key if ours else None
+            cell = (record["budget"], record["arch"], record["method"], record["seed"])
         except (Seq2FinalError, KeyError, TypeError) as error:
             log.warning("skipping result record %s: %s", key, error)
             continue
@@ -56,6 +60,14 @@ def gather_results(spec: SequenceSpec, results: Mapping[str, dict[str, Any]]) ->
                 f"the records named '{spec.name}' ({spec.dataset}) come from different "
                 "specifications; pass the sequence's exact settings (e.g. build_sequences.test_size)"
             )
+        if cell in cells_seen:  # two settings under one budget name would pass as two seeds
+            raise Seq2FinalError(
+                f"results {cells_seen[cell]} and {key} are both {record['method']} on "
+                f"{record['arch']} with budget {record['budget']} and seed {record['seed']}, but "
+                "were run with different settings; give one setting its own budget name "
+                "(`budgets:` in parameters.yml) or move one record out of the results folder"
+            )
+        cells_seen[cell] = key
         records.append(record)
     if not records:
         raise Seq2FinalError(
