@@ -1,7 +1,7 @@
 """Training throughput of the project's fit loop, as ratios to a bare PyTorch loop, in one run.
 
 For one architecture and device: images/s of a bare loop (Adam, cross-entropy, float tensors
-already in memory, no validation) and of :func:`seq2final.training.fit` for one epoch with its
+already in memory, no validation) and of :func:`seq2final.training.loop.fit` for one epoch with its
 validation pass, L2 penalty and dropout, under each engine option (default, channels_last, bf16
 autocast, and fp16 on CUDA). Options alternate over ``--repeats`` rounds and the median is kept,
 so background load hits every variant alike; the ratios are what to compare across machines.
@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from seq2final.models import build_model
-from seq2final.training import Data, Engine, HyperParameters, Task, fit
+from seq2final.training import Engine, HyperParameters, Task, TensorSplit, fit
 
 
-def _bare(arch: str, data: Data, batch: int, device: torch.device) -> float:
+def _bare(arch: str, data: TensorSplit, batch: int, device: torch.device) -> float:
     model = build_model(arch, 10).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     x = data.x.to(device).float() / 255
@@ -39,7 +39,7 @@ def _bare(arch: str, data: Data, batch: int, device: torch.device) -> float:
     return len(y) / (time.perf_counter() - start)
 
 
-def _ours(arch: str, data: Data, valid: Data, engine: Engine) -> float:
+def _ours(arch: str, data: TensorSplit, valid: TensorSplit, engine: Engine) -> float:
     device = engine.torch_device()
     model = build_model(arch, 10).to(device)
     if engine.channels_last:
@@ -60,11 +60,11 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
     g = torch.Generator().manual_seed(0)
-    data = Data(
+    data = TensorSplit(
         torch.randint(0, 256, (args.images, 3, 32, 32), dtype=torch.uint8, generator=g),
         torch.arange(args.images) % 10,
     )
-    valid = Data(data.x[: args.images // 4], data.y[: args.images // 4])
+    valid = TensorSplit(data.x[: args.images // 4], data.y[: args.images // 4])
     base = Engine(device=args.device)
     device = base.torch_device()
     variants = {

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from kedro.config import OmegaConfigLoader
 
-from seq2final.data import SourceData
+from seq2final.data.sources import SourceData
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -54,6 +55,18 @@ def make_source(
         else None,
         fingerprint=f"synthetic-{seed}",
     )
+
+
+@pytest.fixture(scope="session")
+def project_parameters() -> dict:
+    """The project's parameters as a run in the ``test`` environment sees them (do not mutate)."""
+    loader = OmegaConfigLoader(
+        str(PROJECT / "conf"),
+        base_env="base",
+        default_run_env="test",
+        merge_strategy={"parameters": "soft"},
+    )
+    return dict(loader["parameters"])
 
 
 @pytest.fixture
@@ -137,6 +150,12 @@ def tiny_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
         run_session(folder, TINY_RESULTS_PIPELINES, TINY_RESULTS)
         end_mlflow_runs()
     return folder
+
+
+@pytest.fixture(scope="session")
+def copy_project_to():
+    """``copy_project`` as a fixture, for module-scoped fixtures that set up a project of their own."""
+    return copy_project
 
 
 @pytest.fixture

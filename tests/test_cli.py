@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from kedro.framework.startup import bootstrap_project
 
 from seq2final.cli import _FailureReport, _user_error, cli, parse_params
-from seq2final.errors import Seq2FinalError
+from seq2final.core.errors import Seq2FinalError
 
 
 def test_parse_params_accepts_both_syntaxes_and_keeps_later_separators():

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from seq2final.reference import render
+from seq2final.docgen import render
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,5 +24,5 @@ def test_the_docs_site_builds_strictly(tmp_path):
 def test_the_reference_page_is_current():
     expected = render(ROOT / "conf" / "base")
     assert (ROOT / "docs" / "reference.md").read_text() == expected, (
-        "docs/reference.md is stale: python -m seq2final.reference > docs/reference.md"
+        "docs/reference.md is stale: python -m seq2final.docgen > docs/reference.md"
     )

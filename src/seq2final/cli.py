@@ -19,7 +19,7 @@ import click
 import yaml
 from kedro.framework.cli.project import run as kedro_run
 
-from seq2final.errors import Seq2FinalError
+from seq2final.core.errors import Seq2FinalError
 
 _SEPARATORS = (":", "=")
 _INT = re.compile(r"[-+]?(0|[1-9]\d*)")

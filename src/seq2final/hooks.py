@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mlflow
 from kedro.framework.context import KedroContext
@@ -13,12 +13,14 @@ from kedro.pipeline import Node, Pipeline
 from kedro_mlflow.framework.hooks import MlflowHook
 from mlflow import MlflowClient
 
-from seq2final.errors import Seq2FinalError
-from seq2final.params import RunParameters, validate_parameters
-from seq2final.tracking_setup import JobNames, check_registry_names, fail_fast, sequence_names
-
-if TYPE_CHECKING:  # the tracker imports torch; settings load on every kedro command
-    from seq2final.tracking import SequenceSummary
+from seq2final.config.checks import sequence_spec, validate_parameters
+from seq2final.config.parameters import RunParameters
+from seq2final.core.errors import Seq2FinalError
+from seq2final.methods import requested_jobs
+from seq2final.pipelines.visualize import create_pipeline as visualize_pipeline
+from seq2final.reporting.tables import report_folder
+from seq2final.tracking.names import JobNames, check_registry_names, fail_fast, sequence_names
+from seq2final.tracking.summary import SequenceSummary
 
 log = logging.getLogger(__name__)
 
@@ -44,21 +46,16 @@ class ReportLocationsHook:
     def after_pipeline_run(
         self, run_params: dict[str, Any], pipeline: Pipeline, catalog: CatalogProtocol
     ) -> None:
-        from seq2final.reporting import report_folder
-        from seq2final.sequences import resolve_spec
-
         outputs = pipeline.all_outputs()
         if self._params is None or not outputs & {"result_table_reports", "heatmap_figures"}:
             return
         run = validate_parameters(self._params)
-        spec = resolve_spec(run.sequence, run.dataset, run.data_path, run.seed)
+        spec = sequence_spec(run)
         folder = report_folder(spec.name, spec.dataset)
         if "result_table_reports" in outputs:
             log.info("Tables (Markdown; CSV and LaTeX beside): data/08_reporting/"
                      "result_table_reports/%s/", folder)  # fmt: skip
-        from seq2final.pipelines.visualize import create_pipeline as visualize
-
-        drawn = outputs & visualize().all_outputs()  # not the per-build figures
+        drawn = outputs & visualize_pipeline().all_outputs()  # not the per-build figures
         figures = sorted(o.removesuffix("_figures") for o in drawn if o.endswith("_figures"))
         if figures:
             log.info("Figures (PNG and PDF): data/08_reporting/{%s}_figures/%s/",
@@ -176,13 +173,10 @@ class TrackingHook(MlflowHook):
             )
 
     def _sequence_summary(self) -> SequenceSummary:
-        from seq2final.sequences import resolve_spec
-        from seq2final.tracking import SequenceSummary
-
         if self._summary is None:
             assert self._run is not None
             run = self._run
-            spec = resolve_spec(run.sequence, run.dataset, run.data_path, run.seed)
+            spec = sequence_spec(run)
             self._summary = SequenceSummary(
                 MlflowClient(), run.mlflow, spec.name, spec.dataset, spec.seed
             )
@@ -219,22 +213,16 @@ def _configured_uri(context: KedroContext) -> str:
 
 def _job_names(run: RunParameters) -> list[JobNames]:
     """The names this run's jobs will use, as the tracker will render them (templates checked)."""
-    from seq2final.methods import canonical_modes, family_of, method_label, resolve_request
-    from seq2final.sequences import resolve_spec
-
-    spec = resolve_spec(run.sequence, run.dataset, run.data_path, run.seed)
-    names = []
-    for _, historical, final in resolve_request(run.method, run.historical, run.final):
-        trained = canonical_modes(historical, final, family_of(run.arch))
-        names.append(
-            JobNames.of(
-                run.mlflow,
-                sequence=spec.name,
-                dataset=spec.dataset,
-                arch=run.arch,
-                method=method_label(*trained),
-                budget=run.budget,
-                seed=spec.seed,
-            )
+    spec = sequence_spec(run)
+    return [
+        JobNames.of(
+            run.mlflow,
+            sequence=spec.name,
+            dataset=spec.dataset,
+            arch=run.arch,
+            method=job.method,
+            budget=run.budget,
+            seed=spec.seed,
         )
-    return names
+        for job in requested_jobs(run.method, run.historical, run.final, run.arch)
+    ]

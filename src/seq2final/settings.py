@@ -1,6 +1,6 @@
 """Project settings (see Kedro's configuration docs for the defaults left untouched here)."""
 
-from seq2final.third_party_warnings import silence_known_warnings
+from seq2final.core.known_warnings import silence_known_warnings
 
 silence_known_warnings()  # before the imports below, which set some of them off
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from seq2final.errors import Seq2FinalError
+from seq2final.core.errors import Seq2FinalError
 from seq2final.models import (
     ARCHITECTURES,
     JointModel,
@@ -221,7 +221,7 @@ def test_param_norm_sums_the_module_each_step_uses_without_bn() -> None:
     [
         ({"mode": "low_rank"}, "unknown joint mode 'low_rank'; valid: separate, side_tune"),
         ({"stem_head": "mixed"}, "unknown stem_head 'mixed'; valid: separate, summed"),
-        ({"mode": "side_tune", "side_kind": "one_layer"}, "does not exist for convnet"),
+        ({"mode": "side_tune", "side_module": "one_layer"}, "does not exist for convnet"),
         ({"new_layers_per_step": []}, "one list per step 1..1"),
         ({"new_layers_per_step": ["fc"]}, "expected a list of layer names"),
         ({"new_layers_per_step": [["layer7"]]}, "unknown layer\\(s\\) layer7"),

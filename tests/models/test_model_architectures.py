@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from seq2final.errors import Seq2FinalError
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.registry import Registry
 from seq2final.models import (
     ARCHITECTURES,
     build_model,
@@ -19,7 +20,6 @@ from seq2final.models import (
     set_trainable,
     squared_weight_norm,
 )
-from seq2final.registry import Registry
 
 ALL_ARCHS = list(ARCHITECTURES)
 

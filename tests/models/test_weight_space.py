@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from seq2final.errors import Seq2FinalError
+from seq2final.core.errors import Seq2FinalError
 from seq2final.models import (
     ARCHITECTURES,
     JointModel,

@@ -7,7 +7,7 @@ import pytest
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
-from seq2final.errors import MissingPrerequisiteError, Seq2FinalError
+from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
 
 
 def _run(project, pipeline, **params):
@@ -27,7 +27,7 @@ def test_build_then_quantify(project):
         "corruption",
         "label_flip",
     ]
-    assert manifest["steps"][3]["state"]["angles"][0] == 30.0
+    assert manifest["steps"][3]["state"]["rotation"][0] == 30.0
     assert sorted(p.name for p in folder.glob("step_*.npz")) == [
         "step_0.npz",
         "step_1.npz",

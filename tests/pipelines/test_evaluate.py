@@ -6,10 +6,10 @@ import logging
 import pandas as pd
 import pytest
 
-from seq2final.datasets import ResultStore
-from seq2final.errors import Seq2FinalError
+from seq2final.core.errors import Seq2FinalError
+from seq2final.data.spec import resolve_spec
 from seq2final.pipelines.evaluate.nodes import gather_results
-from seq2final.sequences import resolve_spec
+from seq2final.runs.result_store import ResultStore
 
 TINY = {
     "sequence": "source100:rotation60:corruption100:label_flip60",

@@ -12,10 +12,11 @@ from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
 from seq2final.cli import cli
-from seq2final.datasets import HistoricalStore, ResultStore
-from seq2final.errors import MissingPrerequisiteError, Seq2FinalError
+from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
 from seq2final.methods import METHODS
-from seq2final.tuning import open_storage
+from seq2final.runs.result_store import ResultStore
+from seq2final.runs.state_store import HistoricalStore
+from seq2final.training.tuner import open_storage
 
 TINY = {
     "sequence": "source100:rotation60:corruption100:label_flip60",

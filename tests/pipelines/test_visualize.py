@@ -9,10 +9,13 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
-from seq2final.analysis import accuracy, path_key
-from seq2final.datasets import HistoricalStore, ResultStore, SequenceStore
-from seq2final.reporting import shown_name
-from seq2final.training import Data, Engine
+from seq2final.reporting.interpolation import accuracy, path_key
+from seq2final.reporting.tables import shown_name
+from seq2final.runs.result_store import ResultStore
+from seq2final.runs.sequence_store import SequenceStore
+from seq2final.runs.state_store import HistoricalStore
+from seq2final.training.engine import Engine
+from seq2final.training.tensors import TensorSplit
 
 FOLDER = "source100-rotation60-corruption100-label_flip60-digits"
 FIGURES = ("interpolation", "projection", "svcca", "adjacency", "heatmap", "learning_curve")
@@ -44,7 +47,7 @@ def test_interpolation_endpoints_are_the_two_models_test_accuracies(tiny_results
     sequence = SequenceStore(tiny_results / "data/03_primary/sequences")[
         records["ft"]["sequence_key"]
     ]
-    test = Data.from_arrays(*sequence.step(-1).split("test"))
+    test = TensorSplit.from_arrays(*sequence.step(-1).split("test"))
     paths = tiny_results / "data/07_model_output/interpolation"
     drawn = {}
     for name, record in records.items():

@@ -23,9 +23,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from seq2final import _torchvision_guard  # noqa: F401  (must precede any torchvision import)
-from seq2final.errors import Seq2FinalError
-from seq2final.registry import Registry
+from seq2final.core import torchvision_guard  # noqa: F401  (must precede any torchvision import)
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.registry import Registry
 
 from torchvision.models.densenet import _DenseBlock, _Transition  # isort: skip
 from torchvision.models.resnet import BasicBlock  # isort: skip
@@ -150,17 +150,6 @@ class BlockModel(nn.Module):
         return x
 
 
-def _convnet(arch: str, num_blocks: int, num_classes: int, dropout: float) -> BlockModel:
-    blocks = [
-        (ConvBN(c_in, c_out, stride), BlockGeometry(c_in, c_out, stride))
-        for (c_in, c_out), stride in zip(
-            _BLOCK_CHANNELS[num_blocks], _BLOCK_STRIDES[num_blocks], strict=True
-        )
-    ]
-    head = ClassifierHead(_BLOCK_CHANNELS[num_blocks][-1][1], num_classes)
-    return BlockModel(arch, "convnet", Stem(), blocks, head, dropout)
-
-
 def _resnet_layer(in_channels: int, out_channels: int, stride: int) -> nn.Sequential:
     """Two BasicBlocks; the first gets a 1x1 conv + BN shortcut when the shape changes."""
     downsample = None
@@ -175,18 +164,30 @@ def _resnet_layer(in_channels: int, out_channels: int, stride: int) -> nn.Sequen
     )
 
 
-def _resnet(arch: str, num_blocks: int, num_classes: int, dropout: float) -> BlockModel:
-    blocks = [
-        (_resnet_layer(c_in, c_out, stride), BlockGeometry(c_in, c_out, stride))
-        for (c_in, c_out), stride in zip(
-            _BLOCK_CHANNELS[num_blocks], _BLOCK_STRIDES[num_blocks], strict=True
-        )
-    ]
-    head = ClassifierHead(_BLOCK_CHANNELS[num_blocks][-1][1], num_classes)
-    return BlockModel(arch, "resnet", Stem(), blocks, head, dropout)
+def _plain_blocks(
+    block: Callable[[int, int, int], nn.Module],
+) -> Callable[[str, str, int, int, float], BlockModel]:
+    """A builder of the ConvNet/ResNet layout (reference §2.1): the stem, ``num_blocks`` blocks
+    with the shared widths and strides, each made by ``block(in, out, stride)``, and the head."""
+
+    def build(
+        arch: str, family: str, num_blocks: int, num_classes: int, dropout: float
+    ) -> BlockModel:
+        blocks = [
+            (block(c_in, c_out, stride), BlockGeometry(c_in, c_out, stride))
+            for (c_in, c_out), stride in zip(
+                _BLOCK_CHANNELS[num_blocks], _BLOCK_STRIDES[num_blocks], strict=True
+            )
+        ]
+        head = ClassifierHead(_BLOCK_CHANNELS[num_blocks][-1][1], num_classes)
+        return BlockModel(arch, family, Stem(), blocks, head, dropout)
+
+    return build
 
 
-def _densenet(arch: str, num_blocks: int, num_classes: int, dropout: float) -> BlockModel:
+def _densenet(
+    arch: str, family: str, num_blocks: int, num_classes: int, dropout: float
+) -> BlockModel:
     blocks = []
     features = STEM_CHANNELS
     layer_counts = _DENSE_LAYERS[num_blocks]
@@ -209,21 +210,58 @@ def _densenet(arch: str, num_blocks: int, num_classes: int, dropout: float) -> B
             stride = 2
         blocks.append((nn.Sequential(parts), BlockGeometry(block_in, features, stride)))
     head = ClassifierHead(features, num_classes, norm=True)
-    return BlockModel(arch, "densenet", Stem(), blocks, head, dropout)
+    return BlockModel(arch, family, Stem(), blocks, head, dropout)
 
 
-ARCHITECTURES: Registry[Callable[[int, float], BlockModel]] = Registry("architecture")
-"""Public name -> builder ``(num_classes, dropout) -> BlockModel``."""
+Builder = Callable[[int, float], BlockModel]
+"""``(num_classes, dropout) -> BlockModel``: a freshly initialised model."""
 
-for _family, _builder in (("convnet", _convnet), ("densenet", _densenet), ("resnet", _resnet)):
+
+@dataclass(frozen=True)
+class Architecture:
+    """A registered architecture: its builder, its family and the side modules it supports.
+
+    ``family`` groups architectures in tables and figures (ConvNet, DenseNet, ResNet rows);
+    ``side_modules`` names the side-module kinds that exist for its blocks
+    (:mod:`seq2final.models.side_modules`): a ConvNet block is one conv + BN already, so it has
+    ``block`` side modules only, and the 1-layer side-tuning modes train their block equivalent.
+    """
+
+    build: Builder
+    family: str
+    side_modules: tuple[str, ...] = ("one_layer", "block")
+
+
+ARCHITECTURES: Registry[Architecture] = Registry("architecture")
+"""Public name -> :class:`Architecture`."""
+
+
+def architecture(
+    name: str, family: str, side_modules: tuple[str, ...] = ("one_layer", "block")
+) -> Callable[[Builder], Builder]:
+    """Register the decorated builder as architecture ``name``."""
+
+    def register(build: Builder) -> Builder:
+        ARCHITECTURES.add(name, Architecture(build, family, side_modules))
+        return build
+
+    return register
+
+
+_FAMILIES: dict[str, tuple[Callable[[str, str, int, int, float], BlockModel], tuple[str, ...]]] = {
+    "convnet": (_plain_blocks(ConvBN), ("block",)),
+    "densenet": (_densenet, ("one_layer", "block")),
+    "resnet": (_plain_blocks(_resnet_layer), ("one_layer", "block")),
+}
+for _family, (_builder, _side_modules) in _FAMILIES.items():
     for _num_blocks in (1, 2, 3, 4):
         _name = f"{_family}_{_num_blocks}"
-        ARCHITECTURES.add(_name, partial(_builder, _name, _num_blocks))
+        architecture(_name, _family, _side_modules)(partial(_builder, _name, _family, _num_blocks))
 
 
 def build_model(name: str, num_classes: int, dropout: float = 0.0) -> BlockModel:
     """A freshly (PyTorch-default) initialised model of a registered architecture."""
-    builder = ARCHITECTURES[name]
+    builder = ARCHITECTURES[name].build
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise Seq2FinalError(f"num_classes must be a positive integer, got {num_classes!r}")
     if not 0.0 <= dropout <= 1.0:

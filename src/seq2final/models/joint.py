@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seq2final.errors import Seq2FinalError
+from seq2final.core.errors import Seq2FinalError
 from seq2final.models.architectures import BlockModel, build_model, squared_weight_norm
 from seq2final.models.side_modules import build_side_module, fresh_copy, side_module_kinds
 
@@ -43,19 +43,19 @@ class JointModel(nn.Module):
         num_steps: int,
         new_layers_per_step: Sequence[Sequence[str]],
         mode: str = "separate",
-        side_kind: str = "block",
+        side_module: str = "block",
         stem_head: str = "separate",
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
         base = build_model(arch, num_classes, dropout)  # validates the settings too
-        _check_config(base, num_steps, new_layers_per_step, mode, side_kind, stem_head)
+        _check_config(base, num_steps, new_layers_per_step, mode, side_module, stem_head)
         self.arch = arch
         self.num_classes = num_classes
         self.num_steps = num_steps
         self.new_layers_per_step = [list(layers) for layers in new_layers_per_step]
         self.mode = mode
-        self.side_kind = side_kind
+        self.side_module = side_module
         self.stem_head = stem_head
         self.dropout = float(dropout)
         self.layer_names: tuple[str, ...] = base.layer_names
@@ -71,7 +71,7 @@ class JointModel(nn.Module):
             path = dict(self.module_path[-1])
             for name in new_layers:
                 if mode == "side_tune" and name in base.geometry:
-                    module = build_side_module(base, name, side_kind)
+                    module = build_side_module(base, name, side_module)
                 else:
                     module = fresh_copy(getattr(base, name))
                 self.layers[name].append(module)
@@ -202,7 +202,7 @@ def _check_config(
     num_steps: int,
     new_layers_per_step: Sequence[Sequence[str]],
     mode: str,
-    side_kind: str,
+    side_module: str,
     stem_head: str,
 ) -> None:
     """Refuse a malformed joint-model spec before any module is built, naming the valid values."""
@@ -212,9 +212,9 @@ def _check_config(
         raise Seq2FinalError(
             f"unknown stem_head '{stem_head}'; valid: {', '.join(STEM_HEAD_MODES)}"
         )
-    if mode == "side_tune" and side_kind not in side_module_kinds(base):
+    if mode == "side_tune" and side_module not in side_module_kinds(base):
         raise Seq2FinalError(
-            f"side kind '{side_kind}' does not exist for {base.family}; "
+            f"side module kind '{side_module}' does not exist for {base.arch}; "
             f"valid: {', '.join(side_module_kinds(base))}"
         )
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from torch import nn
 
-from seq2final.errors import Seq2FinalError
-from seq2final.models.architectures import BlockModel, ConvBN
-from seq2final.registry import Registry
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.registry import Registry
+from seq2final.models.architectures import ARCHITECTURES, BlockModel, ConvBN
 
 
 def fresh_copy(module: nn.Module) -> nn.Module:
@@ -41,15 +40,9 @@ def fresh_copy(module: nn.Module) -> nn.Module:
     return clone
 
 
-@dataclass(frozen=True)
-class SideModuleKind:
-    """How to build one kind of side module, and for which model families it exists."""
-
-    build: Callable[[BlockModel, str], nn.Module]
-    families: tuple[str, ...]
-
-
-SIDE_MODULES: Registry[SideModuleKind] = Registry("side module kind")
+SideModuleBuilder = Callable[[BlockModel, str], nn.Module]
+"""``(model, block name) -> module`` shaped like the block's input and output."""
+SIDE_MODULES: Registry[SideModuleBuilder] = Registry("side module kind")
 
 
 def _one_layer(model: BlockModel, layer: str) -> nn.Module:
@@ -63,26 +56,25 @@ def _block(model: BlockModel, layer: str) -> nn.Module:
     return fresh_copy(getattr(model, layer))
 
 
-SIDE_MODULES.add("one_layer", SideModuleKind(_one_layer, ("densenet", "resnet")))
-SIDE_MODULES.add("block", SideModuleKind(_block, ("convnet", "densenet", "resnet")))
+SIDE_MODULES.add("one_layer", _one_layer)
+SIDE_MODULES.add("block", _block)
 
 
 def side_module_kinds(model: BlockModel) -> list[str]:
-    """The side-module kinds that exist for this model's family."""
-    return [name for name, kind in SIDE_MODULES.items() if model.family in kind.families]
+    """The side-module kinds that exist for this model's architecture (its registry entry)."""
+    return list(ARCHITECTURES[model.arch].side_modules)
 
 
 def build_side_module(model: BlockModel, layer: str, kind: str) -> nn.Module:
     """A new side module of ``kind`` for ``layer`` (``layer1`` ... ``layerK``) of ``model``."""
-    spec = SIDE_MODULES[kind]
-    if model.family not in spec.families:
-        reason = " (a ConvNet block is one conv + BN already)" if model.family == "convnet" else ""
+    build = SIDE_MODULES[kind]
+    if kind not in side_module_kinds(model):
         raise Seq2FinalError(
-            f"side module kind '{kind}' does not exist for {model.family}{reason}; "
+            f"side module kind '{kind}' does not exist for {model.arch}; "
             f"valid: {', '.join(side_module_kinds(model))}"
         )
     if layer not in model.geometry:
         raise Seq2FinalError(
             f"side modules attach to blocks, not '{layer}'; valid: {', '.join(model.geometry)}"
         )
-    return spec.build(model, layer)
+    return build(model, layer)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from seq2final.errors import Seq2FinalError
+from seq2final.core.errors import Seq2FinalError
 from seq2final.models.architectures import BlockModel, build_model
 from seq2final.models.joint import JointModel
 
@@ -34,7 +34,7 @@ def model_spec(model: nn.Module) -> dict[str, Any]:
             "num_steps": model.num_steps,
             "new_layers_per_step": model.new_layers_per_step,
             "mode": model.mode,
-            "side_kind": model.side_kind,
+            "side_module": model.side_module,
             "stem_head": model.stem_head,
             "dropout": model.dropout,
         }
@@ -55,6 +55,8 @@ def build_from_spec(spec: dict[str, Any]) -> nn.Module:
         return build_model(spec["arch"], spec["num_classes"], spec["dropout"])
     if kind == "joint":
         arguments = {k: v for k, v in spec.items() if k != "type"}
+        if "side_kind" in arguments:  # payloads stored before the parameter was renamed
+            arguments["side_module"] = arguments.pop("side_kind")
         return JointModel(**arguments)
     raise Seq2FinalError(f"unknown stored model type {kind!r}; valid: block, joint")
 

@@ -20,7 +20,7 @@ import copy
 import torch
 from torch import nn
 
-from seq2final.errors import Seq2FinalError
+from seq2final.core.errors import Seq2FinalError
 from seq2final.models.joint import JointModel
 
 

@@ -7,11 +7,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from seq2final.jobs import JobRecipe, RunPlan, TrackedJob, load_states
+from seq2final.config.parameters import MlflowOptions
+from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import HistoricalState
-from seq2final.params import MlflowOptions
-from seq2final.sequences import ShiftSequence
-from seq2final.tracking import JobTracker
+from seq2final.runs.planner import load_states
+from seq2final.runs.plans import RunPlan
+from seq2final.runs.recipes import JobRecipe
+from seq2final.tracking.jobs import JobTracker, TrackedJob
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,12 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from seq2final import plots
-from seq2final.data import SourceData, load_source
-from seq2final.errors import MissingPrerequisiteError
-from seq2final.sequences import SequenceSpec, ShiftSequence, build_sequence, resolve_spec
+from seq2final.core.errors import MissingPrerequisiteError
+from seq2final.data.sampler import build_sequence
+from seq2final.data.sequence import ShiftSequence
+from seq2final.data.sources import SourceData, load_source
+from seq2final.data.spec import SequenceSpec, resolve_spec
+from seq2final.reporting import plots
 
 
 def resolve_sequence(

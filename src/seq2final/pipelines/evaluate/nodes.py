@@ -10,22 +10,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from seq2final.errors import Seq2FinalError
-from seq2final.reporting import (
-    ORACLE,
-    PAPER_COLUMNS,
+from seq2final.core.errors import Seq2FinalError
+from seq2final.data.spec import SequenceSpec
+from seq2final.methods import ORACLE, paper_columns
+from seq2final.reporting.comparisons import paired_comparison
+from seq2final.reporting.tables import (
     ResultTable,
     arch_sort_key,
     cells,
     format_number,
-    paired_comparison,
     render,
     report_folder,
     shown_name,
     table2_styles,
     to_csv_frame,
 )
-from seq2final.sequences import SequenceSpec
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +198,7 @@ def choose_best_models(
     final-step set, not adapted). Ties go to the paper's column order, then the earlier seed.
     The choice never looks at test accuracy, so reporting it stays honest.
     """
-    order = {name: index for index, name in enumerate(PAPER_COLUMNS)}
+    order = {name: index for index, name in enumerate(paper_columns())}
     rows = []
     for arch in sorted({r["arch"] for r in records}, key=arch_sort_key):
         candidates = [r for r in records if r["arch"] == arch and shown_name(r) != ORACLE]

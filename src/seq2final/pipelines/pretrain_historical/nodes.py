@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from seq2final.jobs import RunPlan, StateRecipe, plan_run
-from seq2final.sequences import SequenceSpec, ShiftSequence
+from seq2final.data.sequence import ShiftSequence
+from seq2final.data.spec import SequenceSpec
+from seq2final.runs.planner import plan_run
+from seq2final.runs.plans import RunPlan
+from seq2final.runs.recipes import StateRecipe
 
 
 def plan_jobs(

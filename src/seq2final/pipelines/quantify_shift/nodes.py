@@ -11,14 +11,15 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from seq2final import plots
-from seq2final.sequences import SequenceSpec, ShiftSequence
-from seq2final.shift_distance import (
+from seq2final.data.distances import (
     Embedded,
     conditional_wasserstein2,
     fit_pca_features,
     wasserstein2,
 )
+from seq2final.data.sequence import ShiftSequence
+from seq2final.data.spec import SequenceSpec
+from seq2final.reporting import plots
 
 logger = logging.getLogger(__name__)
 

@@ -18,19 +18,16 @@ from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 from torch import nn
 
-from seq2final import plots
-from seq2final.analysis import (
-    interpolation_path,
-    path_ends,
-    path_key,
-    svcca_similarity,
-    weight_projection,
-)
-from seq2final.methods import HistoricalState
+from seq2final.data.spec import SequenceSpec
+from seq2final.methods import ORACLE, HistoricalState
 from seq2final.models import JointModel
-from seq2final.reporting import ORACLE, ResultTable, cells, report_folder, shown_name
-from seq2final.sequences import SequenceSpec
-from seq2final.training import Data, Engine
+from seq2final.reporting import plots
+from seq2final.reporting.interpolation import interpolation_path, path_ends, path_key
+from seq2final.reporting.projection import weight_projection
+from seq2final.reporting.svcca import svcca_similarity
+from seq2final.reporting.tables import ResultTable, cells, report_folder, shown_name
+from seq2final.training.engine import Engine
+from seq2final.training.tensors import TensorSplit
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +75,13 @@ class _Models:
         """The job continued a historical state that is not stored (any more)."""
         return record.get("historical_state") is not None and self.state(record) is None
 
-    def test_data(self, record: Mapping[str, Any], limit: int | None = None) -> Data | None:
+    def test_data(self, record: Mapping[str, Any], limit: int | None = None) -> TensorSplit | None:
         key = record["sequence_key"]
         if key not in self.sequences:
             log.warning("sequence %s is not built; skipping job %s", key, record["job_key"])
             return None
         x, y = self.sequences[key].step(-1).split("test")
-        return Data.from_arrays(x[:limit], y[:limit])
+        return TensorSplit.from_arrays(x[:limit], y[:limit])
 
     def trajectory(self, record: Mapping[str, Any]) -> list[tuple[nn.Module, int | None]]:
         """The job's models over time, each with the step it runs at, ending with its final model.
@@ -116,7 +113,7 @@ def interpolation_recipes(
     sequences: Any,
     options: Mapping[str, Any],
 ) -> dict[str, Callable[[], pd.DataFrame | None]]:
-    """One path per job that has one (see :mod:`seq2final.analysis`), computed only if missing."""
+    """One path per job that has one (see :mod:`seq2final.reporting.analysis`), computed only if missing."""
     models = _Models(results, states, sequences)
     points = int(options["interpolation_points"])
     recipes = {}

@@ -1,0 +1,65 @@
+"""Regenerate tests/golden/default_run_smoke.json: the default run's records with budget smoke.
+
+The golden file pins what the default parameters produce (sequence bytes, job keys, metrics, every
+fit and trial), so a refactor that changes any of it fails tests/pipelines/test_default_run_unchanged.
+Regenerate it only for a deliberate change of results, and say why in the commit:
+
+    .venv/bin/python benchmarks/golden_records.py tests/golden/default_run_smoke.json
+
+It runs in a throw-away copy of the project, in the test environment, on one CPU thread as the
+test suite does (thread counts change float reductions, so they change NLL and ECE in the last
+digits).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+
+PROJECT = Path(__file__).resolve().parents[1]
+PIPELINES = ["build_sequences", "pretrain_historical", "adapt_final"]
+RUNTIME = {"budget": "smoke", "mlflow": {"enabled": False}}
+
+
+def golden_records(project: Path) -> dict:
+    """Run the default parameters with budget smoke in ``project``; its sequences and records."""
+    bootstrap_project(project)
+    with KedroSession.create(project_path=project, env="test", runtime_params=RUNTIME) as session:
+        session.run(pipeline_names=PIPELINES)
+    records = {}
+    for path in sorted((project / "data/07_model_output/results").glob("*.json")):
+        record = json.loads(path.read_text())
+        record.pop("wall_seconds")
+        records[record["job_key"]] = record
+    sequences = {}
+    for path in sorted((project / "data/03_primary/sequences").glob("*/manifest.json")):
+        manifest = json.loads(path.read_text())
+        sequences[manifest["key"]] = manifest["content_hash"]
+    return {"sequences": sequences, "records": records}
+
+
+def main(target: Path) -> None:
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as folder:
+        project = Path(folder)
+        shutil.copytree(PROJECT / "conf", project / "conf", ignore=shutil.ignore_patterns("local"))
+        (project / "conf" / "local").mkdir()
+        shutil.copy(PROJECT / "pyproject.toml", project / "pyproject.toml")
+        (project / "data").mkdir()
+        (project / "src").mkdir()
+        os.chdir(project)
+        golden = golden_records(project)
+    target.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
+    print(f"{len(golden['records'])} records written to {target}")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]).resolve())

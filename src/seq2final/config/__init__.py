@@ -1,0 +1,1 @@
+"""Configuration: the run parameters' schemas and every check done before any work."""

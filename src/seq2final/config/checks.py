@@ -1,0 +1,138 @@
+"""Every check done before work: parameters, method requests, budgets and the modes' YAML blocks.
+
+A typo in a parameter or a YAML block must cost seconds, not the hours of training that would
+run before the code reading it is reached. :func:`validate_parameters` runs as soon as Kedro has
+the parameters (a project hook) and raises one line on the first problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from seq2final.config.parameters import RunParameters
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.plugins import load_plugins
+from seq2final.core.schema import one_line
+from seq2final.data.spec import SequenceSpec, resolve_spec
+from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
+from seq2final.methods.requests import resolve_request
+from seq2final.methods.schedules import check_schedules
+from seq2final.training.objectives import HyperParameters
+from seq2final.training.search import SearchSpace, get_budget
+
+
+def validate_parameters(parameters: Mapping[str, Any]) -> RunParameters:
+    """Load the plugins the parameters name, then check everything, including the sequence spec.
+
+    Plugins come first because they may add the very names (methods, sources, ...) that the
+    other parameters use.
+    """
+    parameters = {k: v for k, v in parameters.items() if not k.startswith("_")}  # YAML templates
+    plugins = parameters.get("plugins") or []
+    load_plugins([plugins] if isinstance(plugins, str) else plugins)
+    try:
+        run = RunParameters.model_validate(parameters)
+    except ValidationError as error:
+        raise Seq2FinalError(one_line(error, RunParameters)) from None
+    spec = sequence_spec(run)
+    _check_methods(run, spec.num_targets)
+    return run
+
+
+def sequence_spec(run: RunParameters) -> SequenceSpec:
+    """The full specification of the sequence the parameters name."""
+    return resolve_spec(
+        run.sequence,
+        run.dataset,
+        run.data_path,
+        run.seed,
+        run.build_sequences.test_size,
+        run.build_sequences.oracle_size,
+    )
+
+
+def _check_methods(run: RunParameters, final_step: int) -> None:
+    """Method and modes agree, the budget exists and every search space parses."""
+
+    def named(block: str, error: Seq2FinalError) -> Seq2FinalError:
+        return Seq2FinalError(f"parameter '{block}': {error}")
+
+    try:
+        resolve_request(run.method, run.historical, run.final)
+    except Seq2FinalError as error:
+        raise named("method" if run.method else "final", error) from None
+    try:
+        get_budget(run.budgets, run.budget)
+    except Seq2FinalError as error:
+        raise named("budget", error) from None
+    if run.pretrain_historical is not None:
+        check_mode_configs(
+            run.historical_modes,
+            run.final_modes,
+            run.pretrain_historical.step0,
+            final_step,
+            run.budget,
+        )
+
+
+def check_mode_configs(
+    historical_modes: Mapping[str, Any],
+    final_modes: Mapping[str, Any],
+    step0_space: Mapping[str, Any],
+    final_step: int | None = None,
+    budget: str | None = None,
+) -> None:
+    """Every registered mode has its YAML block, and everything in it is usable.
+
+    Checked here, before any training, so a typo in a YAML block costs seconds, not the hours of
+    training that would run before the mode reading it is reached.
+    """
+    check_space(step0_space, "pretrain_historical.step0")
+    for registry, blocks, where in (
+        (HISTORICAL_MODES, historical_modes, "historical_modes"),
+        (FINAL_MODES, final_modes, "final_modes"),
+    ):
+        unknown = [name for name in blocks if name not in registry]
+        if unknown:
+            raise Seq2FinalError(
+                f"{where} has a block for unknown mode(s) {', '.join(unknown)}; "
+                f"valid: {', '.join(registry)}"
+            )
+        for name, mode in registry.items():
+            if not mode.config_keys:
+                continue
+            block = blocks.get(name)
+            if block is None:
+                raise Seq2FinalError(
+                    f"{where} has no block for registered mode '{name}'; "
+                    "add one to conf/base/parameters_*.yml"
+                )
+            for key in mode.config_keys:
+                if key not in block:
+                    raise Seq2FinalError(f"{where}.{name} needs '{key}'; it has {', '.join(block)}")
+                check_space(block[key], f"{where}.{name}.{key}")
+            weight = block.get("final_weight", 1.0)
+            if not isinstance(weight, int | float) or weight <= 0:
+                raise Seq2FinalError(
+                    f"{where}.{name}.final_weight must be a positive number, got {weight!r}"
+                )
+            if final_step is not None and budget is not None:
+                check_schedules(block, final_step, budget, f"{where}.{name}")
+
+
+def check_space(raw: Mapping[str, Any], where: str) -> SearchSpace:
+    """A search space that parses, names only known hyper-parameters and sets a learning rate."""
+    space = SearchSpace.parse(raw, where)
+    known = set(HyperParameters.__dataclass_fields__)
+    unknown = [name for name in space.params if name not in known]
+    if unknown:
+        raise Seq2FinalError(
+            f"search space {where} names unknown hyper-parameter(s) {', '.join(unknown)}; "
+            f"valid: {', '.join(sorted(known))}"
+        )
+    if "lr" not in space.params:
+        raise Seq2FinalError(f"search space {where} needs 'lr'")
+    return space

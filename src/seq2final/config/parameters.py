@@ -1,0 +1,109 @@
+"""The run parameters: what ``kedro run --params`` accepts, as validated models.
+
+Users type parameters on the command line (``--params sequence:clr,seed:3``), so every block is a
+strict pydantic model and every name that points into a registry is checked against it; a typo
+stops the run at once with one line (:func:`seq2final.config.checks.validate_parameters`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator, Field
+
+from seq2final.core.schema import StrictModel
+from seq2final.data.sources import SOURCES
+from seq2final.methods import FINAL_MODES, HISTORICAL_MODES, METHODS
+from seq2final.models import ARCHITECTURES
+from seq2final.training.engine import Engine
+
+MethodName = Annotated[str, AfterValidator(METHODS.validate)]
+
+
+def _as_list(value: Any) -> Any:
+    """One import path typed on the command line (``plugins:my_lab.methods``) is a list of one."""
+    return [value] if isinstance(value, str) else value
+
+
+class BuildOptions(StrictModel):
+    """``build_sequences`` block: overrides of the preset's sizes and where raw data lives."""
+
+    test_size: int | None = Field(default=None, ge=1)
+    oracle_size: int | None = Field(default=None, ge=2)
+    raw_dir: str = "data/01_raw"
+    example_columns: int = Field(default=10, ge=1, le=20)
+
+
+class QuantifyOptions(StrictModel):
+    """``quantify_shift`` block: the PCA and optimal-transport settings."""
+
+    variance: float = Field(default=0.95, gt=0, le=1)
+    max_components: int = Field(default=100, ge=1)
+    max_iterations: int = Field(default=100_000_000, ge=1000)
+    workers: int = Field(default=2, ge=1)
+
+
+class TuningOptions(StrictModel):
+    """``tuning`` block: where Optuna studies and their checkpoints live."""
+
+    storage: str | None = None
+    root: str = "data/06_models/optuna"
+
+
+class MlflowOptions(StrictModel):
+    """``mlflow`` block: whether jobs are tracked, and the names their runs and models get."""
+
+    enabled: bool = True
+    experiment: str = "seq2final/{sequence}"
+    registered_model: str = "{sequence}.{arch}.{method}"
+    best_model: str = "{sequence}.{dataset}.{arch}"
+    log_models: bool = True
+
+
+class EvaluateOptions(StrictModel):
+    """``evaluate`` block: which methods the paired bootstrap compares, and how."""
+
+    reference: MethodName = "baseline"
+    pairs: list[tuple[MethodName, MethodName]] = Field(default_factory=list)
+    resamples: int = Field(default=10_000, ge=100)
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+
+
+class VisualizeOptions(StrictModel):
+    """``visualize`` block: how finely paths are sampled and how many test images SVCCA uses."""
+
+    interpolation_points: int = Field(default=101, ge=2)
+    svcca_images: int = Field(default=500, ge=10)
+
+
+class PretrainOptions(StrictModel):
+    """``pretrain_historical`` block: the shared step-0 model's search space."""
+
+    step0: dict[str, Any]
+
+
+class RunParameters(StrictModel):
+    """The public run parameters plus one options block per pipeline."""
+
+    sequence: str = "digits_clr"
+    dataset: Annotated[str | None, AfterValidator(SOURCES.validate)] = None
+    data_path: str | None = None
+    seed: int | None = Field(default=None, ge=0, lt=2**32)
+    arch: Annotated[str, AfterValidator(ARCHITECTURES.validate)] = "convnet_4"
+    method: Annotated[str | None, AfterValidator(METHODS.validate)] = None
+    historical: Annotated[str | None, AfterValidator(HISTORICAL_MODES.validate)] = None
+    final: Annotated[str | None, AfterValidator(FINAL_MODES.validate)] = None
+    budget: str = "default"
+    force: bool = False
+    build_sequences: BuildOptions = BuildOptions()
+    quantify_shift: QuantifyOptions = QuantifyOptions()
+    training: Engine = Engine()
+    budgets: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    tuning: TuningOptions = TuningOptions()
+    mlflow: MlflowOptions = MlflowOptions()
+    evaluate: EvaluateOptions = EvaluateOptions()
+    visualize: VisualizeOptions = VisualizeOptions()
+    pretrain_historical: PretrainOptions | None = None
+    historical_modes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    final_modes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    plugins: Annotated[list[str], BeforeValidator(_as_list)] = Field(default_factory=list)

@@ -1,0 +1,1 @@
+"""The foundation every layer builds on: errors, registries, validated settings, seeds, plugins."""

@@ -1,0 +1,261 @@
+"""Sampling a sequence: every step drawn afresh from the source pools, then shifted.
+
+Per class (and per sub-class) the draw is split 80/20 into train and valid with a floor, exactly
+as the original benchmark samples, including its random-number order. The sub-population
+sampler's over-filling bug is not kept: a sub-class with proportion 0 gets no images.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.data.effects import CLASS_WEIGHTS, SUBPOPULATIONS, ShiftState
+from seq2final.data.sequence import ShiftSequence, Step
+from seq2final.data.shifts import advance
+from seq2final.data.sources import SourceData, with_subpopulations
+from seq2final.data.spec import SequenceSpec
+
+TRAIN_FRACTION = 0.8
+PORTRAITS_FINAL_SPLIT = (0.4, 0.5)  # cumulative: train 40 %, valid 10 %, test 50 %
+
+
+def split_counts(total: int, probs: tuple[float, ...] | list[float]) -> list[int]:
+    """Split ``total`` over units: int(total·p) each, the last non-zero unit takes the remainder.
+
+    Units after the last non-zero one get 0; the original gave them the remainder as well, which
+    put unseen sub-populations into every sub-population step.
+    """
+    last = max(i for i, p in enumerate(probs) if p > 0)
+    counts, used = [], 0
+    for i, p in enumerate(probs):
+        count = total - used if i == last else (int(total * p) if i < last else 0)
+        counts.append(count)
+        used += count
+    return counts
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """A (class, sub-class) cell and how many images a step takes from it."""
+
+    label: int
+    sub: int | None
+    train: int
+    valid: int
+    test: int
+
+
+def plan_units(state: ShiftState, size: int, test_size: int) -> list[_Unit]:
+    """How many train/valid/test images each (class, sub-class) gives at this step."""
+    class_weights = state[CLASS_WEIGHTS].weights
+    subpopulations = state[SUBPOPULATIONS].weights
+    units = []
+    for label, (n, n_test) in enumerate(
+        zip(
+            split_counts(size, class_weights),
+            split_counts(test_size, class_weights),
+            strict=True,
+        )
+    ):
+        if subpopulations is None:
+            parts = [(None, n, n_test)]
+        else:
+            parts = list(
+                zip(
+                    range(len(subpopulations)),
+                    split_counts(n, subpopulations),
+                    split_counts(n_test, subpopulations),
+                    strict=True,
+                )
+            )
+        for sub, count, count_test in parts:
+            train = int(TRAIN_FRACTION * count)
+            units.append(_Unit(label, sub, train, count - train, count_test))
+    return units
+
+
+class _Pools:
+    """Indices of the source's train and test pools per (class, sub-class), in source order."""
+
+    def __init__(self, source: SourceData) -> None:
+        self.train = self._group(source.y_train, source.sub_train)
+        self.test = self._group(source.y_test, source.sub_test)
+
+    @staticmethod
+    def _group(
+        labels: np.ndarray, subs: np.ndarray | None
+    ) -> dict[tuple[int, int | None], np.ndarray]:
+        keys = labels if subs is None else labels * 1000 + subs
+        groups: dict[tuple[int, int | None], np.ndarray] = {}
+        for key in np.unique(keys):
+            label, sub = (int(key), None) if subs is None else (int(key) // 1000, int(key) % 1000)
+            groups[(label, sub)] = np.flatnonzero(keys == key)
+        return groups
+
+    def get(self, pool: str, label: int, sub: int | None) -> np.ndarray:
+        return getattr(self, pool).get((label, sub), np.zeros(0, np.int64))
+
+
+def _describe(source: SourceData, unit: _Unit) -> str:
+    name = source.class_names[unit.label]
+    if unit.sub is None:
+        return f"class {unit.label} ('{name}')"
+    assert source.subclass_names is not None
+    return f"class {unit.label} ('{name}') sub-class {unit.sub} ('{source.subclass_names[unit.label][unit.sub]}')"
+
+
+def check_feasible(
+    spec: SequenceSpec, source: SourceData, pools: _Pools, states: list[ShiftState]
+) -> None:
+    """Refuse, before any sampling, a step that asks a class for more images than its pool has,
+    or one so small that its train or valid split would be empty."""
+    for index, (step, state) in enumerate(zip(spec.steps, states, strict=True)):
+        final = index == spec.num_targets
+        variants = [(step.size, "")] + (
+            [(spec.oracle_size, " (oracle)")] if final and spec.oracle_size else []
+        )
+        for size, label in variants:
+            units = plan_units(state, size, spec.test_size if final else 0)
+            for split in ("train", "valid") + (("test",) if final else ()):
+                if sum(getattr(unit, split) for unit in units) == 0:
+                    raise Seq2FinalError(
+                        f"sequence '{spec.name}' step {index}{label} (size {size}) leaves its "
+                        f"{split} split empty; valid: sizes that give every split an image"
+                    )
+            for unit in units:
+                have = len(pools.get("train", unit.label, unit.sub))
+                have_test = len(pools.get("test", unit.label, unit.sub))
+                if unit.train + unit.valid > have or unit.test > have_test:
+                    split, need, pool = (
+                        ("train+valid", unit.train + unit.valid, have)
+                        if unit.train + unit.valid > have
+                        else ("test", unit.test, have_test)
+                    )
+                    raise Seq2FinalError(
+                        f"sequence '{spec.name}' step {index}{label} (size {size}, test "
+                        f"{spec.test_size}) needs {need} {split} images of {_describe(source, unit)} "
+                        f"but dataset '{source.name}' has {pool}; valid: smaller sizes"
+                    )
+
+
+def shift_states(spec: SequenceSpec, source: SourceData) -> list[ShiftState]:
+    """The cumulative shift state of every step (raises on impossible block combinations).
+
+    A source with sub-classes is always sampled by sub-class, as the original did for CIFAR-100:
+    the source proportions (½, ½, 0, 0, 0) hold until a ``subpop`` step changes them.
+    """
+    with_subpopulations = source.sub_train is not None
+    state = ShiftState.source(source.num_classes, with_subpopulations=with_subpopulations)
+    states = [state]
+    for step in spec.steps[1:]:
+        state = advance(state, step.blocks)
+        states.append(state)
+    return states
+
+
+def _sample_step(
+    source: SourceData,
+    pools: _Pools,
+    state: ShiftState,
+    size: int,
+    test_size: int,
+    seed: int,
+    name: str,
+) -> Step:
+    """Draw one step in the original random-number order, then apply its shift state."""
+    rng = np.random.RandomState(seed)
+    units = plan_units(state, size, test_size)
+    picked: dict[str, list[np.ndarray]] = {"train": [], "valid": [], "test": []}
+    for unit in units:
+        candidates = pools.get("train", unit.label, unit.sub).copy()
+        rng.shuffle(candidates)
+        picked["train"].append(candidates[: unit.train])
+        picked["valid"].append(candidates[unit.train : unit.train + unit.valid])
+        if test_size:
+            test_candidates = pools.get("test", unit.label, unit.sub).copy()
+            rng.shuffle(test_candidates)
+            picked["test"].append(test_candidates[: unit.test])
+    splits = ["train", "valid"] + (["test"] if test_size else [])
+    indices = {}
+    for split in splits:
+        chosen = np.concatenate(picked[split]).astype(np.int64)
+        order = np.arange(len(chosen))
+        rng.shuffle(order)
+        indices[split] = chosen[order]
+    raw = []
+    for split in splits:
+        pool = "test" if split == "test" else "train"
+        x = source.x_test if pool == "test" else source.x_train
+        y = source.y_test if pool == "test" else source.y_train
+        raw.append((x[indices[split]], y[indices[split]]))
+    arrays: dict[str, np.ndarray] = {}
+    for split, (x, y) in zip(splits, state.apply(raw, rng), strict=True):
+        arrays[f"x_{split}"], arrays[f"y_{split}"] = x, y
+        arrays[f"idx_{split}"] = indices[split]
+        sub = source.sub_test if split == "test" else source.sub_train
+        if sub is not None:
+            arrays[f"sub_{split}"] = sub[indices[split]]
+    return Step(name, arrays)
+
+
+def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
+    """Split a source that is a sequence by itself (Portraits) per natural time step.
+
+    Each period is shuffled with one seeded generator, in period order; earlier periods split
+    80/20 into train/valid, the final period 40/10/50 into train/valid/test.
+    """
+    assert source.time_train is not None and source.time_names is not None
+    rng = np.random.RandomState(spec.seed)
+    steps = []
+    periods = [t for t in range(len(source.time_names)) if np.any(source.time_train == t)]
+    for position, period in enumerate(periods):
+        order = np.flatnonzero(source.time_train == period)
+        rng.shuffle(order)
+        n = len(order)
+        if position < len(periods) - 1:
+            cuts = [int(TRAIN_FRACTION * n), n]
+        else:
+            cuts = [int(PORTRAITS_FINAL_SPLIT[0] * n), int(PORTRAITS_FINAL_SPLIT[1] * n), n]
+        arrays, start = {}, 0
+        for split, stop in zip(("train", "valid", "test"), cuts, strict=False):
+            chosen = order[start:stop]
+            arrays[f"x_{split}"] = source.x_train[chosen]
+            arrays[f"y_{split}"] = source.y_train[chosen]
+            arrays[f"idx_{split}"] = chosen.astype(np.int64)
+            start = stop
+        steps.append(Step(source.time_names[period], arrays))
+    if len(steps) < 2:
+        raise Seq2FinalError(
+            f"dataset '{source.name}' has {len(steps)} time period(s) with images; valid: at least 2"
+        )
+    return ShiftSequence.from_steps(spec, source, steps, [None] * len(steps), None)
+
+
+def build_sequence(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
+    """Sample every step of ``spec`` from ``source`` (and the oracle variant of the final step)."""
+    if spec.natural:
+        return _build_natural(spec, source)
+    if any("subpop" in step.blocks for step in spec.steps):
+        source = with_subpopulations(source)
+    states = shift_states(spec, source)
+    pools = _Pools(source)
+    check_feasible(spec, source, pools, states)
+    seeds = spec.step_seeds()
+    steps = []
+    for index, (step, state, seed) in enumerate(zip(spec.steps, states, seeds, strict=True)):
+        final = index == spec.num_targets
+        name = "source" if index == 0 else "+".join(step.blocks)
+        steps.append(
+            _sample_step(
+                source, pools, state, step.size, spec.test_size if final else 0, seed, name
+            )
+        )
+    oracle = None
+    if spec.oracle_size:
+        oracle = _sample_step(
+            source, pools, states[-1], spec.oracle_size, spec.test_size, seeds[-1], "oracle"
+        )
+    return ShiftSequence.from_steps(spec, source, steps, list(states), oracle)

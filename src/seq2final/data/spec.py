@@ -1,0 +1,168 @@
+"""Sequence specifications: the spec-string grammar and the run parameters resolved into a spec.
+
+A sequence spec is the paper's colon-separated list of steps, each step one or more shift blocks
+(joined by ``,`` or ``+``) with an optional train+valid size, and an optional leading ``source``
+step::
+
+    source6000:corruption4000:label_flip6000:rotation4000
+    rotation:corruption+label_flip          # sizes from the dataset's defaults
+
+Step 0 (the source) is never shifted. Every step draws fresh images per class from the source's
+train pool with its own seed and applies the cumulative shift state; the final step also draws
+its test set from the source's test pool, so test images never overlap training images
+(:mod:`seq2final.data.sampler`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.data.presets import NATURAL, PRESETS
+from seq2final.data.shifts import SHIFTS
+from seq2final.data.sizes import PAPER_SIZES, DefaultSizes
+from seq2final.data.sources import SOURCES
+
+STEP_SEED_HIGH = 10000
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One time step: the shift blocks it adds and its train+valid size."""
+
+    blocks: tuple[str, ...]
+    size: int
+
+
+@dataclass(frozen=True)
+class SequenceSpec:
+    """Everything that determines a built sequence; its :attr:`key` names the stored result."""
+
+    name: str
+    dataset: str
+    data_path: str | None
+    steps: tuple[StepSpec, ...]
+    test_size: int
+    oracle_size: int | None
+    seed: int
+    natural: bool = False
+
+    @property
+    def num_targets(self) -> int:
+        return len(self.steps) - 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def key(self) -> str:
+        """A file-system-safe name that changes whenever anything in the spec changes."""
+        digest = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", self.name).strip("-")[:40] or "sequence"
+        return f"{slug}-{self.dataset}-seed{self.seed}-{digest[:10]}"
+
+    def step_seeds(self) -> list[int]:
+        """Seed of every step: the run seed for the source, then draws from it for the targets."""
+        rng = np.random.RandomState(self.seed)
+        return [self.seed] + [int(rng.randint(0, STEP_SEED_HIGH)) for _ in range(self.num_targets)]
+
+
+_STEP = re.compile(r"^(?P<blocks>[a-z_]+(?:[,+][a-z_]+)*)?(?P<size>\d+)?$")
+_SPEC_HELP = "write steps as shift blocks with an optional size, e.g. 'source6000:rotation4000:corruption+label_flip'"
+
+
+def parse_spec(text: str, sizes: DefaultSizes) -> tuple[StepSpec, ...]:
+    """Parse a spec string into steps (step 0 = source), filling missing sizes from ``sizes``."""
+    tokens = text.strip().split(":")
+    if tokens and tokens[0].startswith("source"):
+        head, tokens = tokens[0], tokens[1:]
+        digits = head.removeprefix("source")
+        if digits and not digits.isdigit():
+            raise Seq2FinalError(
+                f"malformed sequence '{text}': bad source step '{head}'; {_SPEC_HELP}"
+            )
+        source_size = int(digits) if digits else sizes.source
+    else:
+        source_size = sizes.source
+    if not tokens or tokens == [""]:
+        raise Seq2FinalError(f"malformed sequence '{text}': no shifted step; {_SPEC_HELP}")
+    steps = [StepSpec((), source_size)]
+    for position, token in enumerate(tokens, start=1):
+        match = _STEP.match(token.strip())
+        if not token.strip() or match is None or match.group("blocks") is None:
+            raise Seq2FinalError(
+                f"malformed sequence '{text}': step {position} is '{token}'; {_SPEC_HELP}"
+            )
+        blocks = tuple(re.split(r"[,+]", match.group("blocks")))
+        for block in blocks:
+            if block not in SHIFTS:
+                raise Seq2FinalError(
+                    f"unknown shift block '{block}' in sequence '{text}'; valid: {', '.join(SHIFTS)}"
+                )
+        size = match.group("size")
+        steps.append(StepSpec(blocks, int(size) if size else sizes.target(position, len(tokens))))
+    for step in steps:
+        if step.size < 2:
+            raise Seq2FinalError(
+                f"sequence '{text}': step size {step.size} is too small; valid: >= 2"
+            )
+    return tuple(steps)
+
+
+def resolve_spec(
+    sequence: str,
+    dataset: str | None = None,
+    data_path: str | None = None,
+    seed: int | None = None,
+    test_size: int | None = None,
+    oracle_size: int | None = None,
+) -> SequenceSpec:
+    """Turn the user's run parameters into a full :class:`SequenceSpec` (no data is read).
+
+    ``sequence`` is a preset name or a spec string; ``dataset`` overrides a preset's dataset and
+    defaults to ``digits`` for spec strings; sizes not given come from the dataset's defaults.
+    """
+    preset = PRESETS.get(sequence)
+    if (
+        preset is None
+        and ":" not in sequence
+        and not set(re.split(r"[,+]", sequence)) <= set(SHIFTS)
+    ):
+        raise Seq2FinalError(
+            f"unknown sequence '{sequence}'; valid: a preset ({', '.join(PRESETS)}) "
+            f"or a spec of shift blocks ({', '.join(SHIFTS)}) such as 'rotation:corruption'"
+        )
+    dataset = dataset or (preset.dataset if preset else "digits")
+    source = SOURCES[dataset]  # unknown names are answered with the valid list
+    sizes = source.default_sizes
+    spec_text = preset.spec if preset else sequence
+    if preset is not None and dataset != preset.dataset and sizes != PAPER_SIZES:
+        # the paper's sizes do not fit a small dataset: keep the shifts, take its own sizes
+        spec_text, preset = re.sub(r"\d+", "", spec_text), None
+    natural = spec_text == NATURAL
+    if natural != source.natural:
+        naturals = [name for name, entry in SOURCES.items() if entry.natural]
+        raise Seq2FinalError(
+            f"dataset '{dataset}' does not fit sequence '{sequence}'; valid: "
+            f"{', '.join(naturals)} with sequence:{NATURAL} or a preset of theirs, any other "
+            "dataset with shift sequences"
+        )
+    steps = () if natural else parse_spec(spec_text, sizes)
+    return SequenceSpec(
+        name=sequence,
+        dataset=dataset,
+        data_path=data_path,
+        steps=steps,
+        test_size=test_size or (preset.test_size if preset and preset.test_size else sizes.test),
+        oracle_size=None
+        if natural
+        else oracle_size or (preset.oracle_size if preset and preset.oracle_size else sizes.oracle),
+        seed=preset.seed if seed is None and preset else (1007 if seed is None else seed),
+        natural=natural,
+    )

@@ -1,0 +1,32 @@
+"""Methods: a historical mode followed by a final mode, their registries and the paper's 18.
+
+What a new method needs is importable from here: the registries and their decorators, the types a
+mode returns, the :class:`Context` it trains in, and the helpers the built-in modes use.
+"""
+
+from seq2final.methods import catalogue, final, historical  # noqa: F401  (registers the built-ins)
+from seq2final.methods.base import (
+    FINAL_MODES,
+    HISTORICAL_MODES,
+    METHODS,
+    FinalMode,
+    FinalOutcome,
+    HistoricalMode,
+    HistoricalState,
+    MethodRecipe,
+    ModelChain,
+    final_mode,
+    historical_mode,
+    method,
+)
+from seq2final.methods.catalogue import ORACLE, paper_columns
+from seq2final.methods.context import Context, space_of
+from seq2final.methods.final import chain_space, continue_chains, stage_name
+from seq2final.methods.requests import RequestedJob, requested_jobs
+
+__all__ = [
+    "FINAL_MODES", "HISTORICAL_MODES", "METHODS", "ORACLE", "Context", "FinalMode", "FinalOutcome",
+    "HistoricalMode", "HistoricalState", "MethodRecipe", "ModelChain", "RequestedJob",
+    "chain_space", "continue_chains", "final_mode", "historical_mode", "method", "paper_columns",
+    "requested_jobs", "space_of", "stage_name",
+]  # fmt: skip

@@ -1,0 +1,219 @@
+"""What a method is made of: a historical mode, a final mode, and the registries that name them.
+
+Every method of the paper is a way to use the historical steps 0..T−1 (the *historical mode*:
+train nothing, one model on all of them, or a chain of per-step models) followed by a way to fit
+the final step T (the *final mode*). Keeping the two apart is what lets users combine any
+historical mode with any final mode that can continue from what it leaves
+(``--params historical:irm,final:lp_ft``). Both are registries filled by decorators on the
+functions that train them; a method is a registered :class:`MethodRecipe` naming one of each.
+
+What a historical mode leaves (:attr:`HistoricalMode.leaves`) decides which final modes can
+follow it (:attr:`FinalMode.continues_from`):
+
+* ``nothing``: the final mode sees the steps itself (baseline, oracle, ERM/IRM/DRO on all steps,
+  the joint models);
+* ``model``: one plain model per chain (ERM/IRM/DRO on steps 0..T−1; SFT and EWC chains, whose
+  last model is step T−1's) → ``ft``, ``lp_ft``, ``side_1``, ``side_b``;
+* ``side_chain``: a side-tuned joint model over steps 0..T−1 (SST) → the side mode that adds the
+  same kind of side module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from seq2final.core.registry import Registry
+from seq2final.methods.context import Context
+
+Leaves = Literal["nothing", "model", "side_chain"]
+LEAVES: tuple[Leaves, ...] = ("nothing", "model", "side_chain")
+Anchor = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]
+"""EWC's (θ_k, F_k) of an earlier model: its parameters and their Fisher information."""
+
+
+@dataclass
+class ModelChain:
+    """Models of steps 0..T−1 (one model for ERM/IRM/DRO) and how the final step continues it.
+
+    ``final_space`` replaces the final mode's own space for the continuation (an SFT schedule
+    fixes the learning rate at step T; EWC searches λ_EWC instead of L2). ``anchors`` are EWC's
+    (θ_k, F_k) for every earlier step.
+    """
+
+    models: list[nn.Module]
+    final_space: dict[str, Any] | None = None
+    anchors: list[Anchor] = field(default_factory=list)
+
+    @property
+    def last(self) -> nn.Module:
+        return self.models[-1]
+
+
+@dataclass
+class HistoricalState:
+    """What ``pretrain_historical`` persists: chains by name (schedules, or ``main``) and fit records."""
+
+    mode: str
+    arch: str
+    chains: dict[str, ModelChain]
+    fits: list[dict[str, Any]] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to(self, device: torch.device) -> HistoricalState:
+        """Move every model and EWC anchor to ``device`` (stores load on the CPU)."""
+        for chain in self.chains.values():
+            chain.models = [model.to(device) for model in chain.models]
+            chain.anchors = [
+                (
+                    {k: v.to(device) for k, v in values.items()},
+                    {k: v.to(device) for k, v in fisher.items()},
+                )
+                for values, fisher in chain.anchors
+            ]
+        return self
+
+
+@dataclass
+class FinalOutcome:
+    """A final mode's model, the time index to evaluate it at, and what it chose.
+
+    ``candidates`` holds every chain's continued model with its final validation accuracy when
+    the mode chose among several (SFT's schedules), so the job can report each one's test
+    accuracy: the paper's SFT column is the best of them *on test*, ours the best on validation.
+    """
+
+    model: nn.Module
+    step: int | None
+    chosen: dict[str, Any] = field(default_factory=dict)
+    valid_accuracy: float | None = None
+    candidates: dict[str, tuple[nn.Module, float]] = field(default_factory=dict)
+
+
+StepZero = Callable[[], nn.Module]
+"""Loads the shared step-0 model (for modes with ``uses_step0``)."""
+HistoricalTrainer = Callable[[Context, Mapping[str, Any], StepZero | None], dict[str, ModelChain]]
+FinalRunner = Callable[[Context, Mapping[str, Any], HistoricalState | None], FinalOutcome]
+
+
+@dataclass(frozen=True)
+class HistoricalMode:
+    """A way to use steps 0..T−1; ``train`` returns chains (``None`` for the mode that trains none).
+
+    ``side_module``: the kind of side module its chain adds (``one_layer``, ``block``), if any;
+    ``block_equivalent``: the mode trained instead on architectures without ``one_layer`` side
+    modules (a ConvNet block is one conv + BN already). ``config_keys``: the search spaces its
+    YAML block must hold.
+    """
+
+    name: str
+    description: str
+    leaves: Leaves
+    train: HistoricalTrainer | None = None
+    side_module: str | None = None
+    uses_step0: bool = False
+    block_equivalent: str | None = None
+    config_keys: tuple[str, ...] = ("space",)
+
+    def __post_init__(self) -> None:
+        if self.leaves not in LEAVES:
+            raise ValueError(
+                f"historical mode '{self.name}': unknown leaves '{self.leaves}'; "
+                f"valid: {', '.join(LEAVES)}"
+            )
+
+
+@dataclass(frozen=True)
+class FinalMode:
+    """A way to fit the final step; ``continues_from`` lists what historical modes it follows.
+
+    ``side_module`` and ``block_equivalent`` as for :class:`HistoricalMode`.
+    """
+
+    name: str
+    description: str
+    continues_from: tuple[Leaves, ...]
+    run: FinalRunner
+    side_module: str | None = None
+    block_equivalent: str | None = None
+    config_keys: tuple[str, ...] = ("space",)
+
+    def __post_init__(self) -> None:
+        unknown = [kind for kind in self.continues_from if kind not in LEAVES]
+        if unknown:
+            raise ValueError(
+                f"final mode '{self.name}': unknown continues_from {', '.join(unknown)}; "
+                f"valid: {', '.join(LEAVES)}"
+            )
+
+
+HISTORICAL_MODES: Registry[HistoricalMode] = Registry("historical mode")
+FINAL_MODES: Registry[FinalMode] = Registry("final mode")
+
+
+def historical_mode(
+    name: str, description: str, leaves: Leaves = "model", **options: Any
+) -> Callable[[HistoricalTrainer], HistoricalTrainer]:
+    """Register the decorated trainer as historical mode ``name``."""
+
+    def register(train: HistoricalTrainer) -> HistoricalTrainer:
+        HISTORICAL_MODES.add(name, HistoricalMode(name, description, leaves, train, **options))
+        return train
+
+    return register
+
+
+def final_mode(
+    name: str, description: str, continues_from: tuple[Leaves, ...], **options: Any
+) -> Callable[[FinalRunner], FinalRunner]:
+    """Register the decorated runner as final mode ``name``."""
+
+    def register(run: FinalRunner) -> FinalRunner:
+        FINAL_MODES.add(name, FinalMode(name, description, continues_from, run, **options))
+        return run
+
+    return register
+
+
+# Paper Table 1's classes; 0 marks the references (oracle and baseline) every table compares with.
+FAMILIES = {0: "reference", 1: "class 1", 2: "class 2", 3: "class 3"}
+
+
+@dataclass(frozen=True)
+class MethodRecipe:
+    """A method: its historical mode, its final mode, its column name and where it comes from.
+
+    ``paper_class`` is paper Table 1's class (0 for the references, ``None`` for methods beyond
+    the paper); ``citation`` says where the method comes from.
+    """
+
+    historical: str
+    final: str
+    paper_name: str
+    paper_class: int | None = None
+    citation: str = ""
+
+    @property
+    def family(self) -> str:
+        return "custom" if self.paper_class is None else FAMILIES[self.paper_class]
+
+
+METHODS: Registry[MethodRecipe] = Registry("method")
+
+
+def method(
+    name: str,
+    historical: str,
+    final: str,
+    paper_name: str | None = None,
+    paper_class: int | None = None,
+    citation: str = "",
+) -> MethodRecipe:
+    """Register method ``name`` as ``historical`` followed by ``final``."""
+    recipe = MethodRecipe(historical, final, paper_name or name, paper_class, citation)
+    METHODS.add(name, recipe)
+    return recipe

@@ -1,0 +1,132 @@
+"""The context a mode trains in: the sequence, the architecture, the engine and the tuner.
+
+A mode (historical or final) gets a :class:`Context` and uses it for everything it needs: the
+splits of a step, fresh models initialised reproducibly, and tuned fits whose records end up in
+the job's result. A mode written against this class alone (plus :mod:`seq2final.training`) is
+all a new method needs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.seeds import derived_seed
+from seq2final.data.sequence import ShiftSequence
+from seq2final.models import build_model
+from seq2final.training.engine import Engine
+from seq2final.training.loop import fit
+from seq2final.training.objectives import HyperParameters, Task
+from seq2final.training.search import Budget, SearchSpace
+from seq2final.training.tensors import TensorSplit
+from seq2final.training.tuner import Tuner, quiet_progress
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=nn.Module)
+
+
+@dataclass
+class Context:
+    """Everything a mode needs to train.
+
+    ``owner_key`` is the key of the historical state or job these fits belong to: it names their
+    Optuna studies (``<owner_key>/<stage>``) and seeds their initialisations, so two jobs never
+    share a study and a resumed job draws what it drew before.
+    """
+
+    sequence: ShiftSequence
+    arch: str
+    seed: int
+    engine: Engine
+    budget: Budget
+    budget_name: str
+    tuner: Tuner
+    owner_key: str
+    device: torch.device
+    fits: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.sequence.class_names)
+
+    @property
+    def final_index(self) -> int:
+        return self.sequence.num_steps - 1
+
+    def split(self, step: int | str, split: str) -> TensorSplit:
+        """Split ``split`` (train, valid, test) of step ``step`` (``-1``: final, ``"oracle"``)."""
+        return TensorSplit.from_arrays(*self.sequence.step(step).split(split))
+
+    def history(self, split: str) -> TensorSplit:
+        """Steps 0..T−1 combined."""
+        return TensorSplit.concat([self.split(t, split) for t in range(self.final_index)])
+
+    def seeded(self, stage: str, build: Callable[[], M]) -> M:
+        """``build()`` under the stage's seed, on the device: the same initial weights for every
+        trial of a stage and on every resumed run, as in the original."""
+        torch.manual_seed(derived_seed(self.seed, self.owner_key, stage, "init"))
+        return build().to(self.device)
+
+    def new_model(self, stage: str) -> nn.Module:
+        """A freshly initialised model of the context's architecture for ``stage``."""
+        return self.seeded(stage, lambda: build_model(self.arch, self.num_classes))
+
+    def tuned_fit(
+        self, stage: str, space: SearchSpace, make_model: Callable[[], nn.Module], task: Task
+    ) -> nn.Module:
+        """Tune one fit; return its selected model and keep its record in :attr:`fits`."""
+
+        def objective(params, seed, report):
+            model = make_model()
+            hp = HyperParameters.from_dict(params)
+            epochs = self.budget.max_epochs
+            with tqdm(
+                total=epochs, desc=stage, unit="epoch", leave=False, disable=quiet_progress()
+            ) as bar:
+                result = fit(model, task, hp, self.engine, epochs, seed, report, bar.update)
+            return result, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+
+        tuned = self.tuner.tune(f"{self.owner_key}/{stage}", space, objective)
+        model = make_model()
+        model.load_state_dict(tuned.state_dict)
+        model.dropout = float(tuned.params.get("dropout", 0.0))
+        model.eval()
+        self.fits.append(
+            {
+                "stage": stage,
+                "params": tuned.params,
+                "valid_accuracy": tuned.fit.valid_accuracy,
+                "best_epoch": tuned.fit.best_epoch,
+                "epochs": tuned.fit.epochs,
+                "trials": tuned.finished_trials,
+                "history": tuned.fit.history,
+                "trial_summaries": tuned.trials,
+            }
+        )
+        log.info(
+            "%s: valid %.3f (epoch %d of %d, %d trial(s)) with %s",
+            stage,
+            tuned.fit.valid_accuracy,
+            tuned.fit.best_epoch,
+            tuned.fit.epochs,
+            tuned.finished_trials,
+            ", ".join(f"{k}={v:.3g}" for k, v in tuned.params.items()),
+        )
+        return model
+
+
+def space_of(config: Mapping[str, Any], key: str, where: str) -> SearchSpace:
+    """The search space ``key`` of a mode's YAML block; a missing one names the keys it has."""
+    if key not in config:
+        raise Seq2FinalError(
+            f"{where} has no '{key}' search space; valid keys: {', '.join(config)}"
+        )
+    return SearchSpace.parse(config[key], f"{where}.{key}")

@@ -1,0 +1,222 @@
+"""The final modes: how a method fits the final step T, from scratch or continuing history.
+
+A final mode that continues a historical state continues every chain it holds (SFT: every
+schedule) and keeps the one best on the final step's *validation* accuracy
+(:func:`continue_chains`), never on test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch import nn
+
+from seq2final.methods.base import (
+    FinalOutcome,
+    FinalRunner,
+    HistoricalState,
+    ModelChain,
+    final_mode,
+)
+from seq2final.methods.context import Context, space_of
+from seq2final.methods.side_tuning import side_fit
+from seq2final.models import JointModel, build_model
+from seq2final.training.loop import clone_model
+from seq2final.training.objectives import Task
+from seq2final.training.search import SearchSpace
+from seq2final.training.tensors import TensorSplit
+
+
+def stage_name(chain: str, stage: str) -> str:
+    """A fit's stage name within chain ``chain`` (``main`` chains keep the bare stage name)."""
+    return stage if chain == "main" else f"{chain}/{stage}"
+
+
+def chain_space(chain: ModelChain, config: Mapping[str, Any], key: str) -> SearchSpace:
+    """The space a chain is continued with: the chain's own (SFT schedule, EWC) or the mode's."""
+    if chain.final_space is not None:
+        return SearchSpace.parse(chain.final_space, "chain")
+    return space_of(config, key, "final_modes")
+
+
+def continue_chains(
+    ctx: Context,
+    state: HistoricalState,
+    fit_chain: Callable[[str, ModelChain], nn.Module],
+    step: int | None,
+) -> FinalOutcome:
+    """Continue every chain of ``state`` with ``fit_chain(name, chain)`` and keep the best on
+    final *validation* accuracy (every chain's model is kept as a candidate for the record)."""
+    candidates: dict[str, tuple[nn.Module, float]] = {}
+    best: str | None = None
+    for name, chain in state.chains.items():
+        candidates[name] = (fit_chain(name, chain), ctx.fits[-1]["valid_accuracy"])
+        if best is None or candidates[name][1] > candidates[best][1]:
+            best = name
+    assert best is not None
+    model, accuracy = candidates[best]
+    chosen = {"chain": best} if len(candidates) > 1 or best != "main" else {}
+    return FinalOutcome(model, step, chosen, accuracy, candidates if len(candidates) > 1 else {})
+
+
+def _scratch_on(step: int | str) -> FinalRunner:
+    def run(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
+        task = Task([ctx.split(step, "train")], ctx.split(step, "valid"))
+        space = space_of(config, "space", "final_modes")
+        return FinalOutcome(
+            ctx.tuned_fit("final", space, lambda: ctx.new_model("final"), task), None
+        )
+
+    return run
+
+
+final_mode("scratch", "train from scratch on the final step only", ("nothing",))(_scratch_on(-1))
+final_mode("scratch_oracle", "train from scratch on the final step at oracle size", ("nothing",))(
+    _scratch_on("oracle")
+)
+
+
+def _all_steps(objective: str) -> FinalRunner:
+    def run(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
+        steps = [ctx.split(t, "train") for t in range(ctx.sequence.num_steps)]
+        domains = [TensorSplit.concat(steps)] if objective == "erm" else steps
+        task = Task(domains, ctx.split(-1, "valid"), objective=objective)
+        space = space_of(config, "space", "final_modes")
+        return FinalOutcome(
+            ctx.tuned_fit("final", space, lambda: ctx.new_model("final"), task), None
+        )
+
+    return run
+
+
+for _objective in ("erm", "irm", "dro"):
+    final_mode(
+        f"all_{_objective}",
+        f"{_objective.upper()} on all steps 0..T (the final step's validation set selects)",
+        ("nothing",),
+    )(_all_steps(_objective))
+
+
+@final_mode("ft", "fine-tune every layer on the final step", ("model",))
+def _fine_tune(
+    ctx: Context, config: Mapping[str, Any], state: HistoricalState | None
+) -> FinalOutcome:
+    assert state is not None
+    train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
+
+    def fit_chain(name: str, chain: ModelChain) -> nn.Module:
+        task = Task([train], valid, anchors=chain.anchors)
+        space = chain_space(chain, config, "space")
+        return ctx.tuned_fit(
+            stage_name(name, "final"), space, lambda: clone_model(chain.last), task
+        )
+
+    return continue_chains(ctx, state, fit_chain, None)
+
+
+@final_mode(
+    "lp_ft",
+    "fit the head on the final step (linear probe), then fine-tune every layer from it",
+    ("model",),
+    config_keys=("head_space", "space"),
+)
+def _linear_probe_fine_tune(
+    ctx: Context, config: Mapping[str, Any], state: HistoricalState | None
+) -> FinalOutcome:
+    assert state is not None
+    train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
+
+    def fit_chain(name: str, chain: ModelChain) -> nn.Module:
+        probe = Task([train], valid, trainable=["fc"], anchors=chain.anchors)
+        head = ctx.tuned_fit(
+            stage_name(name, "head"),
+            space_of(config, "head_space", "final_modes.lp_ft"),
+            lambda: clone_model(chain.last),
+            probe,
+        )
+        task = Task([train], valid, anchors=chain.anchors)
+        space = chain_space(chain, config, "space")
+        return ctx.tuned_fit(stage_name(name, "all"), space, lambda: clone_model(head), task)
+
+    return continue_chains(ctx, state, fit_chain, None)
+
+
+def _side_final(side_module: str) -> FinalRunner:
+    def run(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
+        assert state is not None
+        space = space_of(config, "space", "final_modes")
+        final = ctx.final_index
+
+        def fit_chain(name: str, chain: ModelChain) -> nn.Module:
+            return side_fit(ctx, stage_name(name, "final"), chain.last, side_module, final, space)
+
+        outcome = continue_chains(ctx, state, fit_chain, None)
+        outcome.step = outcome.model.num_steps - 1
+        return outcome
+
+    return run
+
+
+final_mode(
+    "side_1",
+    "freeze the historical model, add 1-layer side modules with a new stem and head",
+    ("model", "side_chain"),
+    side_module="one_layer",
+    block_equivalent="side_b",
+)(_side_final("one_layer"))
+final_mode(
+    "side_b",
+    "freeze the historical model, add block side modules with a new stem and head",
+    ("model", "side_chain"),
+    side_module="block",
+)(_side_final("block"))
+
+
+def _joint(mode: str, side_module: str, stem_head: str) -> FinalRunner:
+    def run(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
+        steps = ctx.sequence.num_steps
+        names = list(build_model(ctx.arch, ctx.num_classes).layer_names)
+        weights = [1.0] * (steps - 1) + [float(config.get("final_weight", 3.0))]
+        task = Task(
+            [ctx.split(t, "train") for t in range(steps)],
+            ctx.split(-1, "valid"),
+            objective="joint",
+            steps=list(range(steps)),
+            valid_step=steps - 1,
+            step_weights=weights,
+        )
+
+        def make() -> nn.Module:
+            return ctx.seeded(
+                "final",
+                lambda: JointModel(
+                    ctx.arch, ctx.num_classes, steps, [names] * (steps - 1), mode, side_module,
+                    stem_head,
+                ),
+            )  # fmt: skip
+
+        model = ctx.tuned_fit("final", space_of(config, "space", "final_modes"), make, task)
+        return FinalOutcome(model, steps - 1)
+
+    return run
+
+
+final_mode(
+    "joint",
+    "one joint model over all steps, separate modules per step, adjacent L2 (JM)",
+    ("nothing",),
+)(_joint("separate", "block", "separate"))
+final_mode(
+    "joint_side_1",
+    "one joint model over all steps with 1-layer side modules (JST-1)",
+    ("nothing",),
+    side_module="one_layer",
+    block_equivalent="joint_side_b",
+)(_joint("side_tune", "one_layer", "summed"))
+final_mode(
+    "joint_side_b",
+    "one joint model over all steps with block side modules (JST-B)",
+    ("nothing",),
+    side_module="block",
+)(_joint("side_tune", "block", "summed"))

@@ -1,0 +1,120 @@
+"""How alike two models' representations are: SVCCA (Appendix G.2, Raghu et al. 2017)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from threadpoolctl import threadpool_limits
+from torch import nn
+
+from seq2final.models import JointModel
+from seq2final.reporting.projection import WHOLE_MODEL
+from seq2final.training.engine import Engine, scale_images
+from seq2final.training.tensors import TensorSplit
+
+
+@torch.no_grad()
+def layer_activations(
+    model: nn.Module, data: TensorSplit, engine: Engine, step: int | None
+) -> dict[str, np.ndarray]:
+    """Every named layer's output on ``data`` in eval mode, shaped for SVCCA, plus the whole model.
+
+    A convolutional output N×C×H×W becomes (N·H·W)×C: each position is a data point of the same C
+    neurons (Raghu et al.'s treatment of conv layers), which keeps the neurons few and the points
+    many. The head's logits (before softmax) are N×classes. The whole model concatenates, per
+    image, every conv layer's channels averaged over positions and the logits.
+    """
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    x = scale_images(data.x.to(device), engine)
+    outputs: dict[str, torch.Tensor] = {}
+    try:
+        for name in model.layer_names:
+            if isinstance(model, JointModel):
+                assert step is not None
+                x = model.layer_output(name, x, step)
+            else:
+                x = getattr(model, name)(x)
+            outputs[name] = x.float().cpu()
+    finally:
+        model.train(was_training)
+    shaped = {
+        name: out.permute(0, 2, 3, 1).reshape(-1, out.shape[1]).double().numpy()
+        if out.dim() == 4
+        else out.reshape(len(out), -1).double().numpy()
+        for name, out in outputs.items()
+    }
+    pooled = [out.mean(dim=(2, 3)) if out.dim() == 4 else out for out in outputs.values()]
+    shaped[WHOLE_MODEL] = torch.cat(pooled, dim=1).double().numpy()
+    return shaped
+
+
+def _whitening(gram: np.ndarray, variance: float) -> np.ndarray:
+    """Maps centred activations X to the top left-singular vectors of X that explain
+    ``variance`` of its squared singular values: X @ W = U_k. Computed from the Gram matrix XᵀX,
+    so the n data points (n·H·W for conv layers) never form an n×k matrix."""
+    energy, vectors = np.linalg.eigh(gram)
+    energy, vectors = energy[::-1].clip(min=0.0), vectors[:, ::-1]
+    if energy.sum() <= 0:
+        return vectors[:, :0]
+    keep = int(np.searchsorted(np.cumsum(energy) / energy.sum(), variance - 1e-12) + 1)
+    return vectors[:, :keep] / np.sqrt(energy[:keep])
+
+
+def svcca(a: np.ndarray, b: np.ndarray, variance: float) -> float:
+    """Mean canonical correlation between the SVD-reduced activations ``a`` and ``b`` (rows: the
+    same data points). 1 for a layer compared with itself; near 0 for unrelated activations."""
+    return svcca_at(a, b, (variance,))[0]
+
+
+def svcca_at(a: np.ndarray, b: np.ndarray, variances: Sequence[float]) -> list[float]:
+    """:func:`svcca` at several variance cut-offs, sharing the costly products.
+
+    The reduced activations span the columns of U_a and U_b (orthonormal), so their canonical
+    correlations are the singular values of U_aᵀU_b = W_aᵀ (AᵀB) W_b.
+    """
+    # The matrices are small (channels × channels): one BLAS thread is ~100× faster than a pool
+    # of threads spinning on a machine whose cores are busy training.
+    with threadpool_limits(1, user_api="blas"):
+        a, b = a - a.mean(axis=0), b - b.mean(axis=0)
+        gram_a, gram_b, cross = a.T @ a, b.T @ b, a.T @ b
+        means = []
+        for variance in variances:
+            wa, wb = _whitening(gram_a, variance), _whitening(gram_b, variance)
+            if not wa.shape[1] or not wb.shape[1]:
+                means.append(0.0)
+                continue
+            correlations = np.linalg.svd(wa.T @ cross @ wb, compute_uv=False)
+            means.append(float(np.clip(correlations, 0.0, 1.0).mean()))
+        return means
+
+
+def svcca_similarity(
+    models: Mapping[str, Sequence[tuple[nn.Module, int | None]]],
+    oracle: nn.Module,
+    data: TensorSplit,
+    engine: Engine,
+    variances: tuple[float, float] = (0.5, 0.9),
+) -> pd.DataFrame:
+    """SVCCA of every model (run at its step) with the oracle, per layer and for the whole model.
+
+    Rows are (label, point, layer, svcca_50, svcca_90) for the paper's Fig. 17 axes (the mean
+    correlation keeping 50 % and 90 % of the variance).
+    """
+    reference = layer_activations(oracle, data, engine, None)
+    rows = []
+    for label, trajectory in models.items():
+        for point, (model, step) in enumerate(trajectory):
+            for layer, acts in layer_activations(model, data, engine, step).items():
+                if layer not in reference or acts.shape[0] != reference[layer].shape[0]:
+                    continue
+                low, high = svcca_at(acts, reference[layer], variances)
+                rows.append(
+                    {"label": label, "point": point, "layer": layer, "svcca_50": low,
+                     "svcca_90": high}
+                )  # fmt: skip
+    return pd.DataFrame(rows, columns=["label", "point", "layer", "svcca_50", "svcca_90"])

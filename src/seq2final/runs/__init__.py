@@ -1,0 +1,1 @@
+"""Runs: plans, keys, the recipes a run carries out, and the Kedro stores that keep the results."""

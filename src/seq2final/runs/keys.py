@@ -1,0 +1,70 @@
+"""The keys that name stored states and finished jobs.
+
+A historical state is keyed by everything that determines it, and *not* by the final mode, so
+FT, LP-FT, ST-1 and ST-B share one ERM model and every sequential mode shares one step-0 model.
+Keys hash the full configuration (search spaces, budget, engine options), so a change anywhere
+never reuses a stale model, and a readable prefix says what the file is. These strings are the
+names of files users already have: any change here orphans their finished work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from seq2final.data.spec import SequenceSpec
+from seq2final.runs.plans import STEP0
+
+
+def digest(payload: Any) -> str:
+    """Ten hex digits of the SHA-256 of ``payload`` as sorted JSON."""
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def key_base(
+    spec: SequenceSpec, arch: str, budget: Mapping[str, Any], engine_key: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What every state and job of one run shares: the sequence, architecture, seed, budget
+    and the engine options that change what a fit computes."""
+    return {
+        "sequence": spec.key,
+        "arch": arch,
+        "seed": spec.seed,
+        "budget": dict(budget),
+        "engine": dict(engine_key),
+    }
+
+
+def step0_key(base: Mapping[str, Any], budget_name: str, space: Mapping[str, Any]) -> str:
+    """The shared step-0 model's key."""
+    return f"{STEP0}-{base['arch']}-{budget_name}-{digest({**base, 'space': dict(space)})}"
+
+
+def state_key(
+    base: Mapping[str, Any],
+    budget_name: str,
+    mode: str,
+    config: Mapping[str, Any],
+    step0: str | None,
+) -> str:
+    """A historical state's key: its mode, its YAML block and the step-0 model it starts from."""
+    payload = {**base, "mode": mode, "config": dict(config), "step0": step0}
+    return f"{mode}-{base['arch']}-{budget_name}-{digest(payload)}"
+
+
+def job_key(
+    spec: SequenceSpec,
+    base: Mapping[str, Any],
+    budget_name: str,
+    historical: str,
+    final: str,
+    state: str | None,
+    config: Mapping[str, Any],
+) -> str:
+    """A job's key: the sequence's readable name, the modes, the budget and a digest of the rest."""
+    slug = spec.key.split("-seed")[0]
+    payload = {**base, "state": state, "final": final, "config": dict(config)}
+    return f"{slug}.{base['arch']}.{historical}+{final}.{budget_name}.{digest(payload)}"

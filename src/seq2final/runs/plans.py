@@ -1,0 +1,77 @@
+"""What a run will train, resolved before any work: states, jobs and the run that holds them.
+
+These are plain records (no training, no stores, no tracking), so every layer that needs to talk
+about a job (the recipes, the stores, MLflow tracking, the command suggested in an error) can
+import them without importing one another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from seq2final.methods import METHODS
+from seq2final.training.engine import Engine
+
+STEP0 = "step0"
+"""The mode name of the step-0 model every sequential mode starts from."""
+
+
+@dataclass(frozen=True)
+class StatePlan:
+    """One historical state to train (or reuse): a mode, or the shared step-0 model."""
+
+    key: str
+    mode: str
+    config: dict[str, Any]
+    step0_key: str | None = None
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """One job: the modes actually trained and the names users asked for that map to it."""
+
+    key: str
+    method: str
+    requested: tuple[str, ...]
+    historical: str
+    final: str
+    state_key: str | None
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything one ``kedro run`` trains, resolved and validated before any work."""
+
+    sequence_key: str
+    sequence_name: str
+    dataset: str
+    data_path: str | None
+    arch: str
+    seed: int
+    budget_name: str
+    budget: dict[str, Any]
+    engine: dict[str, Any]
+    tuning: dict[str, Any]
+    force: bool
+    states: list[StatePlan]
+    jobs: list[JobPlan]
+    requested: list[tuple[str, str]] = field(default_factory=list)
+
+    def engine_options(self) -> Engine:
+        """The engine the plan's fits run with."""
+        return Engine(**self.engine)
+
+    def command(self, pipeline: str, job: JobPlan) -> str:
+        """The command that runs ``pipeline`` for ``job`` with this plan's sequence and settings."""
+        name = job.requested[0]
+        what = (
+            f"method:{name}"
+            if name in METHODS
+            else f"historical:{job.historical},final:{job.final}"
+        )
+        params = [f"sequence:{self.sequence_name}", f"seed:{self.seed}", f"dataset:{self.dataset}"]
+        params += [f"data_path:{self.data_path}"] if self.data_path else []
+        params += [what, f"arch:{self.arch}", f"budget:{self.budget_name}"]
+        return f"kedro run --pipeline {pipeline} --params {','.join(params)}"

@@ -1,0 +1,147 @@
+"""Trained historical states, one folder per key (``state.pt`` + a readable ``state.json``).
+
+:class:`HistoricalStoreDataset` saves *lazily*, as Kedro's ``PartitionedDataset`` does with
+callables: a pipeline hands over recipes, and a recipe runs only when its key is not stored yet,
+which is how finished work is reused and interrupted runs resume.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from kedro.io import AbstractDataset
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.methods import HistoricalState, ModelChain
+from seq2final.models.storage import pack, unpack
+from seq2final.runs.files import atomic_write, json_safe
+
+log = logging.getLogger(__name__)
+
+
+def pack_state(state: HistoricalState) -> dict[str, Any]:
+    return {
+        "format": 1,
+        "mode": state.mode,
+        "arch": state.arch,
+        "chains": {
+            name: {
+                "models": [pack(m) for m in chain.models],
+                "final_space": chain.final_space,
+                "anchors": [
+                    [
+                        {k: v.cpu() for k, v in values.items()},
+                        {k: v.cpu() for k, v in fisher.items()},
+                    ]
+                    for values, fisher in chain.anchors
+                ],
+            }
+            for name, chain in state.chains.items()
+        },
+        "fits": state.fits,
+        "info": state.info,
+    }
+
+
+def unpack_state(payload: dict[str, Any]) -> HistoricalState:
+    chains = {
+        name: ModelChain(
+            [unpack(m) for m in chain["models"]],
+            chain["final_space"],
+            [(values, fisher) for values, fisher in chain["anchors"]],
+        )
+        for name, chain in payload["chains"].items()
+    }
+    return HistoricalState(
+        payload["mode"], payload["arch"], chains, payload["fits"], payload["info"]
+    )
+
+
+class HistoricalStore(Mapping[str, HistoricalState]):
+    """Historical states by key, one folder each (``state.pt`` + a readable ``state.json``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, key: str) -> Path:
+        return self.root / key / "state.pt"
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._path(key).exists()
+
+    def __getitem__(self, key: str) -> HistoricalState:
+        path = self._path(key)
+        if not path.exists():
+            raise KeyError(key)
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+            return unpack_state(payload)
+        except Exception as error:  # any unreadable or inconsistent file is the same problem
+            first = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise Seq2FinalError(
+                f"historical state {path} is corrupt ({first[:120]}); delete its folder and rerun "
+                "pretrain_historical"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        if not self.root.exists():
+            return iter(())
+        return iter(sorted(p.parent.name for p in self.root.glob("*/state.pt")))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def put(self, key: str, state: HistoricalState) -> None:
+        folder = self.root / key
+        atomic_write(
+            folder / "state.json",
+            lambda p: p.write_text(
+                json.dumps(
+                    json_safe(
+                        {
+                            "mode": state.mode,
+                            "arch": state.arch,
+                            "info": state.info,
+                            "fits": state.fits,
+                        }
+                    ),
+                    indent=1,
+                )
+            ),
+        )
+        atomic_write(self._path(key), lambda p: torch.save(pack_state(state), p))
+
+
+class HistoricalStoreDataset(AbstractDataset[Mapping[str, Any], HistoricalStore]):
+    """Historical states, saved lazily: a recipe runs only when its key is not stored yet.
+
+    ``save`` takes ``{key: StateRecipe}`` in dependency order (the shared step-0 model before the
+    chains that start from it); each recipe may read earlier states from the store.
+    """
+
+    def __init__(self, path: str, metadata: dict[str, Any] | None = None) -> None:
+        self._root = Path(path)
+        self.metadata = metadata
+
+    def load(self) -> HistoricalStore:
+        return HistoricalStore(self._root)
+
+    def save(self, data: Mapping[str, Any]) -> None:
+        store = HistoricalStore(self._root)
+        for key, recipe in data.items():
+            if key in store:
+                log.info("historical state %s exists; reusing it", key)
+                continue
+            store.put(key, recipe.build(store))
+            recipe.finished(store, computed=True)
+
+    def _exists(self) -> bool:
+        return self._root.exists()
+
+    def _describe(self) -> dict[str, Any]:
+        return {"path": str(self._root)}

@@ -1,0 +1,1 @@
+"""Tracking: job runs in MLflow, the summary run of a sequence, and the registered pyfunc model."""

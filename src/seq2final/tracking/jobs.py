@@ -1,0 +1,411 @@
+"""MLflow tracking: one run per job, its Optuna trials as nested runs, its model in the registry.
+
+A job run is a top-level run in one experiment per sequence (``seq2final/<sequence>`` by default),
+not a child of the run kedro-mlflow opens for each ``kedro run``: a job is trained by one
+``kedro run`` and reused by every later one, and comparing methods across architectures means
+comparing jobs made by many ``kedro run`` calls, which the UI does best when they are rows of one
+experiment. Each job run carries the id of the kedro-mlflow run that made it (tag ``kedro_run_id``).
+
+Everything a finished job logs is read back from the result store (record, curves, model file), so
+a job trained while tracking was off is logged, without retraining, the next time it is reused with
+tracking on. A job run is identified by the job key (tag ``job_key``): a reused job that already has
+a finished run logs nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import mlflow
+import mlflow.pyfunc
+import numpy as np
+import pandas as pd
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.models import ModelSignature
+from mlflow.types import Schema, TensorSpec
+
+from seq2final.config.parameters import MlflowOptions
+from seq2final.methods import METHODS
+from seq2final.reporting.plots import learning_curves
+from seq2final.runs.plans import JobPlan, RunPlan
+from seq2final.runs.recipes import JobOutcome, JobRecipe
+from seq2final.runs.result_store import ResultStore
+from seq2final.tracking.mlflow_io import (
+    code_version,
+    experiment_id,
+    param_value,
+    quiet_model_logging,
+    requirements,
+)
+from seq2final.tracking.names import JobNames
+from seq2final.tracking.pyfunc import ImageClassifier
+
+log = logging.getLogger(__name__)
+
+# How an Optuna trial's state shows as an MLflow run status (the exact state is a tag).
+_TRIAL_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
+_CURVE_COLUMNS = ("train_loss", "train_accuracy", "valid_loss", "valid_accuracy")
+
+
+@dataclass
+class JobTracker:
+    """Logs the jobs of one plan to MLflow (see the module docstring for the layout)."""
+
+    client: MlflowClient
+    plan: RunPlan
+    options: MlflowOptions
+    sequence_spec: str
+    example: np.ndarray
+    num_classes: int
+    kedro_run_id: str | None = None
+    seconds: float = 0.0  # time spent on MLflow, so its cost can be set against the run's
+    _experiments: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def connect(
+        cls,
+        options: MlflowOptions,
+        plan: RunPlan,
+        sequence_spec: str,
+        example: np.ndarray,
+        num_classes: int,
+    ) -> JobTracker | None:
+        """The tracker of this plan, or None when tracking is off (``options.enabled``).
+
+        The URI and every name were checked by :class:`seq2final.hooks.TrackingHook` before the
+        run started; ``example`` is a few uint8 N×C×H×W test images (the models' input example).
+        """
+        if not options.enabled:
+            return None
+        active = mlflow.active_run()
+        return cls(
+            MlflowClient(),
+            plan,
+            options,
+            sequence_spec,
+            example,
+            num_classes,
+            active.info.run_id if active else None,
+        )
+
+    def names(self, job: JobPlan) -> JobNames:
+        return JobNames.of(self.options, **plan_fields(self.plan, job.method))
+
+    def _experiment_id(self, job: JobPlan) -> str:
+        name = self.names(job).experiment
+        if name not in self._experiments:
+            self._experiments[name] = experiment_id(self.client, name)
+        return self._experiments[name]
+
+    def _runs(self, job: JobPlan, status: str) -> list[str]:
+        """The job's runs in ``status``, newest first."""
+        runs = self.client.search_runs(
+            [self._experiment_id(job)],
+            filter_string=(
+                f"tags.job_key = '{job.key}' and tags.kind = 'job' "
+                f"and attributes.status = '{status}'"
+            ),
+            order_by=["attributes.start_time DESC"],
+        )
+        return [run.info.run_id for run in runs]
+
+    def start(self, job: JobPlan) -> str:
+        """A RUNNING run for a job about to train; runs an interrupted process left open end KILLED."""
+        started = time.perf_counter()
+        for run_id in self._runs(job, "RUNNING"):
+            self.client.set_tag(run_id, "ended_by", "a later run of the same job")
+            self.client.set_terminated(run_id, "KILLED")
+        run = self.client.create_run(
+            self._experiment_id(job), run_name=_run_name(self.plan, job), tags=self._tags(job)
+        )
+        self._log_params(run.info.run_id, job)
+        self.seconds += time.perf_counter() - started
+        return run.info.run_id
+
+    def fail(self, run_id: str, error: BaseException) -> None:
+        """End a job's run FAILED (KILLED when interrupted), never FINISHED with missing metrics.
+
+        Called while ``error`` propagates, so a failure to reach MLflow here is logged, not raised:
+        it must not replace the error the user needs to see.
+        """
+        interrupted = isinstance(error, KeyboardInterrupt | SystemExit)
+        try:
+            self.client.set_tag(run_id, "error", f"{type(error).__name__}: {error}"[:5000])
+            self.client.set_terminated(run_id, "KILLED" if interrupted else "FAILED")
+        except Exception as tracking_error:  # noqa: BLE001 - the job's own error matters more
+            log.warning("could not mark MLflow run %s as failed: %s", run_id, tracking_error)
+
+    def complete(self, job: JobPlan, run_id: str | None, store: ResultStore) -> None:
+        """Log a finished job from the store; a reused job with a finished run logs nothing.
+
+        A reused job that cannot be logged (MLflow unreachable, its model file gone) ends its run
+        FAILED with a warning and does not stop the run; a job just trained raises.
+        """
+        started = time.perf_counter()
+        earlier = self._runs(job, "FINISHED")
+        if run_id is None and earlier:
+            self.seconds += time.perf_counter() - started
+            return
+        reused = run_id is None
+        if run_id is None:
+            run_id = self.start(job)
+            log.info("logging finished job %s to MLflow", job.key)
+        try:
+            self._log_result(run_id, job, store)
+            self.client.set_terminated(run_id, "FINISHED")
+        except Exception as error:
+            self.fail(run_id, error)
+            if not reused:
+                raise
+            log.warning("could not log finished job %s to MLflow: %s", job.key, error)
+            return
+        finally:
+            self.seconds += time.perf_counter() - started
+        for old in earlier:
+            self.client.set_tag(old, "superseded_by", run_id)
+        log.info(
+            "MLflow: %s logged (%.1f s of tracking in this run so far)", job.method, self.seconds
+        )
+
+    # -- what a job run holds ----------------------------------------------------------------
+
+    def _tags(self, job: JobPlan) -> dict[str, str]:
+        family = METHODS[job.method].family if job.method in METHODS else "custom"
+        tags = {
+            "kind": "job",
+            "job_key": job.key,
+            "sequence": self.plan.sequence_name,
+            "sequence_key": self.plan.sequence_key,
+            "dataset": self.plan.dataset,
+            "arch": self.plan.arch,
+            "method": job.method,
+            "family": family,
+            "seed": str(self.plan.seed),
+            "budget": self.plan.budget_name,
+            "code_version": code_version(),
+        }
+        aliases = [name for name in job.requested if name != job.method]
+        if aliases:  # on ConvNets st_1, sst_1 and jst_1 are their block versions' runs
+            tags["aliases"] = ",".join(aliases)
+        if self.kedro_run_id:
+            tags["kedro_run_id"] = self.kedro_run_id
+        return tags
+
+    def _log_params(self, run_id: str, job: JobPlan) -> None:
+        params = {
+            "sequence": self.plan.sequence_name,
+            "sequence_key": self.plan.sequence_key,
+            "sequence_spec": self.sequence_spec,
+            "dataset": self.plan.dataset,
+            "data_path": self.plan.data_path,
+            "seed": self.plan.seed,
+            "arch": self.plan.arch,
+            "method": job.method,
+            "historical": job.historical,
+            "final": job.final,
+            "historical_state": job.state_key,
+            "budget": self.plan.budget_name,
+            **{f"budget.{k}": v for k, v in self.plan.budget.items()},
+            **{f"training.{k}": v for k, v in self.plan.engine.items()},
+        }
+        self._batch(run_id, params=params)
+
+    def _log_result(self, run_id: str, job: JobPlan, store: ResultStore) -> None:
+        record = store[job.key]
+        curves = store.learning_curves(job.key)
+        now = int(time.time() * 1000)
+        summary = {
+            name: record[name]
+            for name in (
+                "test_accuracy", "worst_class_accuracy", "test_nll", "ece", "valid_accuracy",
+                "epochs", "trials", "wall_seconds",
+            )
+        }  # fmt: skip
+        summary["parameter_count"] = record["parameters"]
+        metrics = [Metric(k, float(v), now, 0) for k, v in summary.items()]
+        final_stage = _final_stage(record)
+        stages = list(dict.fromkeys(curves["stage"]))
+        for stage, rows in curves.groupby("stage", sort=False):
+            prefixes = (["curve"] if stage == final_stage else []) + (
+                [f"stages/{stage}"] if len(stages) > 1 else []
+            )
+            for prefix in prefixes:
+                for row in rows.itertuples():
+                    for column in _CURVE_COLUMNS:
+                        value = getattr(row, column)
+                        if value == value:  # epoch 0 has no training metrics (NaN)
+                            metrics.append(
+                                Metric(f"{prefix}/{column}", float(value), now, int(row.epoch))
+                            )
+        params = {
+            f"hp.{stage}.{k}": v
+            for stage, hp in record["hyperparameters"].items()
+            for k, v in hp.items()
+        }
+        params.update({f"chosen.{k}": v for k, v in record["chosen"].items()})
+        self._batch(run_id, metrics=metrics, params=params, tags={"device": record["device"]})
+        self._log_trials(run_id, job, record)
+        with tempfile.TemporaryDirectory() as folder:
+            figure_path = Path(folder) / "learning_curves.png"
+            _save_figure(
+                curves,
+                f"{record['method']} on {record['sequence']} ({record['arch']})",
+                figure_path,
+            )
+            self.client.log_artifact(run_id, str(figure_path))
+        self.client.log_artifact(run_id, str(store.record_path(job.key)))
+        self.client.log_artifact(run_id, str(store.curves_path(job.key)))
+        if self.options.log_models:
+            self._log_model(run_id, job, record, store)
+
+    def _log_trials(self, run_id: str, job: JobPlan, record: Mapping[str, Any]) -> None:
+        for fit in record["fits"]:
+            for trial in fit.get("trial_summaries", []):
+                tags = {
+                    **self._tags(job),
+                    "kind": "trial",
+                    "mlflow.parentRunId": run_id,
+                    "stage": fit["stage"],
+                    "trial_state": trial["state"],
+                }
+                child = self.client.create_run(
+                    self._experiment_id(job),
+                    run_name=f"{fit['stage']} trial {trial['number']}",
+                    tags=tags,
+                ).info.run_id
+                now = int(time.time() * 1000)
+                metrics = [
+                    Metric("curve/valid_accuracy", float(v), now, epoch)
+                    for epoch, v in enumerate(trial.get("valid_curve") or [])
+                ]
+                if trial.get("value") is not None:
+                    metrics.append(Metric("valid_accuracy", float(trial["value"]), now, 0))
+                params = {f"hp.{k}": v for k, v in trial["params"].items()}
+                params.update(stage=fit["stage"], trial=trial["number"])
+                self._batch(child, metrics=metrics, params=params)
+                self.client.set_terminated(child, _TRIAL_STATUS.get(trial["state"], "KILLED"))
+
+    def _log_model(
+        self, run_id: str, job: JobPlan, record: Mapping[str, Any], store: ResultStore
+    ) -> None:
+        classifier = ImageClassifier(
+            tuple(self.example.shape[1:]), record["engine"]["input_scale"], record["eval_step"]
+        )
+        signature = ModelSignature(
+            inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, -1, -1, -1))]),
+            outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, self.num_classes))]),
+        )
+        with tempfile.TemporaryDirectory() as folder, quiet_model_logging():
+            path = Path(folder) / "model"
+            mlflow.pyfunc.save_model(
+                path,
+                python_model=classifier,
+                artifacts={"model": str(store.model_path(job.key))},
+                signature=signature,
+                input_example=self.example.transpose(0, 2, 3, 1),
+                pip_requirements=requirements(),
+            )
+            self.client.log_artifacts(run_id, str(path), "model")
+        name = self.names(job).registered_model
+        try:
+            self.client.create_registered_model(name)
+        except MlflowException as error:
+            if error.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        # One name holds every dataset, seed and budget of a sequence × arch × method: the
+        # version's tags tell them apart.
+        with quiet_model_logging():
+            version = self.client.create_model_version(
+                name,
+                f"runs:/{run_id}/model",
+                run_id,
+                tags={
+                    "job_key": job.key,
+                    "dataset": self.plan.dataset,
+                    "seed": str(self.plan.seed),
+                    "budget": self.plan.budget_name,
+                },
+                description=f"{job.method} on {self.plan.sequence_key} ({self.plan.arch})",
+            )
+        self.client.set_tag(run_id, "registered_model", f"{name}/{version.version}")
+
+    def _batch(
+        self,
+        run_id: str,
+        metrics: list[Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
+        self.client.log_batch(  # the client splits batches to MLflow's limits itself
+            run_id,
+            metrics=metrics or [],
+            params=[Param(k, param_value(v)) for k, v in (params or {}).items()],
+            tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
+        )
+
+
+@dataclass
+class TrackedJob:
+    """A job recipe whose run is tracked in MLflow: RUNNING while it trains, FAILED if it raises."""
+
+    recipe: JobRecipe
+    tracker: JobTracker
+    _run_id: str | None = None
+
+    @property
+    def force(self) -> bool:
+        return self.recipe.force
+
+    def run(self) -> JobOutcome:
+        self._run_id = self.tracker.start(self.recipe.job)
+        return self.recipe.run()
+
+    def failed(self, error: BaseException) -> None:
+        if self._run_id is not None:
+            self.tracker.fail(self._run_id, error)
+
+    def finished(self, store: ResultStore, computed: bool) -> None:
+        self.recipe.finished(store, computed)
+        self.tracker.complete(self.recipe.job, self._run_id if computed else None, store)
+
+
+def plan_fields(plan: RunPlan, method: str) -> dict[str, Any]:
+    """The name-template fields of one of the plan's jobs."""
+    return {
+        "sequence": plan.sequence_name,
+        "dataset": plan.dataset,
+        "arch": plan.arch,
+        "method": method,
+        "budget": plan.budget_name,
+        "seed": plan.seed,
+    }
+
+
+def _run_name(plan: RunPlan, job: JobPlan) -> str:
+    return f"{job.method} · {plan.arch} · seed {plan.seed} · {plan.budget_name}"
+
+
+def _final_stage(record: Mapping[str, Any]) -> str:
+    """The fit that made the final model: the chosen chain's last fit, else the last fit."""
+    stages = [fit["stage"] for fit in record["fits"]]
+    chain = record.get("chosen", {}).get("chain")
+    if chain and chain != "main":
+        stages = [s for s in stages if s.startswith(f"{chain}/")] or stages
+    return stages[-1]
+
+
+def _save_figure(curves: pd.DataFrame, title: str, path: Path) -> None:
+    figure = learning_curves(curves, title)
+    try:
+        figure.savefig(path, dpi=90)
+    finally:
+        plt.close(figure)

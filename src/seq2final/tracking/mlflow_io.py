@@ -1,0 +1,76 @@
+"""What job runs and the summary run share when they talk to MLflow."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import numpy as np
+import torch
+from mlflow import MlflowClient
+
+from seq2final import __version__
+from seq2final.tracking.names import environment
+
+
+def experiment_id(client: MlflowClient, name: str) -> str:
+    """The experiment called ``name``, created (or restored from deletion) when needed."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        # The kind MLflow 3's own experiment-type selector records for training runs.
+        return client.create_experiment(
+            name, tags={"mlflow.experimentKind": "custom_model_development"}
+        )
+    if experiment.lifecycle_stage == "deleted":
+        client.restore_experiment(experiment.experiment_id)
+    return experiment.experiment_id
+
+
+@contextmanager
+def quiet_model_logging() -> Iterator[None]:
+    """Silence what MLflow prints per model: the CloudPickle advice (the class is our own,
+    importable code) and artifact download bars; its warnings and errors otherwise still show."""
+    pyfunc_log = logging.getLogger("mlflow.pyfunc")
+    level = pyfunc_log.level
+    pyfunc_log.setLevel(logging.ERROR)
+    try:
+        with environment(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false"):
+            yield
+    finally:
+        pyfunc_log.setLevel(level)
+
+
+def param_value(value: Any) -> str:
+    """A parameter as MLflow stores it: text, JSON for anything else, cut to MLflow's limit."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text[:6000]
+
+
+def requirements() -> list[str]:
+    """Pinned from this environment: MLflow must not infer them (no network here)."""
+    return [
+        f"mlflow=={mlflow.__version__}",
+        f"torch=={torch.__version__.split('+')[0]}",
+        f"numpy=={np.__version__}",
+    ]
+
+
+@functools.cache
+def code_version() -> str:
+    """The package version plus the git commit when run from a checkout (``-dirty`` if edited)."""
+    root = Path(__file__).resolve().parents[3]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "describe", "--always", "--dirty"],
+            capture_output=True, text=True, timeout=5, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return __version__
+    return f"{__version__}+{commit}" if commit else __version__

@@ -1,0 +1,109 @@
+"""What tracking settles before any work: the names runs and models get, and checks on them.
+
+Kept light (MLflow only, no torch) because the project's hooks import it for every command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+
+from seq2final.core.errors import Seq2FinalError
+
+NAME_FIELDS = ("sequence", "dataset", "arch", "method", "budget", "seed")
+
+
+def safe_name(text: str) -> str:
+    """``text`` with characters other than letters, digits, ``_ . + -`` replaced by ``-``.
+
+    Sequence spec strings (``source100:rotation60``) are valid sequence names but not valid parts
+    of a registered model's name, which MLflow keeps free of ``:`` and ``/``.
+    """
+    return re.sub(r"[^A-Za-z0-9_.+-]", "-", text)
+
+
+def render_name(template: str, what: str, fields: dict[str, Any]) -> str:
+    """Fill a name template from a job's fields; an unknown field is a one-line error."""
+    try:
+        return template.format(**{k: safe_name(str(v)) for k, v in fields.items()})
+    except (KeyError, IndexError, ValueError) as error:
+        raise Seq2FinalError(
+            f"parameter 'mlflow.{what}' = {template!r} is not a valid template ({error}); "
+            f"fields: {', '.join('{' + f + '}' for f in NAME_FIELDS)}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class JobNames:
+    """A job's experiment and registered-model names, from the ``mlflow`` templates."""
+
+    experiment: str
+    registered_model: str
+    best_model: str
+
+    @classmethod
+    def of(cls, templates: Any, **fields: Any) -> JobNames:
+        missing = set(NAME_FIELDS) - set(fields)
+        assert not missing, f"name fields missing: {missing}"
+        return cls(
+            render_name(templates.experiment, "experiment", fields),
+            render_name(templates.registered_model, "registered_model", fields),
+            render_name(templates.best_model, "best_model", fields),
+        )
+
+
+def sequence_names(
+    templates: Any, sequence: str, dataset: str, seed: int, arch: str = "all"
+) -> JobNames:
+    """The names of a sequence's summary run and best models: the job templates, with fields no
+    single job fixes (method, budget; the architecture unless given) rendered as placeholders."""
+    return JobNames.of(
+        templates, sequence=sequence, dataset=dataset, arch=arch, method="summary",
+        budget="all", seed=seed,
+    )  # fmt: skip
+
+
+@contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """Set environment variables for the duration of a block (MLflow reads many at call time)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def fail_fast() -> contextlib.AbstractContextManager[None]:
+    """MLflow's HTTP client retries an unreachable server for minutes; a first check should not."""
+    return environment(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
+
+
+def check_registry_names(client: MlflowClient, names: list[str]) -> None:
+    """Ask MLflow itself whether it accepts each registered-model name, before any training."""
+    for name in names:
+        try:
+            client.get_registered_model(name)
+        except MlflowException as error:
+            if error.error_code == "INVALID_PARAMETER_VALUE":
+                raise Seq2FinalError(
+                    f"MLflow refuses the registered model name '{name}': "
+                    f"{str(error).splitlines()[0]}"
+                ) from None
+            if error.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise Seq2FinalError(
+                    f"could not check the registered model name '{name}' with MLflow: "
+                    f"{str(error).splitlines()[0]}"
+                ) from None

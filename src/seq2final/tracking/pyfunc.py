@@ -1,0 +1,70 @@
+"""The pyfunc face of an adapted model, as MLflow serves and loads it.
+
+Kept apart from ``tracking`` and without postponed annotations: MLflow reads ``predict``'s type
+hints at class creation to decide how to validate inputs.
+"""
+
+from typing import Any
+
+import mlflow.pyfunc
+import numpy as np
+import torch
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.models.storage import unpack
+from seq2final.training.engine import Engine, predict_logits
+from seq2final.training.tensors import TensorSplit
+
+
+class ImageClassifier(mlflow.pyfunc.PythonModel):
+    """The pyfunc face of an adapted model: uint8 images in, class probabilities out.
+
+    Users hold images as N×H×W×C (NumPy, PIL) or N×C×H×W (PyTorch) uint8 arrays; both are taken,
+    told apart by the training images' shape, and scaled exactly as in training, so the registered
+    model predicts what the in-memory model predicts.
+    """
+
+    def __init__(self, image_shape: tuple[int, int, int], input_scale: str, step: int | None):
+        self.image_shape = tuple(image_shape)  # C, H, W
+        self.input_scale = input_scale
+        self.step = step
+        self._model: torch.nn.Module | None = None
+
+    def load_context(self, context: Any) -> None:
+        payload = torch.load(context.artifacts["model"], map_location="cpu", weights_only=True)
+        self._model = unpack(payload).eval()
+
+    def to_nchw(self, images: np.ndarray) -> np.ndarray:
+        channels, height, width = self.image_shape
+        images = np.asarray(images)
+        if images.dtype != np.uint8 or images.ndim != 4:
+            raise Seq2FinalError(
+                f"expected uint8 images N×H×W×C or N×C×H×W, got {images.dtype} {images.shape}"
+            )
+        if images.shape[1:] == (channels, height, width):
+            return images
+        if images.shape[1:] == (height, width, channels):
+            return images.transpose(0, 3, 1, 2)
+        raise Seq2FinalError(
+            f"expected images of {height}×{width}×{channels} or {channels}×{height}×{width}, "
+            f"got {images.shape[1:]}"
+        )
+
+    def predict(
+        self, context: Any, model_input: np.ndarray, params: dict[str, Any] | None = None
+    ) -> np.ndarray:
+        if self._model is None:
+            raise Seq2FinalError("the model's weights are not loaded (load it through MLflow)")
+        return predict_probabilities(
+            self._model, self.to_nchw(model_input), self.input_scale, self.step
+        )
+
+
+def predict_probabilities(
+    model: torch.nn.Module, images: np.ndarray, input_scale: str, step: int | None
+) -> np.ndarray:
+    """Class probabilities of uint8 N×C×H×W images, as the test evaluation computes logits."""
+    data = TensorSplit.from_arrays(images, np.zeros(len(images), dtype=np.int64))
+    device = next(model.parameters()).device
+    logits = predict_logits(model, data, Engine(input_scale=input_scale, device=str(device)), step)
+    return torch.softmax(logits, dim=1).numpy()

@@ -1,0 +1,128 @@
+"""The summary run of a sequence: its tables and figures, and the ``best`` model alias."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+
+from seq2final.config.parameters import MlflowOptions
+from seq2final.reporting.tables import report_folder
+from seq2final.tracking.mlflow_io import experiment_id, quiet_model_logging
+from seq2final.tracking.names import JobNames, sequence_names
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SequenceSummary:
+    """The summary run of one sequence: its tables and figures, and the ``best`` model alias.
+
+    One run per (sequence, dataset), tagged ``kind=summary``, in the sequence's experiment; later
+    ``evaluate``/``visualize`` runs update it in place (same artifact paths), so it always shows
+    the latest tables. The best adapted model per (sequence, arch) is registered under the
+    ``best_model`` name and carries the alias ``best``.
+    """
+
+    client: MlflowClient
+    options: MlflowOptions
+    sequence: str
+    dataset: str
+    seed: int
+    _run_id: str | None = None
+
+    def _names(self, arch: str = "all") -> JobNames:
+        return sequence_names(self.options, self.sequence, self.dataset, self.seed, arch)
+
+    @property
+    def run_id(self) -> str:
+        if self._run_id is None:
+            experiment = experiment_id(self.client, self._names().experiment)
+            tags = {"kind": "summary", "sequence": self.sequence, "dataset": self.dataset}
+            found = self.client.search_runs(
+                [experiment],
+                filter_string=" and ".join(f"tags.{k} = '{v}'" for k, v in tags.items()),
+                order_by=["attributes.start_time DESC"],
+                max_results=1,
+            )
+            if found:
+                self._run_id = found[0].info.run_id
+            else:
+                run = self.client.create_run(
+                    experiment, tags=tags, run_name=f"summary · {self.sequence} · {self.dataset}"
+                )
+                self.client.set_terminated(run.info.run_id, "FINISHED")
+                self._run_id = run.info.run_id
+        return self._run_id
+
+    @property
+    def folder(self) -> str:
+        """The folder the sequence's tables and figures are filed under (``report_folder``)."""
+        return report_folder(self.sequence, self.dataset)
+
+    def log_text(self, folder: str, files: Mapping[str, str]) -> None:
+        for key, text in files.items():
+            self.client.log_text(self.run_id, text, f"{folder}/{key}")
+
+    def log_figures(self, folder: str, figures: Mapping[str, Any]) -> None:
+        for key, figure in figures.items():
+            self.client.log_figure(self.run_id, figure, f"{folder}/{key}")
+
+    def mark_best(self, best: pd.DataFrame) -> None:
+        """Point ``<best_model>@best`` at each architecture's chosen job's registered model.
+
+        A version is added only when the choice changed, so re-running ``evaluate`` is free.
+        """
+        for row in best.itertuples():
+            name = self._names(arch=row.arch).best_model
+            job_names = JobNames.of(
+                self.options, sequence=self.sequence, dataset=self.dataset, arch=row.arch,
+                method=row.job_method, budget=row.budget, seed=row.seed,
+            )  # fmt: skip
+            experiment = self.client.get_experiment_by_name(job_names.experiment)
+            runs = (
+                []
+                if experiment is None
+                else self.client.search_runs(
+                    experiment_ids=[experiment.experiment_id],
+                    filter_string=(
+                        f"tags.job_key = '{row.job_key}' and tags.kind = 'job' "
+                        "and attributes.status = 'FINISHED'"
+                    ),
+                    order_by=["attributes.start_time DESC"],
+                    max_results=1,
+                )
+            )
+            if not runs or "registered_model" not in runs[0].data.tags:
+                log.warning(
+                    "no registered model for job %s (untracked, or log_models off); "
+                    "alias 'best' for %s not set", row.job_key, row.arch,
+                )  # fmt: skip
+                continue
+            try:
+                current = self.client.get_model_version_by_alias(name, "best")
+                if current.run_id == runs[0].info.run_id:  # a retrained job has a new run
+                    continue
+            except MlflowException:
+                try:
+                    self.client.create_registered_model(name)
+                except MlflowException as error:
+                    if error.error_code != "RESOURCE_ALREADY_EXISTS":
+                        raise
+            run = runs[0]
+            with quiet_model_logging():
+                version = self.client.create_model_version(
+                    name,
+                    f"runs:/{run.info.run_id}/model",
+                    run.info.run_id,
+                    tags={"job_key": row.job_key, "method": row.method, "budget": row.budget,
+                          "seed": str(row.seed)},
+                    description=f"best on validation: {row.method} ({row.valid_accuracy:.3f})",
+                )  # fmt: skip
+            self.client.set_registered_model_alias(name, "best", version.version)
+            log.info("%s@best is now %s (valid %.3f)", name, row.method, row.valid_accuracy)

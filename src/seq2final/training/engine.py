@@ -1,0 +1,110 @@
+"""The engine: how fits run (batch sizes, input scale, device, precision), and inference with it.
+
+These options change how a fit computes but no method's hyper-parameters; the ones that change
+what it computes (:meth:`Engine.results_key`) are part of every stored state's and job's key.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.schema import StrictModel
+from seq2final.models import JointModel
+from seq2final.training.tensors import TensorSplit
+
+
+class Engine(StrictModel):
+    """How fits run, independent of any method's hyper-parameters (the ``training`` block).
+
+    ``input_scale``: ``unit`` feeds images scaled to [0, 1]; ``raw`` feeds the 0-255 values the
+    original code fed (reference §1.1). ``device``: ``auto`` picks CUDA when available.
+    ``freeze_bn_stats``: frozen layers' BN statistics stay fixed (the original let them move).
+    """
+
+    batch_size: int = Field(default=100, ge=1)
+    eval_batch_size: int = Field(default=1000, ge=1)
+    input_scale: Literal["unit", "raw"] = "unit"
+    device: str = "auto"
+    channels_last: bool = False
+    amp: Literal["none", "bf16", "fp16"] = "none"
+    patience: int = Field(default=6, ge=1)
+    freeze_bn_stats: bool = False
+
+    def torch_device(self) -> torch.device:
+        """The device fits run on; a device or precision this machine lacks is one line."""
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            device = torch.device(self.device)
+        except RuntimeError:
+            raise Seq2FinalError(
+                f"unknown device '{self.device}'; valid: auto, cpu, cuda, cuda:N"
+            ) from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise Seq2FinalError(f"device '{self.device}' requested but CUDA is not available")
+        if self.amp == "fp16" and device.type != "cuda":
+            raise Seq2FinalError(
+                f"amp 'fp16' needs a CUDA device, not '{device}'; valid on CPU: none, bf16"
+            )
+        return device
+
+    def results_key(self) -> dict[str, Any]:
+        """The options that change what a fit computes (the device does not, by intent)."""
+        return {
+            "batch_size": self.batch_size,
+            "input_scale": self.input_scale,
+            "amp": self.amp,
+            "patience": self.patience,
+            "freeze_bn_stats": self.freeze_bn_stats,
+        }
+
+
+def scale_images(x: torch.Tensor, engine: Engine) -> torch.Tensor:
+    """uint8 images to the float input the models see (``unit``: /255, ``raw``: 0-255)."""
+    x = x.float()
+    if engine.input_scale == "unit":
+        x = x / 255.0
+    if engine.channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+def autocast(engine: Engine, device: torch.device) -> Any:
+    """The engine's mixed-precision context on ``device`` (a no-op for ``amp: none``)."""
+    if engine.amp == "none":
+        return torch.autocast(device.type, enabled=False)
+    dtype = torch.bfloat16 if engine.amp == "bf16" else torch.float16
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def run_model(model: nn.Module, x: torch.Tensor, step: int | None) -> torch.Tensor:
+    """A plain model's forward, or a joint model's at time ``step``."""
+    if isinstance(model, JointModel):
+        if step is None:
+            raise Seq2FinalError("a joint model needs the time step to run at")
+        return model(x, step)
+    return model(x)
+
+
+@torch.no_grad()
+def predict_logits(
+    model: nn.Module, data: TensorSplit, engine: Engine, step: int | None = None
+) -> torch.Tensor:
+    """Logits for every sample, in eval mode, as float32 on the CPU."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    outputs = []
+    try:
+        for start in range(0, len(data), engine.eval_batch_size):
+            x = scale_images(data.x[start : start + engine.eval_batch_size].to(device), engine)
+            with autocast(engine, device):
+                outputs.append(run_model(model, x, step).float().cpu())
+    finally:
+        model.train(was_training)
+    return torch.cat(outputs)

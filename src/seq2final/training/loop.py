@@ -1,0 +1,196 @@
+"""One fit loop for every method of the benchmark.
+
+Every method trains through :func:`fit`: ERM on one or several steps, IRM and DRO over steps as
+domains, fine-tuning stages with frozen layers, EWC towards earlier models, and the joint models.
+What differs between them is only the *objective* (how a list of per-domain batches becomes a
+loss), so the loop itself keeps the original code's rules in one place (reference §3.1):
+
+* Adam with a fresh optimiser per fit, a constant learning rate and the L2 penalty added to the
+  loss (BN parameters excluded), not Adam's ``weight_decay``;
+* the model stays in training mode, so frozen layers' BN statistics keep updating, unless
+  ``freeze_bn_stats`` is set;
+* epoch 0 is the initial model, evaluated before any step, and eligible for selection;
+* the epoch with the strictly highest validation accuracy is kept (the earliest wins ties);
+* training stops after ``patience`` consecutive epochs whose validation accuracy is not above the
+  previous epoch's (the original's "more than 5" is ``patience: 6``), or at ``max_epochs``.
+
+Unlike the original, one validation pass per epoch yields both loss and accuracy, and training
+metrics accumulate during the training pass itself, so an epoch costs one pass over the training
+data and one over the validation data. Data stay uint8 tensors (moved to the device once); a batch
+is an index slice, scaled to float on the device.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.models import set_trainable
+from seq2final.training.engine import Engine, autocast, predict_logits, scale_images
+from seq2final.training.objectives import Batch, HyperParameters, Task, objective_loss
+
+
+@dataclass
+class FitResult:
+    """The selected epoch's model (loaded into the model passed in) and the per-epoch history."""
+
+    valid_accuracy: float
+    best_epoch: int
+    epochs: int
+    history: list[dict[str, float]]
+
+
+EpochCallback = Callable[[int, float], None]
+
+
+class _Cycler:
+    """Batches of one domain as index slices of a shuffled order, reshuffled when exhausted."""
+
+    def __init__(self, size: int, batch_size: int, generator: torch.Generator) -> None:
+        self.size, self.batch_size, self.generator = size, batch_size, generator
+        self.order = torch.randperm(size, generator=generator)
+        self.position = 0
+
+    def next(self) -> torch.Tensor:
+        if self.position >= self.size:
+            self.order = torch.randperm(self.size, generator=self.generator)
+            self.position = 0
+        indices = self.order[self.position : self.position + self.batch_size]
+        self.position += self.batch_size
+        return indices
+
+
+def _validate(model: nn.Module, task: Task, engine: Engine) -> tuple[float, float]:
+    logits = predict_logits(model, task.valid, engine, task.valid_step)
+    y = task.valid.y.cpu()
+    loss = float(F.cross_entropy(logits, y))
+    return loss, float((logits.argmax(1) == y).float().mean())
+
+
+def _train_mode(model: nn.Module, engine: Engine) -> None:
+    """Training mode; with ``freeze_bn_stats`` the BN layers of frozen parameters stay fixed."""
+    model.train()
+    if engine.freeze_bn_stats:
+        for module in model.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm) and not any(
+                p.requires_grad for p in module.parameters()
+            ):
+                module.eval()
+
+
+def fit(
+    model: nn.Module,
+    task: Task,
+    hp: HyperParameters,
+    engine: Engine,
+    max_epochs: int,
+    seed: int,
+    on_epoch: EpochCallback | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> FitResult:
+    """Train ``model`` in place on ``task`` and load the selected epoch's weights into it.
+
+    ``on_epoch(epoch, valid_accuracy)`` runs after every epoch's validation (a tuner reports to
+    its pruner there and may raise to stop the fit); ``progress(1)`` after every epoch (a progress
+    bar). The model must already be on its device.
+    """
+    device = next(model.parameters()).device
+    if engine.channels_last:
+        model.to(memory_format=torch.channels_last)
+    torch.manual_seed(seed)  # dropout and any other global draws
+    generator = torch.Generator().manual_seed(seed)
+    flags = {name: p.requires_grad for name, p in model.named_parameters()}
+    if task.trainable is not None:
+        set_trainable(model, task.trainable)
+    model.dropout = hp.dropout
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    if not parameters:
+        raise Seq2FinalError("nothing to train: every parameter of the model is frozen")
+    optimizer = torch.optim.Adam(parameters, lr=hp.lr)
+    scaler = torch.amp.GradScaler(device.type, enabled=engine.amp == "fp16")
+    domains = [d.to(device) for d in task.domains]
+    steps = task.steps or [None] * len(domains)
+    weights = task.step_weights or [1.0] * len(domains)
+    cyclers = [_Cycler(len(d), engine.batch_size, generator) for d in domains]
+    batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in domains)
+
+    valid_loss, valid_accuracy = _validate(model, task, engine)
+    history = [_row(0, math.nan, math.nan, valid_loss, valid_accuracy)]
+    best_accuracy, best_epoch = valid_accuracy, 0
+    best_state = _snapshot(model)
+    if on_epoch is not None:
+        on_epoch(0, valid_accuracy)
+    stalls, epoch = 0, 0
+    try:
+        for epoch in range(1, max_epochs + 1):
+            _train_mode(model, engine)
+            ce_sum, correct, count = 0.0, 0, 0
+            for _ in range(batches_per_epoch):
+                batches = []
+                for domain, cycler, step, loss_weight in zip(
+                    domains, cyclers, steps, weights, strict=True
+                ):
+                    index = cycler.next().to(device)
+                    weight = None if domain.weight is None else domain.weight[index]
+                    x = scale_images(domain.x[index], engine)
+                    batches.append(Batch(x, domain.y[index], weight, step, loss_weight))
+                with autocast(engine, device):
+                    loss, batch_ce, batch_correct, batch_count = objective_loss(
+                        model, batches, task, hp, generator
+                    )
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                ce_sum, correct, count = (
+                    ce_sum + batch_ce,
+                    correct + batch_correct,
+                    count + batch_count,
+                )
+            previous_accuracy = valid_accuracy
+            valid_loss, valid_accuracy = _validate(model, task, engine)
+            history.append(_row(epoch, ce_sum / count, correct / count, valid_loss, valid_accuracy))
+            if progress is not None:
+                progress(1)
+            if valid_accuracy > best_accuracy:
+                best_accuracy, best_epoch = valid_accuracy, epoch
+                best_state = _snapshot(model)
+            stalls = 0 if valid_accuracy > previous_accuracy else stalls + 1
+            if on_epoch is not None:
+                on_epoch(epoch, valid_accuracy)
+            if stalls >= engine.patience:
+                break
+    finally:
+        model.load_state_dict(best_state)
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_(flags[name])
+        model.eval()
+    return FitResult(best_accuracy, best_epoch, epoch, history)
+
+
+def _row(
+    epoch: int, train_loss: float, train_acc: float, valid_loss: float, valid_acc: float
+) -> dict[str, float]:
+    return {
+        "epoch": epoch,
+        "train_loss": train_loss,
+        "train_accuracy": train_acc,
+        "valid_loss": valid_loss,
+        "valid_accuracy": valid_acc,
+    }
+
+
+def _snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def clone_model(model: nn.Module) -> nn.Module:
+    """An independent copy (fits train in place; a tuner starts every trial from a copy)."""
+    return copy.deepcopy(model)

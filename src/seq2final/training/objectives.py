@@ -1,0 +1,201 @@
+"""Objectives: what one fit minimises, from per-domain batches to a loss with its penalties.
+
+Every method trains through the same loop (:mod:`seq2final.training.loop`); what differs is the
+*objective* (how a list of per-domain batches becomes a loss: ERM, IRM, DRO, the joint models'
+weighted sum) and the penalties added to it (L2 on conv/linear weights, EWC towards earlier
+models, the joint models' adjacency term), each as in the original (reference §3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.models import JointModel, squared_weight_norm
+from seq2final.training.engine import Engine, run_model, scale_images
+from seq2final.training.tensors import TensorSplit
+
+OBJECTIVES = ("erm", "irm", "dro", "joint")
+
+
+@dataclass
+class Task:
+    """What one fit trains: data, objective and the non-searched parts of the loss.
+
+    ``steps`` gives, per training domain, the time index a joint model runs it at (``None`` for a
+    plain model); ``valid_step`` likewise for the validation set. ``step_weights`` are the joint
+    loss's c_t. ``anchors`` are EWC's (parameters, Fisher) pairs of earlier models.
+    """
+
+    domains: list[TensorSplit]
+    valid: TensorSplit
+    objective: str = "erm"
+    steps: list[int | None] | None = None
+    valid_step: int | None = None
+    step_weights: list[float] | None = None
+    trainable: Sequence[str] | None = None
+    anchors: list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = field(
+        default_factory=list
+    )
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise Seq2FinalError(
+                f"unknown objective '{self.objective}'; valid: {', '.join(OBJECTIVES)}"
+            )
+        if not self.domains or any(len(d) == 0 for d in self.domains) or len(self.valid) == 0:
+            raise Seq2FinalError("a fit needs non-empty training domains and validation set")
+
+
+@dataclass(frozen=True)
+class HyperParameters:
+    """The searched values of one fit; penalties default to off."""
+
+    lr: float
+    weight_decay: float = 0.0
+    dropout: float = 0.0
+    irm_penalty: float = 1.0
+    ewc_lambda: float = 0.0
+    adjacency: float = 0.0
+
+    @classmethod
+    def from_dict(cls, values: dict[str, float]) -> HyperParameters:
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise Seq2FinalError(
+                f"unknown hyper-parameter(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}"
+            )
+        return cls(**{k: float(v) for k, v in values.items()})
+
+
+def penalty_norm(model: nn.Module) -> torch.Tensor:
+    """The L2 term: squared conv/linear weights (a joint model sums the modules each step uses)."""
+    if isinstance(model, JointModel):
+        return model.param_norm()
+    return squared_weight_norm(model)
+
+
+def _weighted_ce(
+    logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None
+) -> torch.Tensor:
+    losses = F.cross_entropy(logits.float(), y, reduction="none")
+    if weight is not None:
+        losses = losses * weight
+    return losses.mean()
+
+
+def irm_penalty(logits: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """The original's IRM penalty on one domain batch (reference §3.3).
+
+    Logits are scaled by a per-class dummy vector ``w = 1``; the samples are permuted, and the
+    penalty is the dot product of the gradients w.r.t. ``w`` of the mean loss over the even- and
+    the odd-indexed halves. The graph is kept so the penalty back-propagates into the model.
+    """
+    scale = torch.ones(logits.shape[1], device=logits.device, requires_grad=True)
+    order = torch.randperm(len(y), generator=generator).to(logits.device)
+    scaled, labels = logits.float()[order] * scale, y[order]
+    first = F.cross_entropy(scaled[0::2], labels[0::2])
+    second = F.cross_entropy(scaled[1::2], labels[1::2])
+    (g1,) = torch.autograd.grad(first, [scale], create_graph=True)
+    (g2,) = torch.autograd.grad(second, [scale], create_graph=True)
+    return (g1 * g2).sum()
+
+
+def ewc_penalty(
+    model: nn.Module, anchors: Sequence[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]
+) -> torch.Tensor:
+    """Σ_k Σ F_k ⊙ (θ − θ_k)² over every earlier model k (no ½, as in the original)."""
+    total = torch.zeros((), device=next(model.parameters()).device)
+    for name, parameter in model.named_parameters():
+        for values, fisher in anchors:
+            if name in fisher:
+                total = total + (fisher[name] * (parameter - values[name]).pow(2)).sum()
+    return total
+
+
+@dataclass
+class Batch:
+    """One domain's batch: scaled images, labels, sample weights, the time step a joint model runs
+    it at, and its weight in the joint loss (the paper's c_t; 1 elsewhere)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    weight: torch.Tensor | None
+    step: int | None
+    loss_weight: float
+
+
+def objective_loss(
+    model: nn.Module,
+    batches: list[Batch],
+    task: Task,
+    hp: HyperParameters,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, float, int, int]:
+    """The objective's loss; also its summed CE, correct count and sample count for the metrics."""
+    ce_terms, ce_sum, correct, count = [], 0.0, 0, 0
+    penalties = torch.zeros((), device=batches[0].x.device)
+    for batch in batches:
+        logits = run_model(model, batch.x, batch.step)
+        ce = _weighted_ce(logits, batch.y, batch.weight)
+        if task.objective == "irm":
+            ce = ce + hp.irm_penalty * irm_penalty(logits, batch.y, generator)
+        ce_terms.append(ce * batch.loss_weight)
+        with torch.no_grad():
+            ce_sum += float(F.cross_entropy(logits.float(), batch.y, reduction="sum"))
+            correct += int((logits.argmax(1) == batch.y).sum())
+            count += len(batch.y)
+    if task.objective == "dro":
+        # Only the worst domain's loss is back-propagated; the others are discarded.
+        data_loss = torch.stack(ce_terms).max()
+    elif task.objective == "joint":
+        data_loss = torch.stack(ce_terms).sum() / len(ce_terms)
+    else:
+        data_loss = torch.stack(ce_terms).sum()
+    if hp.weight_decay:
+        penalties = penalties + hp.weight_decay * penalty_norm(model)
+    if hp.ewc_lambda and task.anchors:
+        penalties = penalties + hp.ewc_lambda * ewc_penalty(model, task.anchors)
+    if hp.adjacency and isinstance(model, JointModel):
+        penalties = penalties + hp.adjacency * model.adjacency_norm()
+    return data_loss + penalties, ce_sum, correct, count
+
+
+def fisher_information(
+    model: nn.Module, data: TensorSplit, engine: Engine
+) -> dict[str, torch.Tensor]:
+    """The original's batch-level empirical Fisher (reference §3.6), in eval mode.
+
+    For each batch the gradient of the *summed* cross entropy is squared and accumulated, and the
+    total is divided by the number of samples: F = (1/N) Σ_batches (∇ Σ_{i∈batch} ℓ_i)².
+    Every trainable parameter gets an entry.
+    """
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    fisher = {name: torch.zeros_like(p) for name, p in named}
+    try:
+        for start in range(0, len(data), engine.batch_size):
+            x = scale_images(data.x[start : start + engine.batch_size].to(device), engine)
+            y = data.y[start : start + engine.batch_size].to(device)
+            model.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x).float(), y, reduction="sum").backward()
+            for name, parameter in named:
+                if parameter.grad is not None:
+                    fisher[name] += parameter.grad.detach().pow(2)
+        model.zero_grad(set_to_none=True)
+    finally:
+        model.train(was_training)
+    return {name: value / len(data) for name, value in fisher.items()}
+
+
+def parameters_of(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of the model's parameters: an EWC anchor's θ_k."""
+    return {name: p.detach().clone() for name, p in model.named_parameters()}

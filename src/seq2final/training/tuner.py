@@ -1,0 +1,264 @@
+"""The tuner: one resumable Optuna study per fit, run under a budget (:mod:`~.search`).
+
+Each fit of a method (one stage of one model) is tuned by its own study on validation accuracy
+only. Under the ``paper`` budget the grid is enqueued in the original nesting order, so ties go to
+the first grid point as they did there.
+
+Studies live in an Optuna storage (a journal file by default, any RDB URL by parameter). The best
+trial's weights are checkpointed next to it, so a study interrupted after some trials resumes with
+the remaining ones and still returns the best model over all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import torch
+from optuna.storages.journal import JournalFileBackend
+from tqdm.auto import tqdm
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.seeds import derived_seed
+from seq2final.training.loop import FitResult
+from seq2final.training.search import Budget, SearchSpace
+
+log = logging.getLogger(__name__)
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+TrialObjective = Callable[
+    [dict[str, float], int, Callable[[int, float], None]], tuple[FitResult, dict[str, torch.Tensor]]
+]
+
+
+@dataclass
+class Tuned:
+    """The selected trial of a study: its values, fit, weights, and a summary of every trial."""
+
+    params: dict[str, float]
+    fit: FitResult
+    state_dict: dict[str, torch.Tensor]
+    trials: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def finished_trials(self) -> int:
+        return sum(t["state"] in ("COMPLETE", "PRUNED") for t in self.trials)
+
+
+def quiet_progress() -> bool:
+    """Progress bars only when a person is watching: stdout is a terminal."""
+    return not sys.stdout.isatty()
+
+
+class Tuner:
+    """Runs one Optuna study per fit under a budget, with a persistent storage and checkpoints."""
+
+    def __init__(self, budget: Budget, storage: str | None, root: Path, seed: int) -> None:
+        self.budget = budget
+        self.seed = seed
+        self.root = Path(root)
+        self.storage_url = storage
+        self._storage: optuna.storages.BaseStorage | None = None
+        self.checkpoints: list[Path] = []
+
+    @property
+    def storage(self) -> optuna.storages.BaseStorage:
+        if self._storage is None:
+            self._storage = open_storage(self.storage_url, self.root)
+        return self._storage
+
+    def _sampler(self, name: str, draw: int = 0) -> optuna.samplers.BaseSampler:
+        """The sampler for the ``draw``-th finished trial of study ``name``.
+
+        Seeding by draw number, not once per process, makes trial k's values depend only on the
+        seed and the k finished trials before it: an interrupted and resumed study draws exactly
+        what an uninterrupted one does, and never replays the draws it already made.
+        """
+        seed = derived_seed(self.seed, name, "sampler", draw)
+        if self.budget.sampler == "tpe":
+            return optuna.samplers.TPESampler(
+                seed=seed, n_startup_trials=self.budget.startup_trials
+            )
+        return optuna.samplers.RandomSampler(seed=seed)  # grid points are enqueued explicitly
+
+    def _pruner(self) -> optuna.pruners.BasePruner:
+        if self.budget.pruner == "median":
+            return optuna.pruners.MedianPruner(
+                n_startup_trials=self.budget.startup_trials,
+                n_warmup_steps=self.budget.warmup_epochs,
+            )
+        return optuna.pruners.NopPruner()
+
+    def _study(self, name: str) -> optuna.Study:
+        return optuna.create_study(
+            storage=self.storage,
+            study_name=name,
+            sampler=self._sampler(name),
+            pruner=self._pruner(),
+            direction="maximize",
+            load_if_exists=True,
+        )
+
+    def tune(self, name: str, space: SearchSpace, objective: TrialObjective) -> Tuned:
+        """Run (or resume) study ``name`` and return its best trial.
+
+        Ties go to the earliest grid point (grid) or the earliest trial (other samplers), as in
+        the original. Trials finished by an earlier, interrupted run are kept and not rerun, and a
+        trial's seed follows from its values, so a resumed grid computes what an uninterrupted
+        one would. One process runs a study at a time. A study whose best weights are gone (its fit was stored and the checkpoint
+        discarded, and now the fit is asked for again, e.g. with ``force``) starts over.
+        """
+        study = self._study(name)
+        self._fail_stale(study)
+        trial_state = optuna.trial.TrialState
+        done = study.get_trials(deepcopy=False, states=[trial_state.COMPLETE, trial_state.PRUNED])
+        checkpoint = self.root / "checkpoints" / f"{name}.pt"
+        best = _load_checkpoint(checkpoint)
+        if best is not None and not done:  # weights left from a study that no longer exists
+            checkpoint.unlink(missing_ok=True)
+            best = None
+        if best is None and any(t.state == trial_state.COMPLETE for t in done):
+            log.info("study %s: best weights no longer stored; starting the study over", name)
+            optuna.delete_study(study_name=name, storage=self.storage)
+            study, done = self._study(name), []
+        elif done:
+            log.info("study %s: resuming after %d finished trial(s)", name, len(done))
+        if self.budget.sampler == "grid":
+            finished = {t.user_attrs.get("order", t.number) for t in done}
+            waiting = {
+                t.user_attrs.get("order", t.number)
+                for t in study.get_trials(deepcopy=False, states=[trial_state.WAITING])
+            }
+            points = space.grid_points()
+            for index, point in enumerate(points):
+                if index not in finished and index not in waiting:
+                    study.enqueue_trial(point, user_attrs={"order": index}, skip_if_exists=False)
+            remaining = len(points) - len(finished)
+        else:
+            remaining = max(0, (self.budget.trials or 0) - len(done))
+        bar = tqdm(
+            total=remaining, desc=name[:40], unit="trial", leave=False, disable=quiet_progress()
+        )
+        try:
+            for draw in range(len(done), len(done) + remaining):
+                study.sampler = self._sampler(name, draw)
+                trial = study.ask()
+                params = space.suggest(trial)
+                order = trial.user_attrs.get("order", trial.number)
+                trial.set_user_attr("order", order)
+                trial.set_user_attr("params", params)
+                seed = derived_seed(self.seed, name, sorted(params.items()))
+                curve: list[float] = []
+
+                def report(
+                    epoch: int,
+                    accuracy: float,
+                    trial: optuna.Trial = trial,
+                    curve: list[float] = curve,
+                ) -> None:
+                    curve.append(accuracy)
+                    trial.report(accuracy, epoch)
+                    if trial.should_prune():
+                        raise optuna.TrialPruned()
+
+                try:
+                    result, state_dict = objective(params, seed, report)
+                except optuna.TrialPruned:
+                    trial.set_user_attr("valid_curve", curve)
+                    study.tell(trial, state=trial_state.PRUNED)
+                    bar.update()
+                    continue
+                except BaseException:
+                    study.tell(trial, state=trial_state.FAIL)
+                    raise
+                trial.set_user_attr("valid_curve", curve)
+                trial.set_user_attr("best_epoch", result.best_epoch)
+                value = result.valid_accuracy
+                if best is None or (value, -order) > (best["value"], -best.get("order", 0)):
+                    best = {
+                        "value": value,
+                        "order": order,
+                        "params": params,
+                        "fit": result,
+                        "state_dict": state_dict,
+                    }
+                    _save_checkpoint(checkpoint, best)
+                study.tell(trial, value)
+                bar.update()
+        finally:
+            bar.close()
+        if best is None:
+            raise Seq2FinalError(
+                f"study '{name}' has no finished trial to select (every trial was pruned); "
+                "raise the budget's trials or use pruner: none"
+            )
+        self.checkpoints.append(checkpoint)
+        trials = [
+            {
+                "number": t.number,
+                "state": t.state.name,
+                "params": t.user_attrs.get("params", t.params),
+                "value": t.value,
+                "valid_curve": t.user_attrs.get("valid_curve", []),
+            }
+            for t in study.get_trials(deepcopy=False)
+            if t.state != trial_state.WAITING
+        ]
+        return Tuned(best["params"], best["fit"], best["state_dict"], trials)
+
+    def _fail_stale(self, study: optuna.Study) -> None:
+        """Close trials an interrupted run left open (a study is run by one process at a time)."""
+        running = study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.RUNNING])
+        for stale in running:
+            study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
+
+    def discard_checkpoints(self) -> None:
+        """Delete this tuner's checkpoints once the fits they back are persisted elsewhere."""
+        for path in self.checkpoints:
+            path.unlink(missing_ok=True)
+        self.checkpoints.clear()
+
+
+def open_storage(url: str | None, root: Path) -> optuna.storages.BaseStorage:
+    """A journal file under ``root`` by default; an RDB for ``dialect://`` URLs; else a journal path."""
+    if url and "://" in url:
+        return optuna.storages.RDBStorage(url)
+    path = Path(url) if url else Path(root) / "journal.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+
+
+def _save_checkpoint(path: Path, best: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".partial-{os.getpid()}")
+    fit: FitResult = best["fit"]
+    torch.save(
+        {
+            "value": best["value"],
+            "order": best["order"],
+            "params": best["params"],
+            "fit": vars(fit),
+            "state_dict": best["state_dict"],
+        },
+        partial,
+    )
+    os.replace(partial, path)
+
+
+def _load_checkpoint(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # a torn or foreign file: its trial will be rerun, so forget it
+        log.warning("ignoring unreadable tuning checkpoint %s", path)
+        return None
+    payload["fit"] = FitResult(**payload["fit"])
+    return payload

@@ -1,0 +1,94 @@
+import copy
+
+import pytest
+
+from seq2final.config.checks import validate_parameters
+from seq2final.core.errors import Seq2FinalError
+
+
+def _with(base: dict, **overrides):
+    """The project's own parameters with some values replaced (nested keys joined by '.')."""
+    params = copy.deepcopy(base)
+    for dotted, value in overrides.items():
+        *path, last = dotted.split(".")
+        node = params
+        for part in path:
+            node = node[part]
+        node[last] = value
+    return params
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        ({"sequence": "rotaton"}, "unknown sequence 'rotaton'"),
+        ({"dataset": "imagenet"}, "unknown dataset 'imagenet'; valid: digits"),
+        ({"method": "st_c"}, "unknown method 'st_c'; valid: oracle, baseline"),
+        ({"historical": "ermm"}, "unknown historical mode 'ermm'; valid: none, erm"),
+        ({"final": "fine_tune"}, "unknown final mode 'fine_tune'; valid: scratch"),
+        ({"arch": "resnet_5"}, "unknown architecture 'resnet_5'; valid: "),
+        ({"seed": "abc"}, "parameter 'seed' = 'abc'"),
+        (
+            {"budget": "huge"},
+            "parameter 'budget': unknown budget 'huge'; valid: smoke, quick, default, paper",
+        ),
+        (
+            {"method": "st_b", "final": "ft"},
+            "method 'st_b' is historical 'erm' + final 'side_b', which contradicts final 'ft'",
+        ),
+        (
+            {"historical": "none", "final": "ft"},
+            "historical 'none' cannot precede final 'ft': 'ft' continues from a trained historical",
+        ),
+        (
+            {"historical": "sequential_side_b", "final": "side_1"},
+            "'sequential_side_b' adds block side modules and 'side_1' adds one_layer ones",
+        ),
+        (
+            {"historical": "erm", "final": "joint"},
+            "'joint' trains on the steps itself and would ignore 'erm''s state; valid historical modes for 'joint': none",
+        ),
+        ({"historical": "erm"}, "historical 'erm' needs a final mode too"),
+        (
+            {"final_modes.ft.space.lr.low": 1.0},
+            "search space final_modes.ft.space.lr: low 1.0 > high 0.003",
+        ),
+        (
+            {"historical_modes.erm.space.dropout.grid": []},
+            "historical_modes.erm.space.dropout 'grid' = []",
+        ),
+        (
+            {"training.input_scale": "raw255"},
+            "parameter 'training.input_scale' = 'raw255': Input should be 'unit' or 'raw'",
+        ),
+        ({"sequense": "clr"}, "unknown parameter 'sequense'; valid: sequence, dataset"),
+        (
+            {"quantify_shift": {"varience": 0.9}},
+            "unknown parameter 'quantify_shift.varience'; valid: variance",
+        ),
+    ],
+)
+def test_bad_parameters_stop_with_one_line(params, needle, project_parameters):
+    nested = {k: v for k, v in params.items() if "." in k}
+    merged = {
+        **_with(project_parameters, **nested),
+        **{k: v for k, v in params.items() if "." not in k},
+    }
+    with pytest.raises(Seq2FinalError) as error:
+        validate_parameters(merged)
+    assert needle in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_good_parameters_pass(project_parameters):
+    run = validate_parameters(
+        {
+            **_with(project_parameters),
+            "sequence": "clr",
+            "dataset": "npz",
+            "seed": 3,
+            "method": "st_b",
+            "arch": "resnet_4",
+        }
+    )
+    assert run.seed == 3 and run.quantify_shift.variance == 0.95

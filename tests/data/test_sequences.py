@@ -1,0 +1,258 @@
+import numpy as np
+import pytest
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.data.effects import ShiftState
+from seq2final.data.presets import PRESETS
+from seq2final.data.sampler import build_sequence, plan_units, shift_states, split_counts
+from seq2final.data.shifts import SHIFTS
+from seq2final.data.sizes import PAPER_SIZES
+from seq2final.data.spec import parse_spec, resolve_spec
+
+
+def test_paper_sizes_split_per_class_80_20():
+    units = plan_units(ShiftState.source(10), 6000, 0)
+    assert {(u.train, u.valid) for u in units} == {(480, 120)}
+    assert sum(u.train for u in units) == 4800 and sum(u.valid for u in units) == 1200
+    units = plan_units(ShiftState.source(10), 4000, 5000)
+    assert {(u.train, u.valid, u.test) for u in units} == {(320, 80, 500)}
+
+
+def test_subclass_split_floors_and_gives_zero_share_nothing():
+    state = ShiftState.source(20, with_subpopulations=True)
+    for _ in range(3):
+        state = SHIFTS["subpop"](state)
+    units = [u for u in plan_units(state, 4000, 5000) if u.label == 0]
+    assert [u.train + u.valid for u in units] == [0, 0, 66, 66, 68]
+    assert [u.train for u in units] == [0, 0, 52, 52, 54]
+    assert [u.test for u in units] == [0, 0, 83, 83, 84]
+
+
+def test_split_counts_remainder_to_last_nonzero():
+    assert split_counts(10, [0.5, 0.5, 0, 0, 0]) == [5, 5, 0, 0, 0]
+    assert split_counts(200, [1 / 3, 1 / 3, 1 / 3, 0, 0]) == [66, 66, 68, 0, 0]
+
+
+def test_parse_spec_sizes_and_defaults():
+    steps = parse_spec("source6000:rotation4000:corruption+label_flip6000:recolor", PAPER_SIZES)
+    assert [s.size for s in steps] == [6000, 4000, 6000, 4000]
+    assert steps[2].blocks == ("corruption", "label_flip")
+    assert [s.size for s in parse_spec("rotation:rotation:rotation", PAPER_SIZES)] == [
+        6000,
+        4000,
+        6000,
+        4000,
+    ]
+    assert parse_spec("rotation,recolor", PAPER_SIZES)[1].blocks == ("rotation", "recolor")
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("rotation::", "malformed sequence 'rotation::'"),
+        ("rotaton", "unknown sequence 'rotaton'"),
+        ("rotaton:corruption", "unknown shift block 'rotaton'"),
+        ("source:", "no shifted step"),
+        ("rotation:4000x", "malformed sequence"),
+        ("sourceX:rotation", "bad source step"),
+    ],
+)
+def test_malformed_specs_are_refused_with_valid_choices(text, needle):
+    with pytest.raises(Seq2FinalError, match="valid|write steps") as error:
+        resolve_spec(text)
+    assert needle in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_unknown_dataset_lists_valid_sources():
+    with pytest.raises(Seq2FinalError, match="unknown dataset 'cifar11'; valid: digits, cifar10"):
+        resolve_spec("clr", dataset="cifar11")
+
+
+def test_presets_resolve_with_paper_sizes():
+    spec = resolve_spec("rcl")
+    assert spec.dataset == "cifar10" and spec.seed == 1007
+    assert [s.size for s in spec.steps] == [6000, 4000, 6000, 4000]
+    assert (spec.test_size, spec.oracle_size) == (5000, 20000)
+    assert [s.size for s in resolve_spec("rot7").steps] == [
+        4000,
+        2000,
+        3000,
+        2000,
+        3000,
+        2000,
+        4000,
+    ]
+    assert resolve_spec("sss").dataset == "cifar100"
+    for name in PRESETS:
+        resolve_spec(name)
+
+
+def test_step_seeds_match_the_original_draws():
+    assert resolve_spec("clr").step_seeds() == [1007, 6906, 8583, 6709]
+
+
+def test_sampling_without_replacement_and_test_disjoint(source):
+    spec = resolve_spec(
+        "source400:rotation300:corruption400:label_flip300",
+        dataset="digits",
+        test_size=100,
+        oracle_size=400,
+    )
+    sequence = build_sequence(spec, source)
+    for step in [*sequence.steps(), sequence.step("oracle")]:
+        train_valid = np.concatenate([step.arrays["idx_train"], step.arrays["idx_valid"]])
+        assert len(np.unique(train_valid)) == len(train_valid)
+    final = sequence.step(-1)
+    assert len(final.arrays["y_test"]) == 100 and len(np.unique(final.arrays["idx_test"])) == 100
+    train_images = {
+        x.tobytes() for s in sequence.steps() for x in source.x_train[s.arrays["idx_train"]]
+    }
+    assert not train_images & {x.tobytes() for x in source.x_test[final.arrays["idx_test"]]}
+    assert [s["sizes"] for s in sequence.manifest["steps"]][0] == {"train": 320, "valid": 80}
+
+
+def test_oracle_shares_the_final_test_images(source):
+    spec = resolve_spec("source400:rotation300", dataset="digits", test_size=100, oracle_size=500)
+    sequence = build_sequence(spec, source)
+    same_images = np.sort(sequence.step(1).arrays["idx_test"])
+    assert np.array_equal(same_images, np.sort(sequence.step("oracle").arrays["idx_test"]))
+    assert len(sequence.step("oracle").arrays["y_train"]) == 400
+
+
+def test_labels_and_pixels_carry_the_shift(source):
+    spec = resolve_spec(
+        "source100:label_flip100:rotation100", dataset="digits", test_size=50, oracle_size=None
+    )
+    sequence = build_sequence(spec, source)
+    final = sequence.step(-1)
+    original = source.y_train[final.arrays["idx_train"]]
+    assert np.array_equal(final.arrays["y_train"], 9 - original)
+    assert not np.array_equal(final.arrays["x_train"], source.x_train[final.arrays["idx_train"]])
+    step0 = sequence.step(0)
+    assert np.array_equal(step0.arrays["x_train"], source.x_train[step0.arrays["idx_train"]])
+
+
+def test_same_seed_same_hash_other_seed_other_hash(source):
+    def build(seed):
+        spec = resolve_spec(
+            "corruption:rotation", dataset="digits", seed=seed, test_size=50, oracle_size=200
+        )
+        spec = type(spec)(
+            **{
+                **spec.to_dict(),
+                "steps": tuple(type(spec.steps[0])(s.blocks, 200) for s in spec.steps),
+            }
+        )
+        return build_sequence(spec, source)
+
+    assert build(1).content_hash == build(1).content_hash
+    assert build(1).content_hash != build(2).content_hash
+
+
+def test_sss_membership_per_step(source_factory):
+    source = source_factory(per_class=200, per_class_test=40, classes=2, subclasses=5)
+    spec = resolve_spec(
+        "source100:subpop60:subpop100:subpop60", dataset="digits", test_size=30, oracle_size=90
+    )
+    sequence = build_sequence(spec, source)
+    members = [sorted(set(step.arrays["sub_train"].tolist())) for step in sequence.steps()]
+    assert members == [[0, 1], [0, 1, 2], [1, 2, 3], [2, 3, 4]]
+    assert sorted(set(sequence.step(-1).arrays["sub_test"].tolist())) == [2, 3, 4]
+
+
+def test_fourth_subpop_step_is_refused(source_factory):
+    source = source_factory(per_class=200, per_class_test=40, classes=2, subclasses=5)
+    spec = resolve_spec("subpop:subpop:subpop:subpop", dataset="digits")
+    with pytest.raises(Seq2FinalError, match="subpop step 4 .*valid: at most 3"):
+        build_sequence(spec, source)
+
+
+def test_subpop_on_a_source_without_subclasses_is_refused(source):
+    from dataclasses import replace
+
+    spec = resolve_spec("subpop", dataset="digits")
+    with pytest.raises(Seq2FinalError, match="no sub-populations.*valid: digits, cifar100"):
+        build_sequence(spec, replace(source, name="npz"))
+
+
+def test_sizes_larger_than_a_class_pool_are_refused_before_sampling(source):
+    spec = resolve_spec("source700:rotation300", dataset="digits", test_size=50, oracle_size=None)
+    with pytest.raises(
+        Seq2FinalError, match=r"step 0 .*needs 70 train\+valid images of class 0 .*has 60"
+    ):
+        build_sequence(spec, source)
+    spec = resolve_spec("source100:rotation100", dataset="digits", test_size=500, oracle_size=None)
+    with pytest.raises(Seq2FinalError, match="needs 50 test images"):
+        build_sequence(spec, source)
+
+
+def test_digits_presets_build_on_the_embedded_source():
+    from seq2final.data.sources import load_source
+
+    digits = load_source("digits", None, "data/01_raw")
+    for name in [p for p in PRESETS if p.startswith("digits_")]:
+        sequence = build_sequence(resolve_spec(name), digits)
+        sizes = [sum(s["sizes"][k] for k in ("train", "valid")) for s in sequence.manifest["steps"]]
+        assert sizes == [500, 300, 500, 300]
+        assert sequence.manifest["steps"][-1]["sizes"]["test"] == 200
+
+
+def test_portraits_split_per_decade_80_20_and_final_40_10_50():
+    from seq2final.data.sources import SourceData
+
+    counts = [10, 20, 30]  # images in three decades
+    time = np.repeat([0, 3, 7], counts)
+    source = SourceData(
+        name="portraits",
+        x_train=np.zeros((len(time), 3, 32, 32), np.uint8),
+        y_train=np.arange(len(time)) % 2,
+        x_test=np.zeros((0, 3, 32, 32), np.uint8),
+        y_test=np.zeros(0, np.int64),
+        class_names=("male", "female"),
+        time_train=time,
+        time_names=("1930s", "1940s", "1950s", "1960s", "1970s", "1980s", "1990s", "2000s"),
+    )
+    sequence = build_sequence(resolve_spec("portraits"), source)
+    assert sequence.step_names == ["1930s", "1960s", "2000s"]
+    sizes = [s["sizes"] for s in sequence.manifest["steps"]]
+    assert sizes == [
+        {"train": 8, "valid": 2},
+        {"train": 16, "valid": 4},
+        {"train": 12, "valid": 3, "test": 15},
+    ]
+    final = sequence.step(-1)
+    used = np.concatenate([final.arrays[f"idx_{s}"] for s in ("train", "valid", "test")])
+    assert sorted(used.tolist()) == list(range(30, 60))
+    with pytest.raises(Seq2FinalError, match="does not fit"):
+        resolve_spec("portraits", dataset="cifar10")
+
+
+def test_a_source_with_subclasses_is_drawn_by_subclass_without_subpop_steps(source_factory):
+    """CIFAR-100 without subpop keeps the source proportions: sub-classes 0 and 1 only."""
+    source = source_factory(per_class=100, per_class_test=40, classes=4, subclasses=5)
+    spec = resolve_spec(
+        "source40:rotation40:label_flip40", dataset="digits", test_size=20, oracle_size=80
+    )
+    sequence = build_sequence(spec, source)
+    for step in [*sequence.steps(), sequence.step("oracle")]:
+        assert sorted(set(step.arrays["sub_train"].tolist())) == [0, 1]
+
+
+def test_steps_too_small_for_a_split_are_refused(source_factory):
+    source = source_factory(per_class=100, per_class_test=40, classes=2, subclasses=5)
+    spec = resolve_spec("source2:subpop40", dataset="digits", test_size=20, oracle_size=None)
+    with pytest.raises(Seq2FinalError, match="step 0 .*leaves its train split empty"):
+        build_sequence(spec, source)
+
+
+@pytest.mark.parametrize("block", list(SHIFTS))
+def test_every_registered_block_shifts_a_sequence(block, source_factory):
+    """Each block changes the state and builds; a newly registered block is covered here too."""
+    source = source_factory(per_class=100, per_class_test=40, classes=4, subclasses=5)
+    spec = resolve_spec(f"source40:{block}40", dataset="digits", test_size=20, oracle_size=60)
+    states = shift_states(spec, source)
+    assert states[1] != states[0]
+    sequence = build_sequence(spec, source)
+    assert sequence.manifest["steps"][1]["name"] == block
+    assert sequence.content_hash == build_sequence(spec, source).content_hash

@@ -1,0 +1,138 @@
+"""Method recipes, mode combinations and the paper's grids as configured in conf/base."""
+
+from types import SimpleNamespace
+
+import pytest
+from torch import nn
+
+from seq2final.config.checks import check_mode_configs
+from seq2final.core.errors import Seq2FinalError
+from seq2final.methods import (
+    FINAL_MODES,
+    HISTORICAL_MODES,
+    METHODS,
+    HistoricalState,
+    ModelChain,
+    continue_chains,
+)
+from seq2final.methods.requests import canonical_modes, check_combination, resolve_request
+from seq2final.methods.schedules import check_schedules, schedule_lr, selected_schedules
+from seq2final.training.search import SearchSpace, get_budget
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_every_method_is_a_valid_combination_of_registered_modes(name):
+    recipe = METHODS[name]
+    assert recipe.historical in HISTORICAL_MODES and recipe.final in FINAL_MODES
+    check_combination(recipe.historical, recipe.final)
+
+
+def test_every_registered_mode_has_its_yaml_block_and_its_spaces_parse(project_parameters):
+    check_mode_configs(
+        project_parameters["historical_modes"],
+        project_parameters["final_modes"],
+        project_parameters["pretrain_historical"]["step0"],
+    )
+
+
+def _grid(block: dict, key: str = "space") -> int:
+    return SearchSpace.parse(block[key], key).grid_size()
+
+
+def test_paper_budget_evaluates_exactly_the_papers_grids(project_parameters):
+    """Grid sizes per fit, reference §3.2-3.5 and the configuration counts of §6.4."""
+    h, f = project_parameters["historical_modes"], project_parameters["final_modes"]
+    assert get_budget(project_parameters["budgets"], "paper").sampler == "grid"
+    assert get_budget(project_parameters["budgets"], "paper").max_epochs == 100
+    assert (
+        SearchSpace.parse(project_parameters["pretrain_historical"]["step0"], "s").grid_size() == 8
+    )
+    assert {m: _grid(h[m]) for m in ("erm", "irm", "dro", "sequential_ewc")} == dict.fromkeys(
+        ("erm", "irm", "dro", "sequential_ewc"), 8
+    )
+    assert _grid(h["sequential_side_1"]) == _grid(h["sequential_side_b"]) == 24
+    finals = {name: _grid(block) for name, block in f.items()}
+    assert finals == {
+        "scratch": 8, "scratch_oracle": 8, "all_erm": 8, "all_irm": 8, "all_dro": 8, "ft": 8,
+        "lp_ft": 8, "side_1": 24, "side_b": 24, "joint": 3, "joint_side_1": 1, "joint_side_b": 1,
+    }  # fmt: skip
+    assert _grid(f["lp_ft"], "head_space") == 8
+    # SFT: all six schedules; `none` tunes lr (8 per step), the others fix it (4 per step).
+    schedules = selected_schedules(h["sequential"], "paper")
+    assert len(schedules) == 6
+    space = SearchSpace.parse(h["sequential"]["space"], "s")
+    sizes = [
+        space.grid_size()
+        if schedule_lr(s, 1) is None
+        else space.fix({"lr": schedule_lr(s, 1)}).grid_size()
+        for s in schedules.values()
+    ]
+    assert sorted(sizes) == [4, 4, 4, 4, 4, 8]
+
+
+def test_sft_schedules_give_the_listed_learning_rates(project_parameters):
+    schedules = project_parameters["historical_modes"]["sequential"]["schedules"]
+    linear = [schedule_lr(schedules["linear_1e-3"], t) for t in range(4)]
+    assert linear == pytest.approx([1e-3, 9e-4, 8e-4, 7e-4])
+    exponential = [schedule_lr(schedules["exponential_2e-4_0.75"], t) for t in range(4)]
+    assert exponential == pytest.approx([2e-4, 1.5e-4, 1.125e-4, 8.4375e-5])
+    assert schedule_lr(schedules["none"], 3) is None
+
+
+def test_convnet_one_layer_variants_are_their_block_versions():
+    assert canonical_modes("erm", "side_1", "convnet_2") == ("erm", "side_b")
+    assert canonical_modes("sequential_side_1", "side_1", "convnet_1") == (
+        "sequential_side_b",
+        "side_b",
+    )
+    assert canonical_modes("none", "joint_side_1", "resnet_3") == ("none", "joint_side_1")
+
+
+def test_no_method_and_no_modes_means_every_method():
+    assert [name for name, *_ in resolve_request(None, None, None)] == list(METHODS)
+    assert resolve_request(None, "irm", "lp_ft") == [("irm+lp_ft", "irm", "lp_ft")]
+    assert resolve_request(None, None, "scratch") == [("baseline", "none", "scratch")]
+    with pytest.raises(Seq2FinalError, match="unknown schedule"):
+        selected_schedules(
+            {"schedules": {"none": {"kind": "none"}}, "budget_schedules": {"x": ["cosine"]}}, "x"
+        )
+
+
+def test_only_the_budgets_schedules_must_stay_positive_on_long_sequences(project_parameters):
+    """A linear schedule reaches zero at step 10; a budget that does not run it still works."""
+
+    sequential = project_parameters["historical_modes"]["sequential"]
+    check_schedules(sequential, 12, "quick", "historical_modes.sequential")
+    with pytest.raises(Seq2FinalError, match="linear_1e-3 reaches learning rate .* at step 10"):
+        check_schedules(sequential, 12, "paper", "historical_modes.sequential")
+
+
+def _chain_choice(valid_by_chain: dict[str, float]):
+    """Run SFT's choice among chains whose continued fits score the given validation accuracies."""
+    ctx = SimpleNamespace(fits=[])
+    models = {name: nn.Linear(1, 1) for name in valid_by_chain}
+
+    def fit_chain(name: str, chain: ModelChain) -> nn.Module:
+        ctx.fits.append({"valid_accuracy": valid_by_chain[name]})
+        return models[name]
+
+    chains = {name: ModelChain(models=[nn.Linear(1, 1)]) for name in valid_by_chain}
+    state = HistoricalState(mode="sequential", arch="convnet_4", chains=chains)
+    return continue_chains(ctx, state, fit_chain, None), models
+
+
+def test_sft_keeps_the_best_schedule_on_validation_and_the_first_of_a_tie():
+    outcome, models = _chain_choice({"none": 0.5, "linear": 0.7, "exponential": 0.7})
+    assert outcome.chosen == {"chain": "linear"} and outcome.model is models["linear"]
+    assert outcome.valid_accuracy == 0.7
+    assert {name: valid for name, (_, valid) in outcome.candidates.items()} == {
+        "none": 0.5,
+        "linear": 0.7,
+        "exponential": 0.7,
+    }
+    assert all(outcome.candidates[n][0] is models[n] for n in models)
+
+
+def test_one_chain_is_no_choice():
+    outcome, models = _chain_choice({"main": 0.4})
+    assert outcome.chosen == {} and outcome.candidates == {} and outcome.model is models["main"]

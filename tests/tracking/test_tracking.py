@@ -1,0 +1,196 @@
+"""MLflow tracking on a tiny digits sequence, with MLflow pointed at a temporary SQLite file."""
+
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.runs.recipes import JobRecipe
+from seq2final.runs.result_store import ResultStore
+from seq2final.runs.sequence_store import SequenceStore
+from seq2final.tracking.jobs import _TRIAL_STATUS
+from seq2final.tracking.names import render_name, safe_name
+from seq2final.tracking.pyfunc import ImageClassifier, predict_probabilities
+
+TINY = {
+    "sequence": "source100:rotation60:corruption100:label_flip60",
+    "build_sequences": {"test_size": 50, "oracle_size": 120},
+    "budget": "smoke",
+    "arch": "convnet_1",
+}
+PIPELINES = ["build_sequences", "pretrain_historical", "adapt_final"]
+SUMMARY = {
+    "test_accuracy", "worst_class_accuracy", "test_nll", "ece", "valid_accuracy", "epochs",
+    "trials", "wall_seconds", "parameter_count",
+}  # fmt: skip
+TAGS = {"sequence", "arch", "method", "family", "seed", "budget", "device", "code_version"}
+
+
+def _run(run_kedro, pipelines=PIPELINES, **params):
+    return run_kedro(pipelines, **{**TINY, **params})
+
+
+def _client(project) -> MlflowClient:
+    return MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+
+
+def _job_runs(client, status=None):
+    experiment = client.get_experiment_by_name(f"seq2final/{safe_name(TINY['sequence'])}")
+    if experiment is None:
+        return []
+    runs = client.search_runs([experiment.experiment_id], "tags.kind = 'job'", max_results=100)
+    return [r for r in runs if status is None or r.info.status == status]
+
+
+def _results(project) -> ResultStore:
+    return ResultStore(
+        project / "data/07_model_output/results",
+        project / "data/06_models/final",
+        project / "data/07_model_output/curves",
+    )
+
+
+def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_model(
+    project, run_kedro
+):
+    _run(run_kedro, method="lp_ft")
+    client = _client(project)
+    (run,) = _job_runs(client)
+    record = _results(project)[run.data.tags["job_key"]]
+    assert run.info.status == "FINISHED"
+    assert run.data.tags.keys() >= TAGS
+    assert (run.data.tags["method"], run.data.tags["family"]) == ("lp_ft", "class 2")
+    assert run.data.params["historical"] == "erm" and run.data.params["final"] == "lp_ft"
+    assert run.data.params["sequence_key"] == record["sequence_key"]
+    assert '"label_flip"' in run.data.params["sequence_spec"]
+    for stage, values in record["hyperparameters"].items():
+        assert float(run.data.params[f"hp.{stage}.lr"]) == pytest.approx(values["lr"])
+    assert run.data.metrics.keys() >= SUMMARY
+    assert run.data.metrics["test_accuracy"] == pytest.approx(record["test_accuracy"])
+
+    # Histories: one step per epoch of the fit that made the model (LP-FT's second stage),
+    # plus every stage under its own name.
+    curves = _results(project).learning_curves(record["job_key"])
+    final_rows = curves[curves["stage"] == "all"]
+    history = client.get_metric_history(run.info.run_id, "curve/valid_accuracy")
+    assert [m.step for m in history] == list(final_rows["epoch"])
+    assert [m.value for m in history] == pytest.approx(list(final_rows["valid_accuracy"]))
+    head = client.get_metric_history(run.info.run_id, "stages/head/valid_loss")
+    assert len(head) == (curves["stage"] == "head").sum()
+
+    # Trials nest under the job run with their Optuna state.
+    trials = client.search_runs(
+        [run.info.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'"
+    )
+    expected = sorted(
+        (fit["stage"], t["number"], t["state"])
+        for fit in record["fits"]
+        for t in fit["trial_summaries"]
+    )
+    got = sorted(
+        (t.data.tags["stage"], int(t.data.params["trial"]), t.data.tags["trial_state"])
+        for t in trials
+    )
+    assert got == expected and len(got) == record["trials"]
+    assert all(t.info.status == "FINISHED" for t in trials)  # smoke trials all complete
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"learning_curves.png", "model", f"{record['job_key']}.json"} <= artifacts
+
+    # The registered model predicts exactly what the in-memory model predicts, NHWC or NCHW.
+    name = f"{safe_name(TINY['sequence'])}.convnet_1.lp_ft"
+    loaded = mlflow.pyfunc.load_model(f"models:/{name}/1")
+    images = np.random.default_rng(1).integers(0, 256, size=(7, 3, 32, 32), dtype=np.uint8)
+    in_memory = predict_probabilities(
+        _results(project).model(record["job_key"]), images, "unit", record["eval_step"]
+    )
+    assert np.array_equal(loaded.predict(images), in_memory)
+    assert np.array_equal(loaded.predict(images.transpose(0, 2, 3, 1)), in_memory)
+    assert in_memory.shape == (7, 10) and np.allclose(in_memory.sum(axis=1), 1, atol=1e-5)
+    # ... and on the final step's test images (NHWC, as users hold them) it scores the recorded
+    # test accuracy, so its preprocessing is the evaluation's.
+    sequence = SequenceStore(project / "data/03_primary/sequences")[record["sequence_key"]]
+    x_test, y_test = sequence.step(-1).split("test")
+    predicted = loaded.predict(x_test.transpose(0, 2, 3, 1)).argmax(axis=1)
+    assert np.mean(predicted == y_test) == pytest.approx(record["test_accuracy"], abs=1e-6)
+    info = mlflow.models.get_model_info(f"models:/{name}/1")
+    assert info.signature.inputs.inputs[0].type == np.dtype(np.uint8)
+    requirements = client.download_artifacts(run.info.run_id, "model/requirements.txt")
+    assert "torch==" in Path(requirements).read_text()
+
+
+def test_rerunning_a_finished_job_adds_no_run_and_untracked_jobs_are_logged_later(
+    project, run_kedro
+):
+    _run(run_kedro, method="baseline", mlflow={"enabled": False})
+    assert not (project / "mlflow.db").exists()  # off means off, kedro-mlflow's run included
+    _run(run_kedro, ["adapt_final"], method="baseline")  # reused job, logged from the store
+    _run(run_kedro, ["adapt_final"], method="baseline")
+    client = _client(project)
+    (run,) = _job_runs(client)
+    assert run.info.status == "FINISHED" and run.data.metrics.keys() >= SUMMARY
+    assert len(client.search_registered_models()) == 1
+    _run(run_kedro, ["adapt_final"], method="baseline", force=True)  # recomputed: a new run
+    runs = _job_runs(client, "FINISHED")
+    assert len(runs) == 2
+    assert client.get_run(run.info.run_id).data.tags["superseded_by"] != run.info.run_id
+
+
+def test_a_job_that_raises_leaves_a_failed_run(project, run_kedro, monkeypatch):
+    def broken(self):
+        raise RuntimeError("diverged")
+
+    monkeypatch.setattr(JobRecipe, "run", broken)
+    with pytest.raises(Exception, match="diverged"):
+        _run(run_kedro, method="baseline")
+    (run,) = _job_runs(_client(project))
+    assert run.info.status == "FAILED" and "diverged" in run.data.tags["error"]
+    assert "test_accuracy" not in run.data.metrics
+
+
+@pytest.mark.parametrize(
+    ("params", "uri", "message"),
+    [
+        ({}, "sqlite:////proc/nope/mlflow.db", "tracking URI 'sqlite:////proc/nope/mlflow.db'"),
+        ({}, "http://127.0.0.1:9", "tracking URI 'http://127.0.0.1:9'"),
+        ({"mlflow": {"registered_model": "{sequence}/{method}"}}, None, "refuses the registered"),
+        ({"mlflow": {"registered_model": "{model}"}}, None, "mlflow.registered_model"),
+        ({"mlflow": {"experiment": "x/{arch_name}"}}, None, "mlflow.experiment"),
+    ],
+)
+def test_bad_tracking_settings_stop_before_any_work(
+    project, run_kedro, point_mlflow_at, params, uri, message
+):
+    if uri:
+        point_mlflow_at(project, uri)
+    with pytest.raises(Seq2FinalError, match=message) as error:
+        _run(run_kedro, method="baseline", **params)
+    assert "\n" not in str(error.value)
+    assert not any(p.is_file() for p in (project / "data").rglob("*"))
+
+
+def test_classifier_takes_both_layouts_and_refuses_others():
+    classifier = ImageClassifier((3, 8, 6), "unit", None)
+    nchw = np.zeros((2, 3, 8, 6), dtype=np.uint8)
+    assert classifier.to_nchw(nchw) is nchw
+    assert classifier.to_nchw(nchw.transpose(0, 2, 3, 1)).shape == (2, 3, 8, 6)
+    with pytest.raises(Seq2FinalError, match="8×6×3"):
+        classifier.to_nchw(np.zeros((2, 6, 8, 3), dtype=np.uint8))
+    with pytest.raises(Seq2FinalError, match="uint8"):
+        classifier.to_nchw(nchw.astype(np.float32))
+
+
+def test_names_are_made_safe_for_the_registry():
+    assert safe_name("source100:rotation60/x") == "source100-rotation60-x"
+    fields = {"sequence": "a:b", "arch": "resnet_3"}
+    assert render_name("{sequence}.{arch}", "x", fields) == "a-b.resnet_3"
+
+
+def test_every_optuna_trial_state_maps_to_a_run_status():
+    import optuna
+
+    finished = {"COMPLETE", "PRUNED", "FAIL"}  # states a study ends trials in
+    assert {s.name for s in optuna.trial.TrialState} >= finished
+    assert {_TRIAL_STATUS[s] for s in finished} == {"FINISHED", "KILLED", "FAILED"}

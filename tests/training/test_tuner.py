@@ -1,0 +1,155 @@
+"""Budgets, search spaces, grids in the paper's order, and studies that resume after interruption."""
+
+import pytest
+import torch
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.training.loop import FitResult
+from seq2final.training.search import Budget, SearchSpace, get_budget, parse_budgets
+from seq2final.training.tuner import Tuner
+
+SPACE = SearchSpace.parse(
+    {
+        "lr": {"grid": [1e-3, 1e-4], "low": 1e-4, "high": 1e-3, "log": True},
+        "weight_decay": {"grid": [1e-4, 1e-2]},
+        "dropout": {"grid": [0.0, 0.5], "low": 0.0, "high": 0.5},
+    },
+    "test",
+)
+
+
+class Objective:
+    """Scores each configuration by a fixed formula and can stop the run at a chosen call."""
+
+    def __init__(self, interrupt_at: int | None = None) -> None:
+        self.calls: list[dict] = []
+        self.interrupt_at = interrupt_at
+
+    def __call__(self, params, seed, report):
+        if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
+            raise KeyboardInterrupt
+        self.calls.append(params)
+        value = params["lr"] * 100 + params["dropout"]
+        report(1, value)
+        return FitResult(value, 1, 1, []), {"w": torch.tensor([value])}
+
+
+def test_grid_runs_the_paper_grid_in_nesting_order(tmp_path):
+    objective = Objective()
+    tuner = Tuner(Budget(sampler="grid", max_epochs=1), None, tmp_path, seed=0)
+    tuned = tuner.tune("s", SPACE, objective)
+    assert objective.calls == SPACE.grid_points()
+    assert objective.calls[:2] == [
+        {"lr": 1e-3, "weight_decay": 1e-4, "dropout": 0.0},
+        {"lr": 1e-3, "weight_decay": 1e-4, "dropout": 0.5},
+    ]
+    # Two configurations tie at the best score; the first in grid order wins, as in the original.
+    assert tuned.params == {"lr": 1e-3, "weight_decay": 1e-4, "dropout": 0.5}
+    assert torch.equal(tuned.state_dict["w"], torch.tensor([0.6]))
+
+
+@pytest.mark.parametrize("sampler", ["grid", "tpe", "random"])
+def test_an_interrupted_study_resumes_without_repeating_trials(tmp_path, sampler):
+    budget = Budget(sampler=sampler, trials=None if sampler == "grid" else 6, max_epochs=1)
+    first = Objective(interrupt_at=3)
+    with pytest.raises(KeyboardInterrupt):
+        Tuner(budget, None, tmp_path, seed=1).tune("study", SPACE, first)
+    second = Objective()
+    tuned = Tuner(budget, None, tmp_path, seed=1).tune("study", SPACE, second)
+    assert len(first.calls) == 3
+    total = 8 if sampler == "grid" else 6
+    assert len(second.calls) == total - 3
+    if sampler == "grid":
+        assert {tuple(c.values()) for c in first.calls + second.calls} == {
+            tuple(p.values()) for p in SPACE.grid_points()
+        }
+    assert tuned.finished_trials == total
+    if sampler != "grid":  # a resumed sampler must not replay the finished trials' draws
+        assert len({c["lr"] for c in first.calls + second.calls}) == total
+        # Nor draw anything else: an uninterrupted study with the same seed draws the same values.
+        uninterrupted = Objective()
+        Tuner(budget, None, tmp_path / "whole", seed=1).tune("study", SPACE, uninterrupted)
+        assert uninterrupted.calls == first.calls + second.calls
+    best = max(first.calls + second.calls, key=lambda p: p["lr"] * 100 + p["dropout"])
+    assert tuned.fit.valid_accuracy == pytest.approx(best["lr"] * 100 + best["dropout"])
+
+
+def test_a_trial_left_running_by_a_killed_process_is_closed_and_redrawn(tmp_path):
+    """A killed process cannot mark its trial failed; the resumed study must not count it."""
+    budget = Budget(sampler="tpe", trials=5, max_epochs=1)
+    first = Objective(interrupt_at=2)
+    with pytest.raises(KeyboardInterrupt):
+        Tuner(budget, None, tmp_path, seed=3).tune("study", SPACE, first)
+    resumed = Tuner(budget, None, tmp_path, seed=3)
+    resumed._study("study").ask()  # what a kill in the middle of a trial leaves behind
+    second = Objective()
+    tuned = resumed.tune("study", SPACE, second)
+    states = [t["state"] for t in tuned.trials]
+    assert "RUNNING" not in states and states.count("FAIL") == 2
+    assert tuned.finished_trials == 5
+    uninterrupted = Objective()
+    Tuner(budget, None, tmp_path / "whole", seed=3).tune("study", SPACE, uninterrupted)
+    assert uninterrupted.calls == first.calls + second.calls
+
+
+def test_a_study_whose_weights_were_discarded_starts_over(tmp_path):
+    budget = Budget(sampler="random", trials=2, max_epochs=1)
+    tuner = Tuner(budget, None, tmp_path, seed=0)
+    tuner.tune("again", SPACE, Objective())
+    tuner.discard_checkpoints()
+    rerun = Objective()
+    Tuner(budget, None, tmp_path, seed=0).tune("again", SPACE, rerun)
+    assert len(rerun.calls) == 2
+
+
+def test_fixing_a_parameter_shrinks_the_grid():
+    assert SPACE.grid_size() == 8
+    fixed = SPACE.fix({"lr": 5e-4})
+    assert fixed.grid_size() == 4 and fixed.params["lr"].fixed
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"lr": {"grid": [1e-3], "low": 1e-2, "high": 1e-3}}, "space.lr.*low 0.01 > high 0.001"),
+        ({"lr": {"grid": []}}, "space.lr 'grid' = \\[\\]: .*at least 1 item"),
+        ({"lr": {"grid": [1e-3], "low": 0.0, "high": 1.0, "log": True}}, "log range needs low > 0"),
+    ],
+)
+def test_bad_search_spaces_are_refused_in_one_line(raw, message):
+    with pytest.raises(Seq2FinalError, match=message) as error:
+        SearchSpace.parse(raw, "final_modes.ft.space")
+    assert "\n" not in str(error.value) and "final_modes.ft.space" in str(error.value)
+
+
+def test_budgets_are_names_with_checked_settings():
+    budgets = {"smoke": {"sampler": "random", "trials": 1, "max_epochs": 2}}
+    assert get_budget(budgets, "smoke").max_epochs == 2
+    with pytest.raises(Seq2FinalError, match="unknown budget 'huge'; valid: smoke"):
+        get_budget(budgets, "huge")
+    with pytest.raises(Seq2FinalError, match="budget 'bad'.*unknown sampler 'cmaes'"):
+        parse_budgets({"bad": {"sampler": "cmaes", "trials": 1, "max_epochs": 1}})
+    with pytest.raises(Seq2FinalError, match="needs a number of trials"):
+        parse_budgets({"bad": {"sampler": "tpe", "max_epochs": 1}})
+
+
+def test_a_resumed_grid_with_a_fixed_value_and_a_tie_matches_an_uninterrupted_one(tmp_path):
+    """Fixed values are not Optuna parameters, and the interrupted point reruns last."""
+    space = SPACE.fix({"weight_decay": 1e-3})  # 4 points; two tie at the best score
+
+    class Tied(Objective):
+        def __call__(self, params, seed, report):
+            self.seeds = [*getattr(self, "seeds", []), seed]
+            return super().__call__({**params, "dropout": 0.0}, seed, report)
+
+    budget = Budget(sampler="grid", max_epochs=1)
+    whole = Tied()
+    expected = Tuner(budget, None, tmp_path / "a", seed=1).tune("s", space, whole)
+    first, second = Tied(interrupt_at=0), Tied()  # the grid-first point of the tie is cut off
+    with pytest.raises(KeyboardInterrupt):
+        Tuner(budget, None, tmp_path / "b", seed=1).tune("s", space, first)
+    resumed = Tuner(budget, None, tmp_path / "b", seed=1).tune("s", space, second)
+    assert len(first.calls) + len(second.calls) == 4  # nothing finished is rerun
+    assert resumed.params == expected.params == {"lr": 1e-3, "weight_decay": 1e-3, "dropout": 0.0}
+    assert first.seeds == whole.seeds[:1]  # a trial's seed follows its values, not its number
+    assert sorted(second.seeds) == sorted(whole.seeds)
