@@ -11,12 +11,17 @@ import pytest
 import torch
 from kedro.config import OmegaConfigLoader
 
+from seq2final.core.plugins import load_plugins
 from seq2final.data.sources import SourceData
 
 PROJECT = Path(__file__).resolve().parents[1]
 
 # pytest-xdist runs one worker per core; more threads per worker only oversubscribe the cores.
 torch.set_num_threads(1)
+
+# One extra of every registry entry (tests/lab_extras.py), registered as a user's plugin would be:
+# every test that loops over a registry covers it, and every run of all methods trains it.
+load_plugins(["lab_extras"])
 
 
 def make_source(

@@ -45,13 +45,14 @@ def plan_run(
     for job in requested_jobs(request["method"], request["historical"], request["final"], arch):
         state = None
         if job.historical != "none":
-            config = dict(historical_modes[job.historical])
+            # a mode with no settings (config_keys empty) may have no YAML block
+            config = dict(historical_modes.get(job.historical, {}))
             depends = shared_step0 if HISTORICAL_MODES[job.historical].uses_step0 else None
             if depends and depends not in states:
                 states[depends] = StatePlan(depends, STEP0, {"space": dict(step0_space)})
             state = state_key(base, budget_name, job.historical, config, depends)
             states.setdefault(state, StatePlan(state, job.historical, config, depends))
-        final_config = dict(final_modes[job.final])
+        final_config = dict(final_modes.get(job.final, {}))
         key = job_key(spec, base, budget_name, job.historical, job.final, state, final_config)
         if key in jobs:
             jobs[key] = replace(jobs[key], requested=(*jobs[key].requested, job.requested))
