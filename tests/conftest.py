@@ -106,6 +106,7 @@ def copy_project(target: Path) -> Path:
     (target / "conf" / "local").mkdir()
     shutil.copy(PROJECT / "pyproject.toml", target / "pyproject.toml")
     (target / "data").mkdir()
+    (target / "logs").mkdir()  # conf/logging.yml writes logs/info.log
     (target / "src").mkdir()  # the package itself is imported from the installed project
     set_tracking_uri(target, f"sqlite:///{target / 'mlflow.db'}")
     return target

@@ -1,3 +1,4 @@
+import json
 import logging
 import os
 import subprocess
@@ -109,3 +110,41 @@ def test_failure_logs_are_shown_when_the_failure_is_a_bug():
         assert seen == ["unrelated", "Node x failed with error: boom"]
     finally:
         root.removeHandler(handler)
+
+
+def test_a_run_shows_progress_and_ends_with_its_results_as_a_table(project):
+    """The terminal gets no per-dataset records (the log file keeps them) and ends with one table
+    row per method at the terminal's width, its numbers those of the stored records, then the
+    folders."""
+    environment = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1", "COLUMNS": "72"}
+    params = (
+        "sequence:source100:rotation60,build_sequences.test_size:50,build_sequences.oracle_size:"
+        "120,arch:convnet_1,budget:smoke,method:ft,mlflow.enabled:false"
+    )
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("kedro")), "run", "--env", "test", "--pipelines",
+         "build_sequences,pretrain_historical,adapt_final", "--params", params],
+        cwd=project, env=environment, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert not [line for line in lines if "Loading data from" in line or "Saving data to" in line]
+    logged = (project / "logs" / "info.log").read_text()
+    assert "Saving data to adapt_results" in logged and "Loading data from job_plan" in logged
+    assert max(len(line) for line in lines) <= 72
+    (path,) = (project / "data/07_model_output/results").glob("*.json")
+    record = json.loads(path.read_text())
+    title = lines.index("source100:rotation60 (digits) · convnet_1 · budget smoke")
+    header, row = lines[title + 2], lines[title + 4]
+    assert [cell.strip() for cell in header.split("┃")[1:-1]] == [
+        "method", "test", "valid", "epochs", "seconds"
+    ]  # fmt: skip
+    cells = [cell.strip() for cell in row.split("│")[1:-1]]
+    assert cells[:4] == [
+        "ft", f"{record['test_accuracy']:.3f}", f"{record['valid_accuracy']:.3f}",
+        str(record["epochs"]),
+    ]  # fmt: skip
+    assert lines[title + 6 :] == [
+        "Results: data/07_model_output/results/ (one JSON record per job)",
+        "Log of every step: logs/info.log",
+    ]

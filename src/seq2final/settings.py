@@ -6,9 +6,10 @@ silence_known_warnings()  # before the imports below, which set some of them off
 
 from kedro.config import OmegaConfigLoader  # noqa: E402
 
-from seq2final.hooks import ReportLocationsHook, TrackingHook, ValidateParametersHook  # noqa: E402
+from seq2final.hooks import RunSummaryHook, ValidateParametersHook  # noqa: E402
+from seq2final.tracking.kedro_hook import TrackingHook  # noqa: E402
 
-HOOKS = (ValidateParametersHook(), TrackingHook(), ReportLocationsHook())
+HOOKS = (ValidateParametersHook(), TrackingHook(), RunSummaryHook())
 # kedro-mlflow's own hook is replaced by TrackingHook, its subclass that a parameter switches off.
 DISABLE_HOOKS_FOR_PLUGINS = (
     "kedro_mlflow",

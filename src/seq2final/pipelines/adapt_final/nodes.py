@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,9 +14,7 @@ from seq2final.runs.plans import RunPlan
 from seq2final.runs.recipes import JobRecipe
 from seq2final.tracking.jobs import JobTracker, TrackedJob
 
-log = logging.getLogger(__name__)
-
-_COLUMNS = ("method", "test", "valid", "epochs", "seconds")
+RESULT_COLUMNS = ("method", "test", "valid", "epochs", "seconds")
 
 
 def job_recipes(
@@ -49,20 +46,38 @@ def job_recipes(
     return {key: TrackedJob(recipe, tracker) for key, recipe in recipes.items()}
 
 
-def report_results(results: Mapping[str, dict[str, Any]], plan: RunPlan) -> dict[str, str]:
-    """The compact result table of this run's jobs, logged and kept as Markdown."""
-    lines = [
-        f"Results on {plan.sequence_key} ({plan.arch}, budget {plan.budget_name}):",
-        "| " + " | ".join(_COLUMNS) + " |",
-        "|" + "---|" * len(_COLUMNS),
-    ]
+def result_title(plan: RunPlan) -> str:
+    """What the run's result table is about."""
+    return f"{plan.sequence_name} ({plan.dataset}) · {plan.arch} · budget {plan.budget_name}"
+
+
+def result_rows(results: Mapping[str, dict[str, Any]], plan: RunPlan) -> list[tuple[str, ...]]:
+    """One row per method the run asked for (``RESULT_COLUMNS``), in the order asked; a name that
+    maps to another method's job (``st_1`` on a ConvNet) says so."""
+    rows = []
     for name, key in plan.requested:
         record = results[key]
         label = name if name == record["method"] else f"{name} (= {record['method']})"
-        lines.append(
-            f"| {label} | {record['test_accuracy']:.3f} | {record['valid_accuracy']:.3f} "
-            f"| {record['epochs']} | {record['wall_seconds']:.1f} |"
+        rows.append(
+            (
+                label,
+                f"{record['test_accuracy']:.3f}",
+                f"{record['valid_accuracy']:.3f}",
+                str(record["epochs"]),
+                f"{record['wall_seconds']:.1f}",
+            )
         )
-    table = "\n".join(lines)
-    log.info("\n%s", table)
-    return {f"{plan.sequence_key}/{plan.arch}-{plan.budget_name}": table + "\n"}
+    return rows
+
+
+def report_results(results: Mapping[str, dict[str, Any]], plan: RunPlan) -> dict[str, str]:
+    """The run's result table as Markdown, kept under ``result_reports`` (the terminal shows it
+    as a table when the run ends: :class:`seq2final.hooks.RunSummaryHook`)."""
+    lines = [
+        f"# {result_title(plan)}",
+        "",
+        "| " + " | ".join(RESULT_COLUMNS) + " |",
+        "|" + "---|" * len(RESULT_COLUMNS),
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in result_rows(results, plan)]
+    return {f"{plan.sequence_key}/{plan.arch}-{plan.budget_name}": "\n".join(lines) + "\n"}
