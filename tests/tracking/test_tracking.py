@@ -7,13 +7,16 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
+from seq2final.config.parameters import MlflowOptions
 from seq2final.core.errors import Seq2FinalError
+from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.recipes import JobRecipe
 from seq2final.runs.result_store import ResultStore
 from seq2final.runs.sequence_store import SequenceStore
-from seq2final.tracking.jobs import _TRIAL_STATUS
+from seq2final.tracking.jobs import JobTracker
 from seq2final.tracking.names import render_name, safe_name
 from seq2final.tracking.pyfunc import ImageClassifier, predict_probabilities
+from seq2final.training.engine import Engine
 
 TINY = {
     "sequence": "source100:rotation60:corruption100:label_flip60",
@@ -188,9 +191,36 @@ def test_names_are_made_safe_for_the_registry():
     assert render_name("{sequence}.{arch}", "x", fields) == "a-b.resnet_3"
 
 
-def test_every_optuna_trial_state_maps_to_a_run_status():
-    import optuna
-
-    finished = {"COMPLETE", "PRUNED", "FAIL"}  # states a study ends trials in
-    assert {s.name for s in optuna.trial.TrialState} >= finished
-    assert {_TRIAL_STATUS[s] for s in finished} == {"FINISHED", "KILLED", "FAILED"}
+def test_each_trial_is_a_child_run_whose_status_says_how_the_trial_ended(tmp_path):
+    """Finished, pruned and failed Optuna trials end FINISHED, KILLED and FAILED, nested under the
+    job's run, with the exact Optuna state as a tag."""
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    plan = RunPlan(
+        sequence_key="s-digits-seed1-0", sequence_name="s", dataset="digits", data_path=None,
+        arch="convnet_1", seed=1, budget_name="smoke", budget={"sampler": "random"},
+        engine=Engine().model_dump(), tuning={}, force=False, states=[], jobs=[],
+    )  # fmt: skip
+    job = JobPlan("job", "ft", ("ft",), "erm", "ft", None, {})
+    example = np.zeros((1, 3, 8, 8), np.uint8)
+    tracker = JobTracker(client, plan, MlflowOptions(), "{}", example, 2)
+    parent = tracker.start(job)
+    trials = [
+        {"number": 0, "state": "COMPLETE", "params": {"lr": 1e-3}, "value": 0.5,
+         "valid_curve": [0.1, 0.5]},
+        {"number": 1, "state": "PRUNED", "params": {"lr": 1e-2}, "value": None,
+         "valid_curve": [0.1]},
+        {"number": 2, "state": "FAIL", "params": {"lr": 1e-1}, "value": None, "valid_curve": []},
+    ]  # fmt: skip
+    tracker._log_trials(parent, job, {"fits": [{"stage": "final", "trial_summaries": trials}]})
+    experiment = client.get_experiment_by_name("seq2final/s").experiment_id
+    children = client.search_runs([experiment], filter_string="tags.kind = 'trial'")
+    ended = {
+        run.data.params["trial"]: (run.info.status, run.data.tags["trial_state"])
+        for run in children
+        if run.data.tags["mlflow.parentRunId"] == parent
+    }
+    assert ended == {
+        "0": ("FINISHED", "COMPLETE"), "1": ("KILLED", "PRUNED"), "2": ("FAILED", "FAIL"),
+    }  # fmt: skip
+    finished = next(run for run in children if run.data.params["trial"] == "0")
+    assert finished.data.metrics["valid_accuracy"] == 0.5

@@ -38,18 +38,20 @@ class Engine(StrictModel):
     def torch_device(self) -> torch.device:
         """The device fits run on; a device or precision this machine lacks is one line."""
         if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        try:
-            device = torch.device(self.device)
-        except RuntimeError:
-            raise Seq2FinalError(
-                f"unknown device '{self.device}'; valid: auto, cpu, cuda, cuda:N"
-            ) from None
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        else:
+            try:
+                device = torch.device(self.device)
+            except RuntimeError:
+                raise Seq2FinalError(
+                    f"unknown device '{self.device}'; valid: auto, cpu, cuda, cuda:N"
+                ) from None
         if device.type == "cuda" and not torch.cuda.is_available():
             raise Seq2FinalError(f"device '{self.device}' requested but CUDA is not available")
         if self.amp == "fp16" and device.type != "cuda":
             raise Seq2FinalError(
-                f"amp 'fp16' needs a CUDA device, not '{device}'; valid on CPU: none, bf16"
+                f"amp 'fp16' needs a CUDA device, not '{device}' (device '{self.device}'); "
+                "valid on CPU: none, bf16"
             )
         return device
 
