@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,9 @@ from kedro.config import OmegaConfigLoader
 
 from seq2final.core.plugins import load_plugins
 from seq2final.data.sources import SourceData
+from seq2final.runs.result_store import ResultStore
+from seq2final.runs.sequence_store import SequenceStore
+from seq2final.runs.state_store import HistoricalStore
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -156,6 +160,33 @@ def tiny_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
         run_session(folder, TINY_RESULTS_PIPELINES, TINY_RESULTS)
         end_mlflow_runs()
     return folder
+
+
+@dataclass(frozen=True)
+class ProjectStores:
+    """A project's stores, read where ``conf/base/catalog.yml`` puts them."""
+
+    sequences: SequenceStore
+    states: HistoricalStore
+    results: ResultStore
+
+
+def open_stores(project: Path) -> ProjectStores:
+    return ProjectStores(
+        SequenceStore(project / "data/03_primary/sequences"),
+        HistoricalStore(project / "data/06_models/historical"),
+        ResultStore(
+            project / "data/07_model_output/results",
+            project / "data/06_models/final",
+            project / "data/07_model_output/curves",
+        ),
+    )
+
+
+@pytest.fixture(scope="session")
+def stores_of():
+    """``open_stores`` as a fixture: ``stores_of(project).results`` and so on."""
+    return open_stores
 
 
 @pytest.fixture(scope="session")

@@ -15,9 +15,6 @@ from kedro.framework.startup import bootstrap_project
 from seq2final.cli import cli
 from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
 from seq2final.methods import HISTORICAL_MODES, METHODS, requested_jobs
-from seq2final.runs.result_store import ResultStore
-from seq2final.runs.sequence_store import SequenceStore
-from seq2final.runs.state_store import HistoricalStore
 from seq2final.training import Engine, TensorSplit, predict_logits
 from seq2final.training.tuner import open_storage
 
@@ -42,24 +39,16 @@ def _run(project, pipelines, **params):
         return session.run(pipeline_names=pipelines)
 
 
-def _stores(project):
-    results = ResultStore(
-        project / "data/07_model_output/results",
-        project / "data/06_models/final",
-        project / "data/07_model_output/curves",
-    )
-    return HistoricalStore(project / "data/06_models/historical"), results
-
-
 def _frozen_equal(module_a, module_b):
     pairs = zip(module_a.named_parameters(), module_b.named_parameters(), strict=True)
     return all(torch.equal(a, b) for (_, a), (_, b) in pairs)
 
 
 @pytest.mark.parametrize("arch", ["convnet_1", "resnet_3"])
-def test_all_methods_end_to_end(project, arch, caplog):
+def test_all_methods_end_to_end(project, stores_of, arch, caplog):
     _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], arch=arch)
-    states, results = _stores(project)
+    stores = stores_of(project)
+    states, results = stores.states, stores.results
     records = [results[key] for key in results]
     by_method = {r["method"]: r for r in records}
     # One job per pair of modes actually trained: on a ConvNet a block is one conv + BN, so the
@@ -73,8 +62,8 @@ def test_all_methods_end_to_end(project, arch, caplog):
             assert one not in by_method and by_method[block]["aliases"] == [one]
     else:
         assert set(by_method) == set(METHODS)
-    (sequence_key,) = list(SequenceStore(project / "data/03_primary/sequences"))
-    sequence = SequenceStore(project / "data/03_primary/sequences")[sequence_key]
+    (sequence_key,) = list(stores.sequences)
+    sequence = stores.sequences[sequence_key]
     test = TensorSplit.from_arrays(*sequence.step(-1).split("test"))
     for record in records:
         assert record.keys() >= FIELDS
@@ -122,9 +111,10 @@ def test_all_methods_end_to_end(project, arch, caplog):
             assert _frozen_equal(sst.layers[name][index], module), (name, index)
 
 
-def test_finished_jobs_are_reused_and_force_recomputes_them_identically(project, caplog):
+def test_finished_jobs_are_reused_and_force_recomputes_them_identically(project, stores_of, caplog):
     _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], method="lp_ft")
-    _, results = _stores(project)
+    stores = stores_of(project)
+    _, results = stores.states, stores.results
     [key] = list(results)
     first = results[key]
     caplog.clear()
@@ -137,13 +127,14 @@ def test_finished_jobs_are_reused_and_force_recomputes_them_identically(project,
     assert again["hyperparameters"] == first["hyperparameters"]
 
 
-def test_sft_reports_every_schedule_and_keeps_the_best_on_validation(project):
+def test_sft_reports_every_schedule_and_keeps_the_best_on_validation(project, stores_of):
     """The paper's SFT column is the best schedule on test; the record lets both be read."""
     schedules = ["exponential_2e-4_0.5", "linear_1e-3"]
     two = {"sequential": {"budget_schedules": {"smoke": schedules}}}
     _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], method="sft",
          historical_modes=two)  # fmt: skip
-    _, results = _stores(project)
+    stores = stores_of(project)
+    _, results = stores.states, stores.results
     [record] = [results[k] for k in results]
     chains = record["chains"]
     assert list(chains) == schedules
@@ -160,14 +151,15 @@ def test_sft_reports_every_schedule_and_keeps_the_best_on_validation(project):
         assert abs(correct - round(correct)) < 1e-5, chains  # float32 mean
 
 
-def test_modes_combine_freely_where_they_fit(project):
+def test_modes_combine_freely_where_they_fit(project, stores_of):
     _run(
         project,
         ["build_sequences", "pretrain_historical", "adapt_final"],
         historical="irm",
         final="lp_ft",
     )
-    _, results = _stores(project)
+    stores = stores_of(project)
+    _, results = stores.states, stores.results
     [record] = [results[k] for k in results]
     assert (record["method"], record["historical"], record["final"]) == (
         "irm+lp_ft",
@@ -187,9 +179,10 @@ def test_adapt_without_its_historical_state_names_the_command(project):
     assert not (project / "data/07_model_output").exists()
 
 
-def test_a_corrupt_or_foreign_historical_state_stops_before_training(project):
+def test_a_corrupt_or_foreign_historical_state_stops_before_training(project, stores_of):
     _run(project, ["build_sequences", "pretrain_historical"], method="ft", arch="convnet_1")
-    states, _ = _stores(project)
+    stores = stores_of(project)
+    states, _ = stores.states, stores.results
     [key] = list(states)
     # The same state file under the key another architecture's ERM state would have.
     bootstrap_project(project)
@@ -219,7 +212,7 @@ def test_a_corrupt_or_foreign_historical_state_stops_before_training(project):
     assert not (project / "data/07_model_output").exists()
 
 
-def test_old_and_new_cli_syntax_run_the_same_job(project):
+def test_old_and_new_cli_syntax_run_the_same_job(project, stores_of):
     bootstrap_project(project)
     tiny = "sequence=source100:rotation60:corruption100:label_flip60,build_sequences.test_size=50,build_sequences.oracle_size=120,budget=smoke"
     runner = CliRunner()
@@ -236,7 +229,8 @@ def test_old_and_new_cli_syntax_run_the_same_job(project):
         ],
     )
     assert new.exit_code == 0, new.output
-    _, results = _stores(project)
+    stores = stores_of(project)
+    _, results = stores.states, stores.results
     [key] = list(results)
     first = json.loads((project / f"data/07_model_output/results/{key}.json").read_text())
     old = runner.invoke(

@@ -11,9 +11,6 @@ from mlflow import MlflowClient
 
 from seq2final.reporting.interpolation import accuracy, path_key
 from seq2final.reporting.tables import shown_name
-from seq2final.runs.result_store import ResultStore
-from seq2final.runs.sequence_store import SequenceStore
-from seq2final.runs.state_store import HistoricalStore
 from seq2final.training.engine import Engine
 from seq2final.training.tensors import TensorSplit
 
@@ -39,14 +36,11 @@ def test_every_figure_is_written_as_png_and_pdf(tiny_results):
         assert json.loads((tiny_results / f"data/08_reporting/{name}.json").read_text())["data"]
 
 
-def test_interpolation_endpoints_are_the_two_models_test_accuracies(tiny_results):
+def test_interpolation_endpoints_are_the_two_models_test_accuracies(tiny_results, stores_of):
     records = _records(tiny_results)
-    results = ResultStore(tiny_results / "data/07_model_output/results",
-                          tiny_results / "data/06_models/final", tiny_results / "x")  # fmt: skip
-    states = HistoricalStore(tiny_results / "data/06_models/historical")
-    sequence = SequenceStore(tiny_results / "data/03_primary/sequences")[
-        records["ft"]["sequence_key"]
-    ]
+    stores = stores_of(tiny_results)
+    results, states = stores.results, stores.states
+    sequence = stores.sequences[records["ft"]["sequence_key"]]
     test = TensorSplit.from_arrays(*sequence.step(-1).split("test"))
     paths = tiny_results / "data/07_model_output/interpolation"
     drawn = {}

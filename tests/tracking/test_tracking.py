@@ -11,7 +11,6 @@ from seq2final.config.parameters import MlflowOptions
 from seq2final.core.errors import Seq2FinalError
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.recipes import JobRecipe
-from seq2final.runs.result_store import ResultStore
 from seq2final.runs.sequence_store import SequenceStore
 from seq2final.tracking.jobs import JobTracker
 from seq2final.tracking.names import render_name, safe_name
@@ -48,21 +47,13 @@ def _job_runs(client, status=None):
     return [r for r in runs if status is None or r.info.status == status]
 
 
-def _results(project) -> ResultStore:
-    return ResultStore(
-        project / "data/07_model_output/results",
-        project / "data/06_models/final",
-        project / "data/07_model_output/curves",
-    )
-
-
 def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_model(
-    project, run_kedro
+    project, run_kedro, stores_of
 ):
     _run(run_kedro, method="lp_ft")
     client = _client(project)
     (run,) = _job_runs(client)
-    record = _results(project)[run.data.tags["job_key"]]
+    record = stores_of(project).results[run.data.tags["job_key"]]
     assert run.info.status == "FINISHED"
     assert run.data.tags.keys() >= TAGS
     assert (run.data.tags["method"], run.data.tags["family"]) == ("lp_ft", "class 2")
@@ -76,7 +67,7 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
 
     # Histories: one step per epoch of the fit that made the model (LP-FT's second stage),
     # plus every stage under its own name.
-    curves = _results(project).learning_curves(record["job_key"])
+    curves = stores_of(project).results.learning_curves(record["job_key"])
     final_rows = curves[curves["stage"] == "all"]
     history = client.get_metric_history(run.info.run_id, "curve/valid_accuracy")
     assert [m.step for m in history] == list(final_rows["epoch"])
@@ -107,7 +98,7 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
     loaded = mlflow.pyfunc.load_model(f"models:/{name}/1")
     images = np.random.default_rng(1).integers(0, 256, size=(7, 3, 32, 32), dtype=np.uint8)
     in_memory = predict_probabilities(
-        _results(project).model(record["job_key"]), images, "unit", record["eval_step"]
+        stores_of(project).results.model(record["job_key"]), images, "unit", record["eval_step"]
     )
     assert np.array_equal(loaded.predict(images), in_memory)
     assert np.array_equal(loaded.predict(images.transpose(0, 2, 3, 1)), in_memory)
