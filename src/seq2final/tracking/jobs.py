@@ -29,9 +29,6 @@ import numpy as np
 import pandas as pd
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
-from mlflow.exceptions import MlflowException
-from mlflow.models import ModelSignature
-from mlflow.types import Schema, TensorSpec
 
 from seq2final.config.parameters import MlflowOptions
 from seq2final.methods import METHODS
@@ -41,13 +38,13 @@ from seq2final.runs.recipes import JobOutcome, JobRecipe
 from seq2final.runs.result_store import ResultStore
 from seq2final.tracking.mlflow_io import (
     code_version,
+    ensure_registered_model,
     experiment_id,
     param_value,
     quiet_model_logging,
-    requirements,
 )
 from seq2final.tracking.names import JobNames
-from seq2final.tracking.pyfunc import ImageClassifier
+from seq2final.tracking.pyfunc import save_pyfunc_model
 
 log = logging.getLogger(__name__)
 
@@ -297,30 +294,15 @@ class JobTracker:
     def _log_model(
         self, run_id: str, job: JobPlan, record: Mapping[str, Any], store: ResultStore
     ) -> None:
-        classifier = ImageClassifier(
-            tuple(self.example.shape[1:]), record["engine"]["input_scale"], record["eval_step"]
-        )
-        signature = ModelSignature(
-            inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, -1, -1, -1))]),
-            outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, self.num_classes))]),
-        )
-        with tempfile.TemporaryDirectory() as folder, quiet_model_logging():
+        with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "model"
-            mlflow.pyfunc.save_model(
-                path,
-                python_model=classifier,
-                artifacts={"model": str(store.model_path(job.key))},
-                signature=signature,
-                input_example=self.example.transpose(0, 2, 3, 1),
-                pip_requirements=requirements(),
-            )
+            save_pyfunc_model(
+                path, store.model_path(job.key), self.example, self.num_classes,
+                record["engine"]["input_scale"], record["eval_step"],
+            )  # fmt: skip
             self.client.log_artifacts(run_id, str(path), "model")
         name = self.names(job).registered_model
-        try:
-            self.client.create_registered_model(name)
-        except MlflowException as error:
-            if error.error_code != "RESOURCE_ALREADY_EXISTS":
-                raise
+        ensure_registered_model(self.client, name)
         # One name holds every dataset, seed and budget of a sequence × arch × method: the
         # version's tags tell them apart.
         with quiet_model_logging():

@@ -15,6 +15,7 @@ import mlflow
 import numpy as np
 import torch
 from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
 
 from seq2final import __version__
 from seq2final.tracking.names import environment
@@ -31,6 +32,15 @@ def experiment_id(client: MlflowClient, name: str) -> str:
     if experiment.lifecycle_stage == "deleted":
         client.restore_experiment(experiment.experiment_id)
     return experiment.experiment_id
+
+
+def ensure_registered_model(client: MlflowClient, name: str) -> None:
+    """The registered model ``name``, created unless it exists."""
+    try:
+        client.create_registered_model(name)
+    except MlflowException as error:
+        if error.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
 
 
 @contextmanager

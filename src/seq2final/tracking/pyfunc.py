@@ -1,17 +1,21 @@
 """The pyfunc face of an adapted model, as MLflow serves and loads it.
 
-Kept apart from ``tracking`` and without postponed annotations: MLflow reads ``predict``'s type
+Without postponed annotations: MLflow reads ``predict``'s type
 hints at class creation to decide how to validate inputs.
 """
 
+from pathlib import Path
 from typing import Any
 
 import mlflow.pyfunc
 import numpy as np
 import torch
+from mlflow.models import ModelSignature
+from mlflow.types import Schema, TensorSpec
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models.storage import unpack
+from seq2final.tracking.mlflow_io import quiet_model_logging, requirements
 from seq2final.training.engine import Engine, predict_logits
 from seq2final.training.tensors import TensorSplit
 
@@ -57,6 +61,32 @@ class ImageClassifier(mlflow.pyfunc.PythonModel):
             raise Seq2FinalError("the model's weights are not loaded (load it through MLflow)")
         return predict_probabilities(
             self._model, self.to_nchw(model_input), self.input_scale, self.step
+        )
+
+
+def save_pyfunc_model(
+    path: Path,
+    model_file: Path,
+    example: np.ndarray,
+    num_classes: int,
+    input_scale: str,
+    step: int | None,
+) -> None:
+    """Save a stored model as an MLflow pyfunc model in ``path``: uint8 images of the example's
+    shape in (either layout), ``num_classes`` probabilities out, its requirements pinned."""
+    classifier = ImageClassifier(tuple(example.shape[1:]), input_scale, step)
+    signature = ModelSignature(
+        inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, -1, -1, -1))]),
+        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, num_classes))]),
+    )
+    with quiet_model_logging():
+        mlflow.pyfunc.save_model(
+            path,
+            python_model=classifier,
+            artifacts={"model": str(model_file)},
+            signature=signature,
+            input_example=example.transpose(0, 2, 3, 1),
+            pip_requirements=requirements(),
         )
 
 

@@ -13,7 +13,11 @@ from mlflow.exceptions import MlflowException
 
 from seq2final.config.parameters import MlflowOptions
 from seq2final.reporting.tables import report_folder
-from seq2final.tracking.mlflow_io import experiment_id, quiet_model_logging
+from seq2final.tracking.mlflow_io import (
+    ensure_registered_model,
+    experiment_id,
+    quiet_model_logging,
+)
 from seq2final.tracking.names import JobNames, sequence_names
 
 log = logging.getLogger(__name__)
@@ -109,11 +113,7 @@ class SequenceSummary:
                 if current.run_id == runs[0].info.run_id:  # a retrained job has a new run
                     continue
             except MlflowException:
-                try:
-                    self.client.create_registered_model(name)
-                except MlflowException as error:
-                    if error.error_code != "RESOURCE_ALREADY_EXISTS":
-                        raise
+                ensure_registered_model(self.client, name)
             run = runs[0]
             with quiet_model_logging():
                 version = self.client.create_model_version(
