@@ -54,6 +54,7 @@ def main(target: Path) -> None:
         (project / "conf" / "local").mkdir()
         shutil.copy(PROJECT / "pyproject.toml", project / "pyproject.toml")
         (project / "data").mkdir()
+        (project / "logs").mkdir()  # conf/logging.yml writes logs/info.log
         (project / "src").mkdir()
         os.chdir(project)
         golden = golden_records(project)

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from seq2final.data.effects import effect
-from seq2final.data.shifts import shift_block
-from seq2final.data.sizes import DefaultSizes
-from seq2final.data.sources import SourceData, check_arrays, source
+from seq2final.data import DefaultSizes, SourceData, check_arrays, effect, shift_block, source
 from seq2final.methods import (
     ModelChain,
     continue_chains,

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.data.effects import ShiftState, add_noise, flip_labels, recolour, rotate
+from seq2final.data.effects import EFFECTS, ShiftState, add_noise, flip_labels, recolour, rotate
 from seq2final.data.shifts import SHIFTS, advance
 
 
@@ -137,3 +137,19 @@ def test_noise_is_fresh_per_application():
     images = np.full((100, 3, 8, 8), 100, np.uint8)
     [(x, _)] = state.apply([(images, np.zeros(100, np.int64))], np.random.RandomState(0))
     assert set(np.unique(x.astype(int) - 100)) == set(range(-6, 5))
+
+
+@pytest.mark.parametrize("name", [n for n, e in EFFECTS.items() if e.apply is not None])
+def test_every_effect_leaves_images_alone_and_draws_nothing_at_its_initial_value(name):
+    """Every sequence carries every registered effect, a plugin's too: at its initial value an
+    effect must change no pixel or label and take no random number, or loading it would change
+    every existing sequence."""
+    entry = EFFECTS[name]
+    rng = np.random.default_rng(0)
+    splits = [(rng.integers(0, 256, (6, 3, 8, 8), dtype=np.uint8), np.arange(6) % 3)
+              for _ in range(3)]  # fmt: skip
+    draws = np.random.RandomState(5)
+    out = entry.apply(splits, entry.initial(3, True), draws, 3)
+    assert all(np.array_equal(x, x0) and np.array_equal(y, y0)
+               for (x, y), (x0, y0) in zip(out, splits, strict=True))  # fmt: skip
+    assert draws.randint(0, 2**31) == np.random.RandomState(5).randint(0, 2**31)

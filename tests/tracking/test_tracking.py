@@ -1,5 +1,8 @@
 """MLflow tracking on a tiny digits sequence, with MLflow pointed at a temporary SQLite file."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import mlflow
@@ -215,3 +218,41 @@ def test_each_trial_is_a_child_run_whose_status_says_how_the_trial_ended(tmp_pat
     }  # fmt: skip
     finished = next(run for run in children if run.data.params["trial"] == "0")
     assert finished.data.metrics["valid_accuracy"] == 0.5
+
+
+def test_a_registered_model_of_a_plugin_architecture_loads_in_a_fresh_process(tmp_path):
+    """The pyfunc model imports the run's plugins before rebuilding its network, so a model whose
+    architecture a plugin registered loads where that plugin is importable."""
+    (tmp_path / "probe_lab.py").write_text(
+        "from seq2final.models import BlockGeometry, BlockModel, ClassifierHead, ConvBN, Stem\n"
+        "from seq2final.models import architecture\n\n\n"
+        "@architecture('probe_net', family='probe', side_modules=('block',))\n"
+        "def probe_net(num_classes, dropout):\n"
+        "    blocks = [(ConvBN(64, 16, 2), BlockGeometry(64, 16, 2))]\n"
+        "    head = ClassifierHead(16, num_classes)\n"
+        "    return BlockModel('probe_net', 'probe', Stem(), blocks, head, dropout)\n"
+    )
+    save = (
+        "import pickle, sys, torch\n"
+        "import probe_lab\n"
+        "from seq2final.models import build_model\n"
+        "from seq2final.models.storage import pack\n"
+        "from seq2final.tracking.pyfunc import ImageClassifier\n"
+        "torch.save(pack(build_model('probe_net', 4)), sys.argv[1] + '/model.pt')\n"
+        "classifier = ImageClassifier((3, 32, 32), 'unit', None, ('probe_lab',))\n"
+        "open(sys.argv[1] + '/classifier.pkl', 'wb').write(pickle.dumps(classifier))\n"
+    )
+    load = (
+        "import pickle, sys, types, numpy as np\n"
+        "classifier = pickle.loads(open(sys.argv[1] + '/classifier.pkl', 'rb').read())\n"
+        "classifier.load_context(types.SimpleNamespace(artifacts={'model': sys.argv[1] + "
+        "'/model.pt'}))\n"
+        "images = np.zeros((2, 32, 32, 3), np.uint8)\n"
+        "print(classifier.predict(None, images).shape)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    for script in (save, load):
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "(2, 4)"

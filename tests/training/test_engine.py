@@ -6,7 +6,9 @@ from torch import nn
 
 from seq2final.config.checks import validate_parameters
 from seq2final.core.errors import Seq2FinalError
+from seq2final.data.spec import resolve_spec
 from seq2final.models import build_model
+from seq2final.runs.planner import plan_run
 from seq2final.training import Engine, HyperParameters, Task, TensorSplit, fit, loop
 from seq2final.training.engine import autocast
 
@@ -39,14 +41,22 @@ def test_a_frozen_layer_statistic_moves_by_the_bn_momentum_rule_unless_frozen(fr
     assert torch.allclose(model.conv1.bn.running_mean, old if freeze else moved, atol=1e-6)
 
 
-def test_fp16_without_cuda_is_refused_before_work_even_under_device_auto(
+def test_fp16_without_cuda_is_refused_before_training_even_under_device_auto(
     monkeypatch, project_parameters
 ):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(Seq2FinalError, match="amp 'fp16' needs a CUDA device, not 'cpu'"):
         Engine(device="auto", amp="fp16").torch_device()
+    params = project_parameters
     with pytest.raises(Seq2FinalError, match="parameter 'training': amp 'fp16' needs a CUDA"):
-        validate_parameters({**project_parameters, "training": {"amp": "fp16"}})
+        plan_run(
+            resolve_spec("digits_clr"),
+            {"method": "ft", "historical": None, "final": None, "arch": "convnet_1",
+             "budget": "smoke"},
+            params["budgets"], {"amp": "fp16"}, params["tuning"], params["historical_modes"],
+            params["final_modes"], params["pretrain_historical"]["step0"],
+        )  # fmt: skip
+    validate_parameters({**params, "training": {"amp": "fp16"}})  # evaluate never trains
     assert Engine(device="auto", amp="bf16").torch_device() == torch.device("cpu")
 
 

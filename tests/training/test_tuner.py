@@ -153,3 +153,15 @@ def test_a_resumed_grid_with_a_fixed_value_and_a_tie_matches_an_uninterrupted_on
     assert resumed.params == expected.params == {"lr": 1e-3, "weight_decay": 1e-3, "dropout": 0.0}
     assert first.seeds == whole.seeds[:1]  # a trial's seed follows its values, not its number
     assert sorted(second.seeds) == sorted(whole.seeds)
+
+
+def test_a_budget_or_space_with_an_unknown_or_missing_key_says_which_in_one_line():
+    with pytest.raises(Seq2FinalError) as unknown:
+        parse_budgets({"smoke": {"sampler": "random", "trials": 1, "max_epochs": 2, "bogus": 1}})
+    assert str(unknown.value) == (
+        "budget 'smoke': unknown key 'bogus'; valid: sampler, trials, max_epochs, pruner, "
+        "startup_trials, warmup_epochs"
+    )
+    with pytest.raises(Seq2FinalError) as missing:
+        SearchSpace.parse({"lr": {"low": 1e-4, "high": 1e-2}}, "final_modes.ft.space")
+    assert str(missing.value) == "search space final_modes.ft.space.lr 'grid': Field required"

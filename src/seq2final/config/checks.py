@@ -32,17 +32,18 @@ def validate_parameters(parameters: Mapping[str, Any]) -> RunParameters:
     """
     parameters = {k: v for k, v in parameters.items() if not k.startswith("_")}  # YAML templates
     plugins = parameters.get("plugins") or []
-    load_plugins([plugins] if isinstance(plugins, str) else plugins)
+    plugins = [plugins] if isinstance(plugins, str) else plugins
+    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+        raise Seq2FinalError(
+            f"parameter 'plugins' = {plugins!r}: valid: an import path or a list of them"
+        )
+    load_plugins(plugins)
     try:
         run = RunParameters.model_validate(parameters)
     except ValidationError as error:
         raise Seq2FinalError(one_line(error, RunParameters)) from None
     spec = sequence_spec(run)
     _check_methods(run, spec.num_targets)
-    try:
-        run.training.torch_device()  # the device and precision exist on this machine
-    except Seq2FinalError as error:
-        raise Seq2FinalError(f"parameter 'training': {error}") from None
     return run
 
 

@@ -19,7 +19,7 @@ KNOWN_WARNINGS = (
         r"(kedro\.config\.omegaconf_config|kedro_mlflow\..*)",
         r"register_new_resolver\(\) is deprecated",
     ),
-    # kedro-mlflow's pipeline model has no type hints on `predict`; ours (serving.py) has them.
+    # kedro-mlflow's pipeline model has no type hints on `predict`; ours (tracking/pyfunc.py) has them.
     (
         UserWarning,
         r"mlflow\.pyfunc\.utils\.data_validation",

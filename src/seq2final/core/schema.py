@@ -35,13 +35,15 @@ def one_line(error: ValidationError, model: type[BaseModel], what: str = "parame
             fields = getattr(owner, "model_fields", {})
             owner = fields[part].annotation if part in fields else None
         valid = getattr(owner, "model_fields", None)
+        if valid is not None and what == "parameter":
+            return f"unknown parameter '{where}'; valid: {', '.join(valid)}"
         if valid is not None:
-            return f"unknown {what} '{where}'; valid: {', '.join(valid)}"
+            return f"{what}: unknown key '{where}'; valid: {', '.join(valid)}"
     cause = first.get("ctx", {}).get("error")
     message = str(cause) if isinstance(cause, Seq2FinalError) else first["msg"]
     message = message.removeprefix("Value error, ")
     if not where:
         return f"{what}: {message}"
-    if isinstance(cause, Seq2FinalError):
+    if isinstance(cause, Seq2FinalError) or first["type"] == "missing":
         return f"{what} '{where}': {message}"
     return f"{what} '{where}' = {first['input']!r}: {message}"

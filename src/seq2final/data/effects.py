@@ -13,8 +13,11 @@ labels have an ``apply`` and act in ascending ``order``, as in the original benc
    pre-flip labels).
 
 ``class_weights`` and ``subpopulations`` act at sampling time instead: the sampler reads their
-values (:data:`CLASS_WEIGHTS`, :data:`SUBPOPULATIONS`). A new kind of effect is one
-:func:`effect` registration, with no change here or in the sampler.
+values (:data:`CLASS_WEIGHTS`, :data:`SUBPOPULATIONS`). A new kind of image or label change is
+one :func:`effect` registration, with no change here or in the sampler; a new way of sampling
+would be a change of the sampler. An effect is registered for every sequence, so at its initial
+value it must leave images and labels as they are and draw no random numbers (a registry-wide
+test checks every registered effect).
 """
 
 from __future__ import annotations
@@ -111,8 +114,15 @@ class ShiftState:
         )
 
     def describe(self) -> dict[str, Any]:
-        """Every effect's value by name, as a sequence's manifest records it."""
-        return {"num_classes": self.num_classes, **dict(self.values)}
+        """Every effect's value by name, as a sequence's manifest records it (manifest format 2;
+        format 1 recorded the fields of the state class that effects replaced)."""
+        return {
+            "num_classes": self.num_classes,
+            **{
+                name: value._asdict() if isinstance(value, Weights) else value
+                for name, value in self.values
+            },
+        }
 
     def apply(self, splits: Splits, rng: np.random.RandomState) -> Splits:
         """Every image/label effect on ``splits``, in ``order``.

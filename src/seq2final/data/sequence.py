@@ -67,7 +67,7 @@ class ShiftSequence:
             named["oracle"] = oracle
         step_hashes = {name: step.content_hash() for name, step in named.items()}
         manifest = {
-            "format": 1,
+            "format": 2,
             "key": spec.key,
             "spec": spec.to_dict(),
             "source_fingerprint": source.fingerprint,

@@ -35,6 +35,10 @@ def plan_run(
     budget_name = request["budget"]
     budget = get_budget(budgets, budget_name).model_dump()
     engine = Engine(**training)
+    try:
+        engine.torch_device()  # the device and precision exist here, before anything trains
+    except Seq2FinalError as error:
+        raise Seq2FinalError(f"parameter 'training': {error}") from None
     arch = request["arch"]
     check_mode_configs(historical_modes, final_modes, step0_space, spec.num_targets, budget_name)
     base = key_base(spec, arch, budget, engine.results_key())

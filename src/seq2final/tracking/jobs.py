@@ -64,6 +64,7 @@ class JobTracker:
     example: np.ndarray
     num_classes: int
     kedro_run_id: str | None = None
+    plugins: tuple[str, ...] = ()  # imported again wherever a registered model is loaded
     seconds: float = 0.0  # time spent on MLflow, so its cost can be set against the run's
     _experiments: dict[str, str] = field(default_factory=dict)
 
@@ -75,11 +76,13 @@ class JobTracker:
         sequence_spec: str,
         example: np.ndarray,
         num_classes: int,
+        plugins: tuple[str, ...] = (),
     ) -> JobTracker | None:
         """The tracker of this plan, or None when tracking is off (``options.enabled``).
 
-        The URI and every name were checked by :class:`seq2final.hooks.TrackingHook` before the
-        run started; ``example`` is a few uint8 N×C×H×W test images (the models' input example).
+        The URI and every name were checked by the tracking hook before the run started;
+        ``example`` is a few uint8 N×C×H×W test images (the models' input example); ``plugins``
+        the run's plugin import paths, which its registered models import when loaded.
         """
         if not options.enabled:
             return None
@@ -92,6 +95,7 @@ class JobTracker:
             example,
             num_classes,
             active.info.run_id if active else None,
+            tuple(plugins),
         )
 
     def names(self, job: JobPlan) -> JobNames:
@@ -298,7 +302,7 @@ class JobTracker:
             path = Path(folder) / "model"
             save_pyfunc_model(
                 path, store.model_path(job.key), self.example, self.num_classes,
-                record["engine"]["input_scale"], record["eval_step"],
+                record["engine"]["input_scale"], record["eval_step"], self.plugins,
             )  # fmt: skip
             self.client.log_artifacts(run_id, str(path), "model")
         name = self.names(job).registered_model

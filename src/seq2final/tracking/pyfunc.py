@@ -14,6 +14,7 @@ from mlflow.models import ModelSignature
 from mlflow.types import Schema, TensorSpec
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.plugins import load_plugins
 from seq2final.models.storage import unpack
 from seq2final.tracking.mlflow_io import quiet_model_logging, requirements
 from seq2final.training.engine import Engine, predict_logits
@@ -28,13 +29,21 @@ class ImageClassifier(mlflow.pyfunc.PythonModel):
     model predicts what the in-memory model predicts.
     """
 
-    def __init__(self, image_shape: tuple[int, int, int], input_scale: str, step: int | None):
+    def __init__(
+        self,
+        image_shape: tuple[int, int, int],
+        input_scale: str,
+        step: int | None,
+        plugins: tuple[str, ...] = (),
+    ):
         self.image_shape = tuple(image_shape)  # C, H, W
         self.input_scale = input_scale
         self.step = step
+        self.plugins = tuple(plugins)  # a plugin's architecture must be registered to rebuild
         self._model: torch.nn.Module | None = None
 
     def load_context(self, context: Any) -> None:
+        load_plugins(getattr(self, "plugins", ()))  # models pickled before plugins had none
         payload = torch.load(context.artifacts["model"], map_location="cpu", weights_only=True)
         self._model = unpack(payload).eval()
 
@@ -71,10 +80,11 @@ def save_pyfunc_model(
     num_classes: int,
     input_scale: str,
     step: int | None,
+    plugins: tuple[str, ...] = (),
 ) -> None:
     """Save a stored model as an MLflow pyfunc model in ``path``: uint8 images of the example's
     shape in (either layout), ``num_classes`` probabilities out, its requirements pinned."""
-    classifier = ImageClassifier(tuple(example.shape[1:]), input_scale, step)
+    classifier = ImageClassifier(tuple(example.shape[1:]), input_scale, step, plugins)
     signature = ModelSignature(
         inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, -1, -1, -1))]),
         outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, num_classes))]),

@@ -22,6 +22,7 @@ def job_recipes(
     plan: RunPlan,
     states: Mapping[str, HistoricalState],
     mlflow_options: Mapping[str, Any],
+    plugins: list[str] | str | None,
 ) -> dict[str, JobRecipe | TrackedJob]:
     """One recipe per job, tracked in MLflow unless tracking is off.
 
@@ -42,6 +43,7 @@ def job_recipes(
         json.dumps(sequence.manifest["spec"], separators=(",", ":")),
         example=sequence.step(-1).split("test")[0][:2],
         num_classes=len(sequence.class_names),
+        plugins=tuple([plugins] if isinstance(plugins, str) else plugins or ()),
     )
     return {key: TrackedJob(recipe, tracker) for key, recipe in recipes.items()}
 
@@ -75,6 +77,8 @@ def report_results(results: Mapping[str, dict[str, Any]], plan: RunPlan) -> dict
     as a table when the run ends: :class:`seq2final.hooks.RunSummaryHook`)."""
     lines = [
         f"# {result_title(plan)}",
+        "",
+        f"Sequence {plan.sequence_key}, seed {plan.seed}.",
         "",
         "| " + " | ".join(RESULT_COLUMNS) + " |",
         "|" + "---|" * len(RESULT_COLUMNS),

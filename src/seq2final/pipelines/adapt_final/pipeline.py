@@ -17,7 +17,13 @@ def create_pipeline(**kwargs) -> Pipeline:
             plan_jobs_node(),
             Node(
                 nodes.job_recipes,
-                inputs=["sequence", "job_plan", "historical_states", "params:mlflow"],
+                inputs=[
+                    "sequence",
+                    "job_plan",
+                    "historical_states",
+                    "params:mlflow",
+                    "params:plugins",
+                ],
                 outputs="adapt_results",
                 name="adapt_final_step",
             ),

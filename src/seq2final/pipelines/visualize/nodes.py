@@ -113,7 +113,7 @@ def interpolation_recipes(
     sequences: Any,
     options: Mapping[str, Any],
 ) -> dict[str, Callable[[], pd.DataFrame | None]]:
-    """One path per job that has one (see :mod:`seq2final.reporting.analysis`), computed only if missing."""
+    """One path per job that has one (see :mod:`seq2final.reporting.interpolation`), computed only if missing."""
     models = _Models(results, states, sequences)
     points = int(options["interpolation_points"])
     recipes = {}
