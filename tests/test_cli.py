@@ -112,7 +112,7 @@ def test_failure_logs_are_shown_when_the_failure_is_a_bug():
         root.removeHandler(handler)
 
 
-def test_a_run_shows_progress_and_ends_with_its_results_as_a_table(project):
+def test_a_run_keeps_dataset_records_off_the_terminal_and_ends_with_a_results_table(project):
     """The terminal gets no per-dataset records (the log file keeps them) and ends with one table
     row per method at the terminal's width, its numbers those of the stored records, then the
     folders."""

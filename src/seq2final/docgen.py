@@ -131,10 +131,12 @@ def render(conf: Path) -> str:
         "## Architectures (`seq2final.models.ARCHITECTURES`)\n\nParameters in the paper's "
         "convention (Table 7) and multiply-accumulates of one 32×32 forward pass, 10 classes.\n",
         _table(
-            ["name", "parameters", "MACs"],
+            ["name", "family", "side modules", "parameters", "MACs"],
             [
                 [
                     f"`{n}`",
+                    ARCHITECTURES[n].family,
+                    ", ".join(ARCHITECTURES[n].side_modules),
                     f"{count_parameters(build_model(n, 10), 'paper'):,}",
                     f"{forward_macs(build_model(n, 10)):,}",
                 ]

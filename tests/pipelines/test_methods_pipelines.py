@@ -114,7 +114,7 @@ def test_all_methods_end_to_end(project, stores_of, arch, caplog):
 def test_finished_jobs_are_reused_and_force_recomputes_them_identically(project, stores_of, caplog):
     _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], method="lp_ft")
     stores = stores_of(project)
-    _, results = stores.states, stores.results
+    results = stores.results
     [key] = list(results)
     first = results[key]
     caplog.clear()
@@ -134,7 +134,7 @@ def test_sft_reports_every_schedule_and_keeps_the_best_on_validation(project, st
     _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], method="sft",
          historical_modes=two)  # fmt: skip
     stores = stores_of(project)
-    _, results = stores.states, stores.results
+    results = stores.results
     [record] = [results[k] for k in results]
     chains = record["chains"]
     assert list(chains) == schedules
@@ -159,7 +159,7 @@ def test_modes_combine_freely_where_they_fit(project, stores_of):
         final="lp_ft",
     )
     stores = stores_of(project)
-    _, results = stores.states, stores.results
+    results = stores.results
     [record] = [results[k] for k in results]
     assert (record["method"], record["historical"], record["final"]) == (
         "irm+lp_ft",
@@ -182,7 +182,7 @@ def test_adapt_without_its_historical_state_names_the_command(project):
 def test_a_corrupt_or_foreign_historical_state_stops_before_training(project, stores_of):
     _run(project, ["build_sequences", "pretrain_historical"], method="ft", arch="convnet_1")
     stores = stores_of(project)
-    states, _ = stores.states, stores.results
+    states = stores.states
     [key] = list(states)
     # The same state file under the key another architecture's ERM state would have.
     bootstrap_project(project)
@@ -230,7 +230,7 @@ def test_old_and_new_cli_syntax_run_the_same_job(project, stores_of):
     )
     assert new.exit_code == 0, new.output
     stores = stores_of(project)
-    _, results = stores.states, stores.results
+    results = stores.results
     [key] = list(results)
     first = json.loads((project / f"data/07_model_output/results/{key}.json").read_text())
     old = runner.invoke(

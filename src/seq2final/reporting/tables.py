@@ -69,11 +69,14 @@ def shown_name(record: Mapping[str, Any]) -> str:
     return next((n for n in paper_columns() if n in names), record["method"])
 
 
-def arch_sort_key(arch: str) -> tuple[int, str]:
-    """Architectures in registry order (ConvNet, DenseNet, ResNet, each by depth, as the paper's
-    rows run); unregistered ones after, by name."""
-    order = list(ARCHITECTURES)
-    return (order.index(arch) if arch in order else len(order), arch)
+def arch_sort_key(arch: str) -> tuple[int, int, str]:
+    """Rows grouped by family in the order families were registered, and within a family in
+    registry order (ConvNet, DenseNet, ResNet, each by depth, as the paper's rows run);
+    unregistered architectures after, by name."""
+    if arch not in ARCHITECTURES:
+        return len(ARCHITECTURES), 0, arch
+    families = list(dict.fromkeys(entry.family for entry in ARCHITECTURES.values()))
+    return families.index(ARCHITECTURES[arch].family), list(ARCHITECTURES).index(arch), arch
 
 
 @dataclass
