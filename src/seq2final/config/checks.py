@@ -39,7 +39,7 @@ def validate_parameters(parameters: Mapping[str, Any]) -> RunParameters:
         )
     load_plugins(plugins)
     try:
-        run = RunParameters.model_validate(parameters)
+        run = RunParameters.model_validate({**parameters, "plugins": plugins})
     except ValidationError as error:
         raise Seq2FinalError(one_line(error, RunParameters)) from None
     spec = sequence_spec(run)

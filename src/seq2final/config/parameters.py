@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, Field
 
 from seq2final.core.schema import StrictModel
 from seq2final.data.sources import SOURCES
@@ -18,11 +18,6 @@ from seq2final.models import ARCHITECTURES
 from seq2final.training.engine import Engine
 
 MethodName = Annotated[str, AfterValidator(METHODS.validate)]
-
-
-def _as_list(value: Any) -> Any:
-    """One import path typed on the command line (``plugins:my_lab.methods``) is a list of one."""
-    return [value] if isinstance(value, str) else value
 
 
 class BuildOptions(StrictModel):
@@ -106,4 +101,4 @@ class RunParameters(StrictModel):
     pretrain_historical: PretrainOptions | None = None
     historical_modes: dict[str, dict[str, Any]] = Field(default_factory=dict)
     final_modes: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    plugins: Annotated[list[str], BeforeValidator(_as_list)] = Field(default_factory=list)
+    plugins: list[str] = Field(default_factory=list)  # import paths (checks.py reads them first)
