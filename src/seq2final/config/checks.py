@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from seq2final.config.parameters import RunParameters
 from seq2final.core.errors import Seq2FinalError
-from seq2final.core.plugins import load_plugins
+from seq2final.core.plugins import load_plugins, plugin_paths
 from seq2final.core.schema import one_line
 from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
@@ -31,12 +31,7 @@ def validate_parameters(parameters: Mapping[str, Any]) -> RunParameters:
     other parameters use.
     """
     parameters = {k: v for k, v in parameters.items() if not k.startswith("_")}  # YAML templates
-    plugins = parameters.get("plugins") or []
-    plugins = [plugins] if isinstance(plugins, str) else plugins
-    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
-        raise Seq2FinalError(
-            f"parameter 'plugins' = {plugins!r}: valid: an import path or a list of them"
-        )
+    plugins = plugin_paths(parameters.get("plugins"))
     load_plugins(plugins)
     try:
         run = RunParameters.model_validate({**parameters, "plugins": plugins})

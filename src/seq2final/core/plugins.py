@@ -23,6 +23,17 @@ log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "seq2final.plugins"
 
 
+def plugin_paths(value: object) -> list[str]:
+    """The ``plugins`` parameter as a list of import paths: one path typed alone
+    (``plugins:my_lab``) is a list of one; anything else but strings is one line."""
+    paths = [value] if isinstance(value, str) else (value or [])
+    if not isinstance(paths, list | tuple) or not all(isinstance(p, str) for p in paths):
+        raise Seq2FinalError(
+            f"parameter 'plugins' = {value!r}: valid: an import path or a list of them"
+        )
+    return list(paths)
+
+
 def load_plugins(import_paths: Iterable[str] = ()) -> list[str]:
     """Import every installed plugin (entry points) and every module of ``import_paths``.
 

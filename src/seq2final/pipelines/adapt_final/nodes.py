@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from seq2final.config.parameters import MlflowOptions
+from seq2final.core.plugins import plugin_paths
 from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import HistoricalState
 from seq2final.runs.planner import load_states
@@ -43,7 +44,7 @@ def job_recipes(
         json.dumps(sequence.manifest["spec"], separators=(",", ":")),
         example=sequence.step(-1).split("test")[0][:2],
         num_classes=len(sequence.class_names),
-        plugins=tuple([plugins] if isinstance(plugins, str) else plugins or ()),
+        plugins=tuple(plugin_paths(plugins)),
     )
     return {key: TrackedJob(recipe, tracker) for key, recipe in recipes.items()}
 
