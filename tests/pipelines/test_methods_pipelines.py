@@ -197,7 +197,9 @@ def test_a_corrupt_or_foreign_historical_state_stops_before_training(project, st
 
         p = context.params
         spec = resolve_sequence(p["sequence"], None, None, None, p["build_sequences"])
-        plan = plan_jobs(spec, "ft", None, None, "convnet_2", "smoke", False, p["budgets"],
+        sequence = stores_of(project).sequences[spec.key]
+        plan = plan_jobs(spec, sequence, "ft", None, None, "convnet_2", "smoke", False,
+                         p["budgets"],
                          p["training"], p["tuning"], p["historical_modes"], p["final_modes"],
                          p["pretrain_historical"])  # fmt: skip
     foreign = states.root / plan.states[0].key

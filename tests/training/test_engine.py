@@ -54,9 +54,11 @@ def test_fp16_without_cuda_is_refused_before_training_even_under_device_auto(
             {"method": "ft", "historical": None, "final": None, "arch": "convnet_1",
              "budget": "smoke"},
             params["budgets"], {"amp": "fp16"}, params["tuning"], params["historical_modes"],
-            params["final_modes"], params["pretrain_historical"]["step0"],
+            params["final_modes"], params["pretrain_historical"]["step0"], "0" * 64,
         )  # fmt: skip
-    validate_parameters({**params, "training": {"amp": "fp16"}})  # evaluate never trains
+    # checked with the parameters too, whether or not anything will train (evaluate never does)
+    with pytest.raises(Seq2FinalError, match="parameter 'training': amp 'fp16' needs a CUDA"):
+        validate_parameters({**params, "training": {"amp": "fp16"}})
     assert Engine(device="auto", amp="bf16").torch_device() == torch.device("cpu")
 
 

@@ -165,3 +165,15 @@ def test_a_budget_or_space_with_an_unknown_or_missing_key_says_which_in_one_line
     with pytest.raises(Seq2FinalError) as missing:
         SearchSpace.parse({"lr": {"low": 1e-4, "high": 1e-2}}, "final_modes.ft.space")
     assert str(missing.value) == "search space final_modes.ft.space.lr 'grid': Field required"
+
+
+def test_an_unreadable_checkpoint_is_reported_with_its_path_not_restarted(tmp_path):
+    budget = Budget(sampler="random", trials=3, max_epochs=1)
+    with pytest.raises(KeyboardInterrupt):
+        Tuner(budget, None, tmp_path, seed=0).tune("long", SPACE, Objective(interrupt_at=2))
+    checkpoint = tmp_path / "checkpoints" / "long.pt"
+    checkpoint.write_bytes(b"damaged")
+    resumed = Objective()
+    with pytest.raises(Seq2FinalError, match=f"tuning checkpoint {checkpoint} is unreadable"):
+        Tuner(budget, None, tmp_path, seed=0).tune("long", SPACE, resumed)
+    assert resumed.calls == []  # nothing was rerun, and the two finished trials are still there

@@ -39,6 +39,10 @@ def validate_parameters(parameters: Mapping[str, Any]) -> RunParameters:
         raise Seq2FinalError(one_line(error, RunParameters)) from None
     spec = sequence_spec(run)
     _check_methods(run, spec.num_targets)
+    try:  # even when every job will be reused: a setting this machine cannot honour is a typo
+        run.training.torch_device()
+    except Seq2FinalError as error:
+        raise Seq2FinalError(f"parameter 'training': {error}") from None
     return run
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 from kedro.io import AbstractDataset
 
-from seq2final.runs.files import atomic_write
+from seq2final.core.files import atomic_write, stored_files
 
 
 class FrameStore(Mapping[str, pd.DataFrame]):
@@ -30,11 +30,7 @@ class FrameStore(Mapping[str, pd.DataFrame]):
         return pd.read_csv(self.path(key))
 
     def __iter__(self) -> Iterator[str]:
-        return (
-            iter(sorted(p.stem for p in self.root.glob("*.csv")))
-            if self.root.exists()
-            else iter(())
-        )
+        return (p.stem for p in stored_files(self.root, ".csv"))
 
     def __len__(self) -> int:
         return sum(1 for _ in self)

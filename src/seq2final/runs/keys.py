@@ -2,8 +2,9 @@
 
 A historical state is keyed by everything that determines it, and *not* by the final mode, so
 FT, LP-FT, ST-1 and ST-B share one ERM model and every sequential mode shares one step-0 model.
-Keys hash the full configuration (search spaces, budget, engine options), so a change anywhere
-never reuses a stale model, and a readable prefix says what the file is. These strings are the
+Keys hash the full configuration (search spaces, budget, engine options), the content of the
+sequence's data and :data:`TRAINING_SEMANTICS`, so a change anywhere (a replaced ``npz``, a fix
+in the training code) never reuses a stale model, and a readable prefix says what the file is. These strings are the
 names of files users already have: any change here orphans their finished work.
 """
 
@@ -17,6 +18,11 @@ from typing import Any
 from seq2final.data.spec import SequenceSpec
 from seq2final.runs.plans import STEP0
 
+TRAINING_SEMANTICS = 1
+"""The version of what a fit computes from its inputs. Bump it in the same commit as any change
+that alters a trained model or a result for unchanged parameters and data (a new default inside a
+loop, a fixed bug in an objective), so no stored state or result of the old code is reused."""
+
 
 def digest(payload: Any) -> str:
     """Ten hex digits of the SHA-256 of ``payload`` as sorted JSON."""
@@ -25,12 +31,19 @@ def digest(payload: Any) -> str:
 
 
 def key_base(
-    spec: SequenceSpec, arch: str, budget: Mapping[str, Any], engine_key: Mapping[str, Any]
+    spec: SequenceSpec,
+    arch: str,
+    budget: Mapping[str, Any],
+    engine_key: Mapping[str, Any],
+    data: str,
 ) -> dict[str, Any]:
-    """What every state and job of one run shares: the sequence, architecture, seed, budget
-    and the engine options that change what a fit computes."""
+    """What every state and job of one run shares: the sequence (its spec and ``data``, the
+    content hash of its stored arrays), architecture, seed, budget, the engine options that change
+    what a fit computes and the version of the training code's semantics."""
     return {
         "sequence": spec.key,
+        "data": data,
+        "semantics": TRAINING_SEMANTICS,
         "arch": arch,
         "seed": spec.seed,
         "budget": dict(budget),

@@ -30,8 +30,12 @@ def plan_run(
     historical_modes: Mapping[str, Any],
     final_modes: Mapping[str, Any],
     step0_space: Mapping[str, Any],
+    data: str,
 ) -> RunPlan:
-    """Resolve the run parameters into keyed states and jobs (no training, no data loading)."""
+    """Resolve the run parameters into keyed states and jobs (no training, no data loading).
+
+    ``data`` is the content hash of the stored sequence (its manifest's ``content_hash``).
+    """
     budget_name = request["budget"]
     budget = get_budget(budgets, budget_name).model_dump()
     engine = Engine(**training)
@@ -41,7 +45,7 @@ def plan_run(
         raise Seq2FinalError(f"parameter 'training': {error}") from None
     arch = request["arch"]
     check_mode_configs(historical_modes, final_modes, step0_space, spec.num_targets, budget_name)
-    base = key_base(spec, arch, budget, engine.results_key())
+    base = key_base(spec, arch, budget, engine.results_key(), data)
     shared_step0 = step0_key(base, budget_name, step0_space)
     states: dict[str, StatePlan] = {}
     jobs: dict[str, JobPlan] = {}

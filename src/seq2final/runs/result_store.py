@@ -18,8 +18,9 @@ import torch
 from kedro.io import AbstractDataset
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.files import atomic_write, json_safe, stored_files
 from seq2final.models.storage import pack, unpack
-from seq2final.runs.files import atomic_write, json_safe
+from seq2final.runs.leases import claim
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,7 @@ class ResultStore(Mapping[str, dict[str, Any]]):
             raise Seq2FinalError(f"result record {path} is corrupt ({error})") from None
 
     def __iter__(self) -> Iterator[str]:
-        if not self.results.exists():
-            return iter(())
-        return iter(sorted(p.stem for p in self.results.glob("*.json")))
+        return (p.stem for p in stored_files(self.results, ".json"))
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -88,7 +87,8 @@ class ResultStoreDataset(AbstractDataset[Mapping[str, Any], ResultStore]):
     A recipe has ``force``, ``run()`` (returning record, model and curves), ``failed(error)``,
     called when running or storing it raised, and ``finished(store, computed)``, called once the
     job's record is in the store, whether it was just computed or reused (tracking logs it from
-    there).
+    there). A job runs under its lease (:mod:`seq2final.runs.leases`), so processes sharing the
+    store run it once.
     """
 
     def __init__(
@@ -108,16 +108,29 @@ class ResultStoreDataset(AbstractDataset[Mapping[str, Any], ResultStore]):
         store = ResultStore(*self._paths)
         for key, recipe in data.items():
             if key in store and not recipe.force:
-                log.info("job %s finished earlier; reusing it (force:true recomputes)", key)
-                recipe.finished(store, computed=False)
+                self._reuse(store, key, recipe)
                 continue
-            try:
-                outcome = recipe.run()
-                store.put(key, outcome.record, outcome.model, outcome.curves)
-            except BaseException as error:
-                recipe.failed(error)
-                raise
-            recipe.finished(store, computed=True)
+            # One process runs a job; another asking for it meanwhile waits and reuses it.
+            with claim(self._paths[0], key, done=lambda key=key: key in store) as claimed:
+                if not claimed or (key in store and not recipe.force):
+                    computed = False
+                else:
+                    try:
+                        outcome = recipe.run()
+                        store.put(key, outcome.record, outcome.model, outcome.curves)
+                    except BaseException as error:
+                        recipe.failed(error)
+                        raise
+                    computed = True
+            if computed:
+                recipe.finished(store, computed=True)
+            else:
+                self._reuse(store, key, recipe)
+
+    @staticmethod
+    def _reuse(store: ResultStore, key: str, recipe: Any) -> None:
+        log.info("job %s finished earlier; reusing it (force:true recomputes)", key)
+        recipe.finished(store, computed=False)
 
     def _exists(self) -> bool:
         return self._paths[0].exists()

@@ -3,15 +3,14 @@
 Like Kedro's ``PartitionedDataset``, :class:`SequenceStoreDataset` saves a ``{key: sequence}``
 dict and loads a mapping whose values load lazily, so a later pipeline reads only the steps it
 needs. A sequence is written to a temporary folder and renamed into place, so an interrupted save
-never leaves a half-written sequence behind.
+never leaves a half-written sequence behind, and replacing a stored sequence swaps the two
+folders in one step (a reader in another process sees the old one or the new one).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import numpy as np
 from kedro.io import AbstractDataset
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.files import partial_path, replace_folder
 from seq2final.data.sequence import ShiftSequence, Step
 
 MANIFEST = "manifest.json"
@@ -66,7 +66,13 @@ class SequenceStore(Mapping[str, ShiftSequence]):
     def __iter__(self) -> Iterator[str]:
         if not self.root.exists():
             return iter(())
-        return iter(sorted(p.name for p in self.root.iterdir() if (p / MANIFEST).exists()))
+        return iter(
+            sorted(
+                p.name
+                for p in self.root.iterdir()
+                if not p.name.startswith(".") and (p / MANIFEST).exists()
+            )
+        )
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -89,7 +95,7 @@ class SequenceStoreDataset(AbstractDataset[Mapping[str, ShiftSequence], Sequence
 
     def _save_one(self, key: str, sequence: ShiftSequence) -> None:
         final = self._root / key
-        partial = self._root / f".partial-{key}-{uuid.uuid4().hex[:8]}"
+        partial = partial_path(final)
         partial.mkdir()
         try:
             names = [str(i) for i in range(sequence.num_steps)]
@@ -97,9 +103,7 @@ class SequenceStoreDataset(AbstractDataset[Mapping[str, ShiftSequence], Sequence
             for name in names:
                 np.savez(partial / f"step_{name}.npz", **sequence.step(name).arrays)
             (partial / MANIFEST).write_text(json.dumps(sequence.manifest, indent=1))
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(partial, final)
+            replace_folder(partial, final)
         finally:
             if partial.exists():
                 shutil.rmtree(partial)

@@ -17,9 +17,10 @@ import torch
 from kedro.io import AbstractDataset
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.files import atomic_write, json_safe
 from seq2final.methods import HistoricalState, ModelChain
 from seq2final.models.storage import pack, unpack
-from seq2final.runs.files import atomic_write, json_safe
+from seq2final.runs.leases import claim
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,9 @@ class HistoricalStoreDataset(AbstractDataset[Mapping[str, Any], HistoricalStore]
     """Historical states, saved lazily: a recipe runs only when its key is not stored yet.
 
     ``save`` takes ``{key: StateRecipe}`` in dependency order (the shared step-0 model before the
-    chains that start from it); each recipe may read earlier states from the store.
+    chains that start from it); each recipe may read earlier states from the store. A key is
+    trained under its lease (:mod:`seq2final.runs.leases`), so processes sharing the store
+    train it once.
     """
 
     def __init__(self, path: str, metadata: dict[str, Any] | None = None) -> None:
@@ -134,10 +137,12 @@ class HistoricalStoreDataset(AbstractDataset[Mapping[str, Any], HistoricalStore]
     def save(self, data: Mapping[str, Any]) -> None:
         store = HistoricalStore(self._root)
         for key, recipe in data.items():
-            if key in store:
-                log.info("historical state %s exists; reusing it", key)
-                continue
-            store.put(key, recipe.build(store))
+            # One process trains a key; another asking for it meanwhile waits and reuses it.
+            with claim(self._root, key, done=lambda key=key: key in store) as claimed:
+                if not claimed or key in store:
+                    log.info("historical state %s exists; reusing it", key)
+                    continue
+                store.put(key, recipe.build(store))
             recipe.finished(store, computed=True)
 
     def _exists(self) -> bool:

@@ -12,9 +12,10 @@ the remaining ones and still returns the best model over all of them.
 from __future__ import annotations
 
 import logging
-import os
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from optuna.storages.journal import JournalFileBackend
 from tqdm.auto import tqdm
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.files import atomic_write
+from seq2final.core.liveness import ProcessToken, current_process
 from seq2final.core.seeds import derived_seed
 from seq2final.training.loop import FitResult
 from seq2final.training.search import Budget, SearchSpace
@@ -112,8 +115,10 @@ class Tuner:
         Ties go to the earliest grid point (grid) or the earliest trial (other samplers), as in
         the original. Trials finished by an earlier, interrupted run are kept and not rerun, and a
         trial's seed follows from its values, so a resumed grid computes what an uninterrupted
-        one would. One process runs a study at a time. A study whose best weights are gone (its fit was stored and the checkpoint
-        discarded, and now the fit is asked for again, e.g. with ``force``) starts over.
+        one would. One process runs a study at a time (the stores hold a lease on the job or state
+        it belongs to); trials a dead worker left running are tried again. A study whose best
+        weights are gone (its fit was stored and the checkpoint discarded, and now the fit is
+        asked for again, e.g. with ``force``) starts over.
         """
         study = self._study(name)
         self._fail_stale(study)
@@ -150,6 +155,7 @@ class Tuner:
             for draw in range(len(done), len(done) + remaining):
                 study.sampler = self._sampler(name, draw)
                 trial = study.ask()
+                trial.set_user_attr("worker", str(current_process()))
                 params = space.suggest(trial)
                 order = trial.user_attrs.get("order", trial.number)
                 trial.set_user_attr("order", order)
@@ -169,7 +175,8 @@ class Tuner:
                         raise optuna.TrialPruned()
 
                 try:
-                    result, state_dict = objective(params, seed, report)
+                    with _heartbeat(self.storage, trial._trial_id):
+                        result, state_dict = objective(params, seed, report)
                 except optuna.TrialPruned:
                     trial.set_user_attr("valid_curve", curve)
                     study.tell(trial, state=trial_state.PRUNED)
@@ -214,10 +221,21 @@ class Tuner:
         return Tuned(best["params"], best["fit"], best["state_dict"], trials)
 
     def _fail_stale(self, study: optuna.Study) -> None:
-        """Close trials an interrupted run left open (a study is run by one process at a time)."""
+        """Close the trials whose worker is gone, so that their configurations are tried again.
+
+        A trial records its worker (:mod:`seq2final.core.liveness`). It is failed when that worker
+        ran on this host and its process no longer exists, when it ran elsewhere and its
+        heartbeat in an RDB storage stopped (Optuna's own check), or when it has no worker
+        recorded (an older version's trial). A live worker's trial is never touched.
+        """
+        optuna.storages.fail_stale_trials(study)
         running = study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.RUNNING])
-        for stale in running:
-            study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
+        for trial in running:
+            worker = ProcessToken.parse(str(trial.user_attrs.get("worker", "")))
+            if worker is None or worker.alive() is False:
+                log.info("study %s: trial %d's worker is gone; trying it again", study.study_name,
+                         trial.number)  # fmt: skip
+                study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
 
     def discard_checkpoints(self) -> None:
         """Delete this tuner's checkpoints once the fits they back are persisted elsewhere."""
@@ -226,39 +244,79 @@ class Tuner:
         self.checkpoints.clear()
 
 
+HEARTBEAT_SECONDS = 20
+"""How often a trial in an RDB storage says its worker is alive."""
+GRACE_SECONDS = 120
+"""How long an RDB trial may go without a heartbeat before another worker fails it as stale."""
+
+
 def open_storage(url: str | None, root: Path) -> optuna.storages.BaseStorage:
-    """A journal file under ``root`` by default; an RDB for ``dialect://`` URLs; else a journal path."""
+    """A journal file under ``root`` by default (one machine); an RDB for ``dialect://`` URLs
+    (many machines; with heartbeats); else a journal at that path."""
     if url and "://" in url:
-        return optuna.storages.RDBStorage(url)
+        return optuna.storages.RDBStorage(
+            url,
+            heartbeat_interval=HEARTBEAT_SECONDS,
+            grace_period=GRACE_SECONDS,
+            engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
+        )
     path = Path(url) if url else Path(root) / "journal.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
 
 
+@contextmanager
+def _heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[None]:
+    """Record the trial's heartbeat while the block runs, where the storage keeps heartbeats."""
+    if not isinstance(storage, optuna.storages.RDBStorage) or not storage.get_heartbeat_interval():
+        yield
+        return
+    stop = threading.Event()
+    interval = storage.get_heartbeat_interval()
+
+    def beat() -> None:
+        while True:
+            storage.record_heartbeat(trial_id)
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=beat, name=f"optuna heartbeat {trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def _save_checkpoint(path: Path, best: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".partial-{os.getpid()}")
     fit: FitResult = best["fit"]
-    torch.save(
-        {
-            "value": best["value"],
-            "order": best["order"],
-            "params": best["params"],
-            "fit": vars(fit),
-            "state_dict": best["state_dict"],
-        },
-        partial,
-    )
-    os.replace(partial, path)
+    payload = {
+        "value": best["value"],
+        "order": best["order"],
+        "params": best["params"],
+        "fit": vars(fit),
+        "state_dict": best["state_dict"],
+    }
+    atomic_write(path, lambda partial: torch.save(payload, partial))
 
 
 def _load_checkpoint(path: Path) -> dict[str, Any] | None:
+    """The best trial so far, or None when there is none yet.
+
+    A file that exists but cannot be read is reported, not ignored: silently dropping it would
+    restart a study that may have run for hours. Checkpoints are written atomically, so this
+    means the file was damaged or replaced by something else.
+    """
     if not path.exists():
         return None
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # a torn or foreign file: its trial will be rerun, so forget it
-        log.warning("ignoring unreadable tuning checkpoint %s", path)
-        return None
-    payload["fit"] = FitResult(**payload["fit"])
+        payload["fit"] = FitResult(**payload["fit"])
+    except Exception as error:  # any unreadable or foreign content is the same problem
+        first = (str(error).splitlines() or [type(error).__name__])[0][:120]
+        raise Seq2FinalError(
+            f"tuning checkpoint {path} is unreadable ({first}); delete it to restart its study "
+            "from scratch"
+        ) from None
     return payload

@@ -9,6 +9,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from seq2final.core.errors import MissingPrerequisiteError
+from seq2final.data.fingerprints import source_fingerprint
 from seq2final.data.sampler import build_sequence
 from seq2final.data.sequence import ShiftSequence
 from seq2final.data.sources import SourceData, load_source
@@ -46,13 +47,29 @@ def _command(spec: SequenceSpec) -> str:
     return f"kedro run --pipeline build_sequences --params {','.join(params)}"
 
 
-def select_sequence(sequences: Mapping[str, ShiftSequence], spec: SequenceSpec) -> ShiftSequence:
-    """The stored sequence for ``spec``; a missing one names the command that builds it."""
+def select_sequence(
+    sequences: Mapping[str, ShiftSequence], spec: SequenceSpec, options: dict[str, Any]
+) -> ShiftSequence:
+    """The stored sequence for ``spec``, drawn from the source data as it is now.
+
+    A missing sequence names the command that builds it; so does one drawn from source data that
+    has changed since (an ``npz`` replaced at the same path), which would otherwise train on, or
+    reuse results of, the old data.
+    """
     if spec.key not in sequences:
         raise MissingPrerequisiteError(
             f"sequence '{spec.key}' has not been built; make it with: {_command(spec)}"
         )
-    return sequences[spec.key]
+    sequence = sequences[spec.key]
+    recorded = sequence.manifest.get("source_fingerprint")
+    current = source_fingerprint(spec.dataset, spec.data_path, options["raw_dir"])
+    if recorded and recorded != current:
+        raise MissingPrerequisiteError(
+            f"sequence '{spec.key}' was drawn from other {spec.dataset} data than "
+            f"{spec.data_path or options['raw_dir']} holds now (fingerprint {recorded}, now "
+            f"{current}); rebuild it with: {_command(spec)}"
+        )
+    return sequence
 
 
 def plot_examples(sequence: ShiftSequence, options: dict[str, Any]) -> dict[str, Figure]:

@@ -27,7 +27,7 @@ def select_sequence_node() -> Node:
     """Shared: the stored sequence the run parameters name (or a message saying how to build it)."""
     return Node(
         nodes.select_sequence,
-        inputs=["sequences", "sequence_spec"],
+        inputs=["sequences", "sequence_spec", "params:build_sequences"],
         outputs="sequence",
         name="select_sequence",
     )

@@ -25,6 +25,7 @@ from seq2final.reporting.tables import (
     table2_styles,
     to_csv_frame,
 )
+from seq2final.runs.result_store import ResultStore
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def gather_results(spec: SequenceSpec, results: Mapping[str, dict[str, Any]]) ->
     its own seed, so results of, say, another test size under the same name are refused rather
     than averaged in. So are two records of one method, architecture, budget and seed: they
     differ in settings, and averaging them would pass two experiments off as two seeds. A
-    corrupt record is named, skipped and not counted.
+    record that cannot be read is reported with its path, skipped and not counted.
     """
     records = []
     cells_seen: dict[tuple[Any, ...], str] = {}
@@ -49,7 +50,11 @@ def gather_results(spec: SequenceSpec, results: Mapping[str, dict[str, Any]]) ->
             expected = dataclasses.replace(spec, seed=record["seed"]).key if ours else None
             cell = (record["budget"], record["arch"], record["method"], record["seed"])
         except (Seq2FinalError, KeyError, TypeError) as error:
-            log.warning("skipping result record %s: %s", key, error)
+            where = results.record_path(key) if isinstance(results, ResultStore) else key
+            log.warning(
+                "result record %s cannot be read (%s: %s); it is not counted: rerun its job or "
+                "delete the file", where, type(error).__name__, error,
+            )  # fmt: skip
             continue
         if not ours:
             continue

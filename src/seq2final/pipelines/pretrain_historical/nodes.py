@@ -13,6 +13,7 @@ from seq2final.runs.recipes import StateRecipe
 
 def plan_jobs(
     spec: SequenceSpec,
+    sequence: ShiftSequence,
     method: str | None,
     historical: str | None,
     final: str | None,
@@ -42,8 +43,9 @@ def plan_jobs(
         "force": force,
     }
     return plan_run(
-        spec, request, budgets, training, tuning, historical_modes, final_modes, options["step0"]
-    )
+        spec, request, budgets, training, tuning, historical_modes, final_modes, options["step0"],
+        sequence.content_hash,
+    )  # fmt: skip
 
 
 def historical_recipes(sequence: ShiftSequence, plan: RunPlan) -> dict[str, StateRecipe]:

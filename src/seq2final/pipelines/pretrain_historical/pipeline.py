@@ -14,6 +14,7 @@ def plan_jobs_node() -> Node:
         nodes.plan_jobs,
         inputs={
             "spec": "sequence_spec",
+            "sequence": "sequence",
             "method": "params:method",
             "historical": "params:historical",
             "final": "params:final",

@@ -1,0 +1,60 @@
+"""What a source's data is now, as a digest of its arrays, computed once per version of its files.
+
+A stored sequence records the fingerprint of the source it was drawn from. Before a pipeline trains
+on it, the fingerprint is compared with the source as it is now, so an ``npz`` replaced at the same
+path (or a re-downloaded dataset) is noticed instead of silently training on, or reusing results
+of, the old data. Loading a source to fingerprint it costs seconds (CIFAR) so the digest is cached
+under the raw-data folder, keyed by the size and modification time of every file the source may
+read (``data_path`` and ``<raw_dir>/<dataset>``); an unchanged file set never loads twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+from seq2final.core.files import atomic_write
+from seq2final.data.sources import SOURCES, load_source
+
+log = logging.getLogger(__name__)
+
+CACHE_FOLDER = ".fingerprints"
+
+
+def files_signature(paths: list[Path]) -> str:
+    """A digest of the names, sizes and modification times of every file under ``paths``."""
+    entries = []
+    for root in paths:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for path in files:
+            if CACHE_FOLDER in path.parts:
+                continue
+            stat = path.stat()
+            entries.append((str(path.resolve()), stat.st_size, stat.st_mtime_ns))
+    return hashlib.sha256(json.dumps(entries).encode()).hexdigest()[:20]
+
+
+def source_fingerprint(dataset: str, data_path: str | None, raw_dir: str | Path) -> str:
+    """The fingerprint :func:`load_source` would give now (a source's ``SourceData.fingerprint``)."""
+    entry = SOURCES[dataset]
+    if entry.bundled and data_path is None:
+        return _bundled_fingerprint(dataset, str(raw_dir))
+    raw = Path(raw_dir)
+    candidates = [Path(data_path)] if data_path else []
+    watched = [p for p in (*candidates, raw / dataset) if p.exists()]
+    cache = raw / CACHE_FOLDER / f"{dataset}-{files_signature(watched)}.txt"
+    if cache.exists():
+        return cache.read_text().strip()
+    value = load_source(dataset, data_path, raw_dir).fingerprint
+    atomic_write(cache, lambda partial: partial.write_text(value))
+    log.info("fingerprinted dataset %s: %s", dataset, value)
+    return value
+
+
+@functools.cache
+def _bundled_fingerprint(dataset: str, raw_dir: str) -> str:
+    """Bundled data changes only with its package, so once per process is enough."""
+    return load_source(dataset, None, raw_dir).fingerprint
