@@ -186,3 +186,30 @@ def cli() -> None:
 
 
 cli.add_command(_build_run_command(), name="run")
+
+
+@cli.command("sweep")
+@click.option("--sequences", required=True, help="Comma list of sequences (presets or specs).")
+@click.option("--archs", help="Comma list of architectures, or all (default: parameter arch).")
+@click.option("--methods", help="Comma list of methods, or all (the default).")
+@click.option("--pairs", help="Comma list of historical:final mode pairs, instead of --methods.")
+@click.option("--seeds", help="Comma list of seeds (default: each sequence's own).")
+@click.option("--budget", help="Tuning budget (default: parameter budget).")
+@click.option("--dataset", help="Source dataset for every sequence.")
+@click.option("--data-path", help="File or folder the dataset reads.")
+@click.option("--workers", type=int, help="Start a local cluster of N worker processes.")
+@click.option("--scheduler", help="Use the Dask scheduler at this address (tcp://host:port).")
+@click.option("--threads", type=int, help="Torch threads per worker (default 1).")
+@click.option("--env", "-e", help="Kedro configuration environment.")
+@click.option("--params", default="", callback=_params_callback, help="More run parameters.")
+@click.option("--dry-run", is_flag=True, help="Print the graph and what is done; run nothing.")
+def sweep(**options: Any) -> None:
+    """Run every sequence × arch × method × seed on a Dask cluster, skipping what is finished."""
+    from seq2final.sweep.command import SweepOptions  # lazy: dask loads only for sweeps
+    from seq2final.sweep.command import sweep as run_sweep  # lazy: as above
+
+    try:
+        status = run_sweep(SweepOptions(**options), click.echo)
+    except Seq2FinalError as error:
+        raise click.ClickException(str(error)) from None
+    raise SystemExit(status)

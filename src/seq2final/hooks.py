@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import mlflow
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from kedro.io import CatalogProtocol
@@ -15,6 +16,7 @@ from seq2final.config.checks import sequence_spec, validate_parameters
 from seq2final.pipelines.adapt_final.nodes import RESULT_COLUMNS, result_rows, result_title
 from seq2final.pipelines.visualize import create_pipeline as visualize_pipeline
 from seq2final.reporting.tables import report_folder
+from seq2final.tracking.mlflow_io import ui_url
 from seq2final.tracking.names import sequence_names
 
 
@@ -87,8 +89,11 @@ class RunSummaryHook:
             )
         if run.mlflow.enabled and outputs & {"adapt_results", "result_table_reports"}:
             names = sequence_names(run.mlflow, spec.name, spec.dataset, spec.seed)
+            experiment = mlflow.MlflowClient().get_experiment_by_name(names.experiment)
+            where = ui_url(mlflow.get_tracking_uri(), experiment and experiment.experiment_id)
             lines.append(
-                f"MLflow: `make mlflow`, experiment '{names.experiment}'"
+                f"MLflow: experiment '{names.experiment}' at {where}"
+                + ("" if where.startswith(mlflow.get_tracking_uri()) else " (`make mlflow`)")
                 + (f", run 'summary · {spec.name} · {spec.dataset}'"
                    if "result_table_reports" in outputs else "")
             )  # fmt: skip

@@ -49,6 +49,7 @@ class MlflowOptions(StrictModel):
     """``mlflow`` block: whether jobs are tracked, and the names their runs and models get."""
 
     enabled: bool = True
+    tracking_uri: str | None = None
     experiment: str = "seq2final/{sequence}"
     registered_model: str = "{sequence}.{arch}.{method}"
     best_model: str = "{sequence}.{dataset}.{arch}"

@@ -63,15 +63,23 @@ class RunPlan:
         """The engine the plan's fits run with."""
         return Engine(**self.engine)
 
-    def command(self, pipeline: str, job: JobPlan) -> str:
-        """The command that runs ``pipeline`` for ``job`` with this plan's sequence and settings."""
+    def job_params(self, job: JobPlan) -> dict[str, Any]:
+        """The run parameters that ask for exactly ``job`` (and the states it needs)."""
         name = job.requested[0]
         what = (
-            f"method:{name}"
+            {"method": name}
             if name in METHODS
-            else f"historical:{job.historical},final:{job.final}"
+            else {"historical": job.historical, "final": job.final}
         )
-        params = [f"sequence:{self.sequence_name}", f"seed:{self.seed}", f"dataset:{self.dataset}"]
-        params += [f"data_path:{self.data_path}"] if self.data_path else []
-        params += [what, f"arch:{self.arch}", f"budget:{self.budget_name}"]
-        return f"kedro run --pipeline {pipeline} --params {','.join(params)}"
+        params: dict[str, Any] = {
+            "sequence": self.sequence_name,
+            "seed": self.seed,
+            "dataset": self.dataset,
+        }
+        params.update({"data_path": self.data_path} if self.data_path else {})
+        return {**params, **what, "arch": self.arch, "budget": self.budget_name}
+
+    def command(self, pipeline: str, job: JobPlan) -> str:
+        """The command that runs ``pipeline`` for ``job`` with this plan's sequence and settings."""
+        params = ",".join(f"{k}:{v}" for k, v in self.job_params(job).items())
+        return f"kedro run --pipeline {pipeline} --params {params}"

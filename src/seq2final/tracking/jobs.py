@@ -14,6 +14,7 @@ a finished run logs nothing.
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 import time
@@ -28,7 +29,7 @@ import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 
 from seq2final.config.parameters import MlflowOptions
 from seq2final.methods import METHODS
@@ -65,6 +66,7 @@ class JobTracker:
     num_classes: int
     kedro_run_id: str | None = None
     plugins: tuple[str, ...] = ()  # imported again wherever a registered model is loaded
+    sequence_digest: str = ""  # the stored sequence's content hash: the runs' dataset input
     seconds: float = 0.0  # time spent on MLflow, so its cost can be set against the run's
     _experiments: dict[str, str] = field(default_factory=dict)
 
@@ -77,12 +79,14 @@ class JobTracker:
         example: np.ndarray,
         num_classes: int,
         plugins: tuple[str, ...] = (),
+        sequence_digest: str = "",
     ) -> JobTracker | None:
         """The tracker of this plan, or None when tracking is off (``options.enabled``).
 
         The URI and every name were checked by the tracking hook before the run started;
         ``example`` is a few uint8 N×C×H×W test images (the models' input example); ``plugins``
-        the run's plugin import paths, which its registered models import when loaded.
+        the run's plugin import paths, which its registered models import when loaded;
+        ``sequence_digest`` the stored sequence's content hash.
         """
         if not options.enabled:
             return None
@@ -96,6 +100,7 @@ class JobTracker:
             num_classes,
             active.info.run_id if active else None,
             tuple(plugins),
+            sequence_digest,
         )
 
     def names(self, job: JobPlan) -> JobNames:
@@ -129,8 +134,29 @@ class JobTracker:
             self._experiment_id(job), run_name=_run_name(self.plan, job), tags=self._tags(job)
         )
         self._log_params(run.info.run_id, job)
+        self._log_dataset(run.info.run_id)
         self.seconds += time.perf_counter() - started
         return run.info.run_id
+
+    def _log_dataset(self, run_id: str) -> None:
+        """The sequence as the run's dataset input: the runs table's Dataset column then says
+        what each job trained on (name and content digest; the source, data path and spec in the
+        dataset's source)."""
+        source = {
+            "dataset": self.plan.dataset,
+            "data_path": self.plan.data_path,
+            "sequence_key": self.plan.sequence_key,
+            "spec": self.sequence_spec,
+        }
+        dataset = Dataset(
+            name=self.plan.sequence_name,
+            digest=self.sequence_digest[:12] or self.plan.sequence_key[-10:],
+            source_type="seq2final_sequence",
+            source=json.dumps(source, separators=(",", ":")),
+        )
+        self.client.log_inputs(
+            run_id, [DatasetInput(dataset, [InputTag("mlflow.data.context", "train")])]
+        )
 
     def fail(self, run_id: str, error: BaseException) -> None:
         """End a job's run FAILED (KILLED when interrupted), never FINISHED with missing metrics.

@@ -17,7 +17,12 @@ from seq2final.config.checks import sequence_spec, validate_parameters
 from seq2final.config.parameters import RunParameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.methods import requested_jobs
-from seq2final.tracking.names import JobNames, check_registry_names, fail_fast
+from seq2final.tracking.names import (
+    JobNames,
+    check_experiment_names,
+    check_registry_names,
+    fail_fast,
+)
 from seq2final.tracking.summary import SequenceSummary
 
 log = logging.getLogger(__name__)
@@ -34,6 +39,7 @@ class TrackingHook(MlflowHook):
     """
 
     enabled = False  # until after_context_created has read the parameter
+    pipeline_run = True  # kedro-mlflow's run of the whole pipeline (off with mlflow.tracking_uri)
     _run: RunParameters | None = None
     _summary: SequenceSummary | None = None
 
@@ -45,17 +51,23 @@ class TrackingHook(MlflowHook):
         if not self.enabled:
             log.info("MLflow tracking is off (mlflow.enabled: false)")
             return
+        self.pipeline_run = run.mlflow.tracking_uri is None
         with fail_fast():
             try:
-                super().after_context_created(context)
+                if self.pipeline_run:
+                    super().after_context_created(context)
+                else:  # a sweep's worker: job runs to the sweep's server, no pipeline run
+                    mlflow.set_tracking_uri(run.mlflow.tracking_uri)
                 client = MlflowClient()
                 client.search_experiments(max_results=1)
             except Exception as error:  # MLflow, SQLAlchemy and HTTP errors alike
                 reason = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+                uri = run.mlflow.tracking_uri or _configured_uri(context)
                 raise Seq2FinalError(
-                    f"MLflow setup failed on tracking URI '{_configured_uri(context)}': {reason}"
+                    f"MLflow setup failed on tracking URI '{uri}': {reason}"
                 ) from None
             names = _job_names(run)
+            check_experiment_names([n.experiment for n in names])
             if run.mlflow.log_models:
                 check_registry_names(
                     client, [m for n in names for m in (n.registered_model, n.best_model)]
@@ -71,7 +83,7 @@ class TrackingHook(MlflowHook):
         save_version: str,
         load_versions: dict[str, str],
     ) -> None:
-        if self.enabled:
+        if self.enabled and self.pipeline_run:
             super().after_catalog_created(
                 catalog, conf_catalog, conf_creds, parameters, save_version, load_versions
             )
@@ -80,21 +92,21 @@ class TrackingHook(MlflowHook):
     def before_pipeline_run(
         self, run_params: dict[str, Any], pipeline: Pipeline, catalog: CatalogProtocol
     ) -> None:
-        if self.enabled:
+        if self.enabled and self.pipeline_run:
             super().before_pipeline_run(run_params, pipeline, catalog)
 
     @hook_impl
     def before_node_run(
         self, node: Node, catalog: CatalogProtocol, inputs: dict[str, Any], is_async: bool
     ) -> None:
-        if self.enabled:
+        if self.enabled and self.pipeline_run:
             super().before_node_run(node, catalog, inputs, is_async)
 
     @hook_impl
     def after_pipeline_run(
         self, run_params: dict[str, Any], pipeline: Pipeline, catalog: CatalogProtocol
     ) -> None:
-        if self.enabled:
+        if self.enabled and self.pipeline_run:
             super().after_pipeline_run(run_params, pipeline, catalog)
 
     @hook_impl
@@ -147,7 +159,7 @@ class TrackingHook(MlflowHook):
         pipeline: Pipeline,
         catalog: CatalogProtocol,
     ) -> None:
-        if self.enabled:
+        if self.enabled and self.pipeline_run:
             super().on_pipeline_error(error, run_params, pipeline, catalog)
 
 

@@ -20,18 +20,39 @@ from mlflow.exceptions import MlflowException
 from seq2final import __version__
 from seq2final.tracking.names import environment
 
+UI_ADDRESS = "http://127.0.0.1:5000"
+"""Where ``make mlflow`` serves the UI of the project's own store."""
+
 
 def experiment_id(client: MlflowClient, name: str) -> str:
     """The experiment called ``name``, created (or restored from deletion) when needed."""
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
-        # The kind MLflow 3's own experiment-type selector records for training runs.
-        return client.create_experiment(
-            name, tags={"mlflow.experimentKind": "custom_model_development"}
-        )
+        try:  # the kind MLflow 3's own experiment-type selector records for training runs
+            return client.create_experiment(
+                name, tags={"mlflow.experimentKind": "custom_model_development"}
+            )
+        except MlflowException as error:  # another worker created it first: use that one
+            if error.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            experiment = client.get_experiment_by_name(name)
+            assert experiment is not None
     if experiment.lifecycle_stage == "deleted":
         client.restore_experiment(experiment.experiment_id)
     return experiment.experiment_id
+
+
+def ui_url(tracking_uri: str, experiment: str | None = None, local: str = UI_ADDRESS) -> str:
+    """The MLflow UI page of ``experiment`` (an id; all experiments when None), opening on *Model
+    training*.
+
+    MLflow 3.17's UI starts on its GenAI pages unless the browser remembers otherwise; the URL's
+    ``workflowType`` parameter decides it for this page. ``local`` is where ``make mlflow`` serves
+    a file or SQLite store; an ``http(s)`` tracking URI is its own UI.
+    """
+    base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else local
+    page = f"experiments/{experiment}/runs" if experiment else "experiments"
+    return f"{base}/#/{page}?workflowType=machine_learning"
 
 
 def ensure_registered_model(client: MlflowClient, name: str) -> None:

@@ -91,6 +91,17 @@ def fail_fast() -> contextlib.AbstractContextManager[None]:
     return environment(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
 
 
+def check_experiment_names(names: list[str]) -> None:
+    """MLflow refuses an empty experiment name, but only when it first creates one: after the
+    training. Refuse it before."""
+    for name in names:
+        if not name.strip():
+            raise Seq2FinalError(
+                f"parameter 'mlflow.experiment' gives the empty experiment name {name!r}; MLflow "
+                "needs a name, e.g. 'seq2final/{sequence}'"
+            )
+
+
 def check_registry_names(client: MlflowClient, names: list[str]) -> None:
     """Ask MLflow itself whether it accepts each registered-model name, before any training."""
     for name in names:

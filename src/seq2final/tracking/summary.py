@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 class SequenceSummary:
     """The summary run of one sequence: its tables and figures, and the ``best`` model alias.
 
-    One run per (sequence, dataset), tagged ``kind=summary``, in the sequence's experiment; later
+    One run per (sequence, dataset), tagged ``kind=summary``, in the sequence's experiment (created
+    once, even by workers that ask at the same moment); later
     ``evaluate``/``visualize`` runs update it in place (same artifact paths), so it always shows
     the latest tables. The best adapted model per (sequence, arch) is registered under the
     ``best_model`` name and carries the alias ``best``.
@@ -48,21 +49,27 @@ class SequenceSummary:
         if self._run_id is None:
             experiment = experiment_id(self.client, self._names().experiment)
             tags = {"kind": "summary", "sequence": self.sequence, "dataset": self.dataset}
-            found = self.client.search_runs(
-                [experiment],
-                filter_string=" and ".join(f"tags.{k} = '{v}'" for k, v in tags.items()),
-                order_by=["attributes.start_time DESC"],
-                max_results=1,
-            )
-            if found:
-                self._run_id = found[0].info.run_id
-            else:
+            found = self._summary_runs(experiment, tags)
+            if not found:
                 run = self.client.create_run(
                     experiment, tags=tags, run_name=f"summary · {self.sequence} · {self.dataset}"
                 )
                 self.client.set_terminated(run.info.run_id, "FINISHED")
-                self._run_id = run.info.run_id
+                # Workers racing here each create one; all keep the oldest, the others go.
+                found = self._summary_runs(experiment, tags)
+                if found[0] != run.info.run_id:
+                    self.client.delete_run(run.info.run_id)
+            self._run_id = found[0]
         return self._run_id
+
+    def _summary_runs(self, experiment: str, tags: Mapping[str, str]) -> list[str]:
+        """The sequence's summary runs, oldest first (ties by id, so every worker agrees)."""
+        runs = self.client.search_runs(
+            [experiment],
+            filter_string=" and ".join(f"tags.{k} = '{v}'" for k, v in tags.items()),
+        )
+        runs.sort(key=lambda run: (run.info.start_time, run.info.run_id))
+        return [run.info.run_id for run in runs]
 
     @property
     def folder(self) -> str:

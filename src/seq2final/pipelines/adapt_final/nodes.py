@@ -45,6 +45,7 @@ def job_recipes(
         example=sequence.step(-1).split("test")[0][:2],
         num_classes=len(sequence.class_names),
         plugins=tuple(plugin_paths(plugins)),
+        sequence_digest=sequence.content_hash,
     )
     return {key: TrackedJob(recipe, tracker) for key, recipe in recipes.items()}
 

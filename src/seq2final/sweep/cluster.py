@@ -1,0 +1,192 @@
+"""Where a sweep runs: a Dask cluster (local processes, an existing scheduler, or a batch system
+through ``dask-jobqueue``) and, for SQLite tracking, one MLflow server its workers log to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from distributed import Client, LocalCluster, Nanny, Scheduler, SpecCluster
+from pydantic import Field
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.schema import StrictModel
+from seq2final.sweep.work import TorchThreads
+
+log = logging.getLogger(__name__)
+
+JOBQUEUE_CLUSTERS = {
+    "slurm": "SLURMCluster",
+    "pbs": "PBSCluster",
+    "sge": "SGECluster",
+    "lsf": "LSFCluster",
+    "htcondor": "HTCondorCluster",
+}
+
+
+class ClusterSpec(StrictModel):
+    """``cluster`` block of ``conf/<env>/sweep.yml``: a batch-system cluster the sweep starts."""
+
+    type: Literal["local", "slurm", "pbs", "sge", "lsf", "htcondor"] = "local"
+    jobs: int = Field(default=1, ge=1)  # batch jobs to scale to (each runs `processes` workers)
+    options: dict[str, Any] = Field(default_factory=dict)  # the dask-jobqueue class's arguments
+    gpus_per_worker: int = Field(default=0, ge=0)  # declared as the workers' GPU resource
+
+
+class SweepSettings(StrictModel):
+    """``conf/<env>/sweep.yml``: how a sweep's workers are started (all optional)."""
+
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    threads: int = Field(default=1, ge=1)  # torch threads per worker
+
+
+def connect(
+    scheduler: str | None, workers: int | None, settings: SweepSettings, threads: int
+) -> tuple[Client, Any]:
+    """A Dask client and the cluster it owns (None for an existing scheduler's)."""
+    if workers is not None and workers < 1:
+        raise Seq2FinalError(f"--workers {workers}: needs at least 1 worker")
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout="10s")
+        except OSError as error:
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise Seq2FinalError(f"Dask scheduler {scheduler} is unreachable ({reason})") from None
+    else:
+        cluster = _start_cluster(workers, settings, threads)
+        client = Client(cluster)
+    client.register_plugin(TorchThreads(threads))
+    return client, None if scheduler else client.cluster
+
+
+def _start_cluster(workers: int | None, settings: SweepSettings, threads: int) -> Any:
+    spec = settings.cluster
+    if spec.type != "local":
+        import dask_jobqueue  # lazy: only batch-system sweeps need it
+
+        cluster_class = getattr(dask_jobqueue, JOBQUEUE_CLUSTERS[spec.type])
+        options = dict(spec.options)
+        if spec.gpus_per_worker:
+            options.setdefault("worker_extra_args", []).append(
+                f"--resources GPU={spec.gpus_per_worker}"
+            )
+        try:
+            cluster = cluster_class(**options)
+        except (TypeError, ValueError) as error:
+            raise Seq2FinalError(f"sweep.yml cluster.options: {error}") from None
+        cluster.scale(jobs=spec.jobs)
+        return cluster
+    gpus = torch.cuda.device_count()
+    if gpus:  # one worker per GPU, each seeing only its own device
+        count = workers or gpus
+        specs = {
+            f"gpu-{i}": {
+                "cls": Nanny,
+                "options": {
+                    "nthreads": 1,
+                    "env": {"CUDA_VISIBLE_DEVICES": str(i % gpus)},
+                    "resources": {"GPU": 1},
+                },
+            }
+            for i in range(count)
+        }
+        scheduler = {"cls": Scheduler, "options": {"dashboard_address": ":0"}}
+        return SpecCluster(workers=specs, scheduler=scheduler, silence_logs=logging.WARNING)
+    return LocalCluster(
+        n_workers=workers or 1,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",
+        silence_logs=logging.WARNING,
+        env={
+            "OMP_NUM_THREADS": str(threads),
+            "MKL_NUM_THREADS": str(threads),
+            "DASK_LOGGING__DISTRIBUTED": "warning",
+        },
+    )
+
+
+def has_gpus(client: Client) -> bool:
+    """Whether the cluster's workers declare GPUs (then every training task asks for one)."""
+    workers = client.scheduler_info().get("workers", {}).values()
+    return any(worker.get("resources", {}).get("GPU") for worker in workers)
+
+
+@contextlib.contextmanager
+def tracking_server(tracking_uri: str, project: Path, for_remote_workers: bool) -> Iterator[str]:
+    """The URI workers log to: ``tracking_uri`` itself when it is a server, otherwise one
+    ``mlflow server`` on its store for the sweep's duration (many processes writing one SQLite
+    file directly is what ends in "database is locked")."""
+    if tracking_uri.startswith(("http://", "https://")):
+        yield tracking_uri
+        return
+    host = socket.getfqdn() if for_remote_workers else "127.0.0.1"
+    port = _free_port()
+    backend = _absolute_sqlite(tracking_uri, project)
+    command = [
+        str(Path(sys.executable).with_name("mlflow")),
+        "server",
+        "--backend-store-uri", backend,
+        "--default-artifact-root", str(project / "mlruns"),
+        "--no-serve-artifacts",
+        "--host", "0.0.0.0" if for_remote_workers else host,
+        "--port", str(port),
+        "--workers", "1",
+    ]  # fmt: skip
+    log_path = project / "logs" / "mlflow-server.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    with log_path.open("ab") as output:
+        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
+    url = f"http://{host}:{port}"
+    try:
+        _wait_until_up(url, server, log_path)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def _absolute_sqlite(uri: str, project: Path) -> str:
+    """A SQLite URI relative to the project made absolute (the server may run elsewhere)."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri[len(prefix) :].startswith("/"):
+        return prefix + str((project / uri[len(prefix) :]).resolve())
+    return uri
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_until_up(
+    url: str, server: subprocess.Popen, log_path: Path, timeout: float = 120
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise Seq2FinalError(f"the MLflow server for the sweep exited; see {log_path}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    server.kill()
+    raise Seq2FinalError(f"the MLflow server for the sweep did not start in {timeout:.0f} s")

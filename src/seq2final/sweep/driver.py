@@ -1,0 +1,251 @@
+"""The sweep's driver: submits the graph to Dask with its dependencies and follows it to the end.
+
+Sequences are built first; a built sequence's historical states are submitted next, each trained
+once (the shared step-0 model by the first state that starts from it, the states that follow it
+waiting for that task), and each job waits only for its own state. Finished work is skipped, a
+failure stops only what depends on it, and each sequence is evaluated once all of its jobs have
+settled. The driver only plans and waits; its own time per job is measured and reported.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from distributed import Client, Future, wait
+
+from seq2final.reporting.tables import report_folder
+from seq2final.runs.plans import STEP0
+from seq2final.sweep.graph import (
+    SequenceWork,
+    Stores,
+    SweepGraph,
+    SweepRequest,
+    is_built,
+    plans_of,
+)
+from seq2final.sweep.work import Task, run_task
+
+
+@dataclass
+class Failure:
+    """A task that did not finish: what, why (one line) and where its full log is."""
+
+    task: Task
+    reason: str
+
+
+@dataclass
+class SweepReport:
+    """What a sweep did."""
+
+    trained: Counter = field(default_factory=Counter)  # task kind -> tasks run
+    reused: Counter = field(default_factory=Counter)  # task kind -> already finished
+    failures: list[Failure] = field(default_factory=list)
+    tables: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    driver_seconds: float = 0.0
+    jobs: int = 0
+    lost_jobs: int = 0  # jobs of sequences that could not be built
+
+
+@dataclass
+class Sweep:
+    """One sweep over a built graph, on a Dask client."""
+
+    client: Client
+    project: Path
+    env: str | None
+    params: dict[str, Any]  # run parameters every task gets (budget, dataset, tracking URI, ...)
+    context_params: dict[str, Any]  # the project's parameters with ``params`` applied
+    request: SweepRequest
+    stores: Stores
+    gpus: bool
+    say: Callable[[str], None]
+    log_dir: Path = field(default_factory=lambda: Path("logs/sweep"))
+    report: SweepReport = field(default_factory=SweepReport)
+    _id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S"))
+    _tasks: dict[Future, Task] = field(default_factory=dict)
+    _states: dict[str, Future] = field(default_factory=dict)
+    _pending_jobs: dict[tuple[str, str], int] = field(default_factory=Counter)
+    _good_jobs: dict[tuple[str, str], int] = field(default_factory=Counter)
+    _planned: dict[tuple[str, str], int] = field(default_factory=Counter)
+    _job_seconds: list[float] = field(default_factory=list)
+    _unbuilt: dict[str, SequenceWork] = field(default_factory=dict)
+    _reused_states: set[str] = field(default_factory=set)
+
+    def run(self, graph: SweepGraph) -> SweepReport:
+        started = time.perf_counter()
+        self.report.jobs = graph.counts(self.stores)["jobs"][0]
+        self._drive(lambda: self._submit_graph(graph))
+        self._wait_all(started)
+        self.report.reused["state"] = len(self._reused_states)
+        self.report.seconds = time.perf_counter() - started
+        return self.report
+
+    # -- submitting ----------------------------------------------------------------------------
+
+    def _drive(self, step: Callable[[], None]) -> None:
+        """Run driver work, counting its time (the overhead the sweep adds per job)."""
+        started = time.perf_counter()
+        step()
+        self.report.driver_seconds += time.perf_counter() - started
+
+    def _submit_graph(self, graph: SweepGraph) -> None:
+        for work in graph.sequences:
+            group = (work.spec.name, work.spec.dataset)
+            self._planned[group] += 1
+            if work.built:
+                self.report.reused["sequence"] += 1
+                self._submit_training(work)
+            else:
+                self._unbuilt[work.spec.key] = work
+                self._submit(self._task("sequence", work.spec.key, "build_sequences", work.params))
+
+    def _submit_training(self, work: SequenceWork) -> None:
+        group = (work.spec.name, work.spec.dataset)
+        seen_jobs: set[str] = set()
+        for plan in work.plans:
+            for state in plan.states:
+                if state.mode == STEP0 or state.key in self._states:
+                    continue
+                if state.key in self.stores.states:
+                    self._reused_states.add(state.key)
+                    continue
+                job = next(j for j in plan.jobs if j.state_key == state.key)
+                step0 = state.step0_key
+                after = [self._states[step0]] if step0 in self._states else []
+                task = self._task("state", state.key, "pretrain_historical", plan.job_params(job))
+                future = self._submit(task, after, training=True)
+                self._states[state.key] = future
+                if step0 and step0 not in self._states and step0 not in self.stores.states:
+                    self._states[step0] = future  # this task trains step 0 as well
+            for job in plan.jobs:
+                if job.key in seen_jobs:
+                    continue
+                seen_jobs.add(job.key)
+                if job.key in self.stores.results:
+                    self.report.reused["job"] += 1
+                    self._good_jobs[group] += 1
+                    continue
+                after = [self._states[job.state_key]] if job.state_key in self._states else []
+                task = self._task("job", job.key, "adapt_final", plan.job_params(job))
+                self._submit(task, after, training=True)
+                self._pending_jobs[group] += 1
+        self._planned[group] -= 1
+        self._maybe_evaluate(group)
+
+    def _task(self, kind: str, name: str, pipeline: str, params: dict[str, Any]) -> Task:
+        log_path = self.project / self.log_dir / self._id / f"{kind}-{name}.log"
+        return Task(kind, name, pipeline, {**self.params, **params}, str(log_path))
+
+    def _submit(self, task: Task, after: list[Future] = (), training: bool = False) -> Future:
+        future = self.client.submit(
+            run_task,
+            str(self.project),
+            self.env,
+            task,
+            *after,
+            key=f"{task.kind}-{task.name}-{uuid.uuid4().hex[:8]}",
+            resources={"GPU": 1} if training and self.gpus else None,
+            pure=False,
+        )
+        self._tasks[future] = task
+        return future
+
+    def _maybe_evaluate(self, group: tuple[str, str]) -> None:
+        """Evaluate a sequence once all its seeds are planned and all its jobs have settled."""
+        if self._planned[group] or self._pending_jobs[group] or not self._good_jobs[group]:
+            return
+        self._good_jobs[group] = 0  # once
+        name, dataset = group
+        work_params = {"sequence": name, "dataset": dataset}
+        self._submit(self._task("evaluate", f"{name}-{dataset}", "evaluate", work_params))
+        self.report.tables.append(
+            f"data/08_reporting/result_table_reports/{report_folder(name, dataset)}/"
+        )
+
+    # -- following -----------------------------------------------------------------------------
+
+    def _wait_all(self, started: float) -> None:
+        last_line, last_time = "", 0.0
+        while self._tasks:
+            try:
+                done, _ = wait(list(self._tasks), timeout=5, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                done = set()
+            for future in done:
+                self._drive(lambda future=future: self._settle(future))
+            line = self._progress(started)
+            if line != last_line or time.monotonic() - last_time > 60:
+                self.say(line)
+                last_line, last_time = line, time.monotonic()
+
+    def _settle(self, future: Future) -> None:
+        task = self._tasks.pop(future)
+        if future.status == "finished":
+            self.report.trained[task.kind] += 1
+            result = future.result()
+            if task.kind == "job":
+                self._job_seconds.append(result["seconds"])
+        else:
+            error = future.exception()
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            if not Path(task.log_path).exists():  # it never ran: a task it waited for failed
+                reason = f"not run: {reason}"
+            self.report.failures.append(Failure(task, reason[:300]))
+        if task.kind == "sequence":
+            self._after_sequence(task, built=future.status == "finished")
+        elif task.kind == "job":
+            group = (task.params["sequence"], task.params["dataset"])
+            self._pending_jobs[group] -= 1
+            self._good_jobs[group] += future.status == "finished"
+            self._maybe_evaluate(group)
+
+    def _after_sequence(self, task: Task, built: bool) -> None:
+        """Plan and submit a sequence's states and jobs once it is built (their keys cover its
+        content); if it could not be built, its jobs are lost and counted as such."""
+        work = self._unbuilt.pop(task.name)
+        group = (work.spec.name, work.spec.dataset)
+        if built:
+            work.built = is_built(
+                work.spec, self.stores.sequences, self.context_params["build_sequences"]["raw_dir"]
+            )
+            work.plans = plans_of(
+                work, self.request, {**self.context_params, **work.params}, self.stores
+            )
+            self._submit_training(work)
+            return
+        self.report.lost_jobs += len({job.key for plan in work.plans for job in plan.jobs})
+        self._planned[group] -= 1
+        self._maybe_evaluate(group)
+
+    def _progress(self, started: float) -> str:
+        processing = {key for keys in self.client.processing().values() for key in keys}
+        running = sum(1 for f, t in self._tasks.items() if t.kind == "job" and f.key in processing)
+        done = self.report.trained["job"] + self.report.reused["job"]
+        failed = self.report.lost_jobs + sum(
+            1 for f in self.report.failures if f.task.kind == "job"
+        )
+        left = self.report.jobs - done - failed
+        elapsed = time.perf_counter() - started
+        line = (
+            f"jobs {done}/{self.report.jobs} done · {running} running · {failed} failed · "
+            f"{_clock(elapsed)} elapsed"
+        )
+        if self._job_seconds and left:
+            workers = max(1, len(self.client.scheduler_info().get("workers", {})))
+            mean = sum(self._job_seconds) / len(self._job_seconds)
+            line += f" · ~{_clock(mean * left / workers)} left"
+        return line
+
+
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"

@@ -1,0 +1,204 @@
+"""A sweep's work as a graph: sequences, then historical states, then jobs, then ``evaluate``.
+
+The graph is resolved from the run parameters and the stores, without training anything: what a
+sequence's states and jobs are called depends on the sequence's content, so a sequence that is
+not built yet contributes its states and jobs once it is (see :mod:`~.driver`); until then they
+are counted with a placeholder content digest, which gives the same numbers.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from seq2final.config.checks import sequence_spec, validate_parameters
+from seq2final.core.errors import Seq2FinalError
+from seq2final.data.fingerprints import source_fingerprint
+from seq2final.data.spec import SequenceSpec
+from seq2final.methods import METHODS, requested_jobs
+from seq2final.models import ARCHITECTURES
+from seq2final.runs.planner import plan_run
+from seq2final.runs.plans import RunPlan
+from seq2final.runs.result_store import ResultStore
+from seq2final.runs.sequence_store import SequenceStore
+from seq2final.runs.state_store import HistoricalStore
+
+UNBUILT = "unbuilt"
+"""The content digest states and jobs of a sequence not built yet are counted with."""
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """What a sweep covers: every combination of these lists, on one budget and dataset."""
+
+    sequences: tuple[str, ...]
+    archs: tuple[str, ...]
+    methods: tuple[str, ...] = ()
+    pairs: tuple[tuple[str, str], ...] = ()
+    seeds: tuple[int | None, ...] = (None,)
+
+    def asks(self) -> list[dict[str, Any]]:
+        """One method request per method or historical:final pair (all 18 methods if neither)."""
+        if self.pairs:
+            return [{"method": None, "historical": h, "final": f} for h, f in self.pairs]
+        return [{"method": m, "historical": None, "final": None} for m in self.methods or METHODS]
+
+
+def parse_list(text: str, option: str, valid: list[str] | None = None) -> tuple[str, ...]:
+    """A comma list (``all`` for every valid name); an unknown name is one line with the valid."""
+    items = tuple(item.strip() for item in text.split(",") if item.strip())
+    if not items:
+        raise Seq2FinalError(f"--{option} is empty; give a comma list or 'all'")
+    if valid is None:
+        if "all" in items:
+            raise Seq2FinalError(f"--{option} cannot be 'all'; give a comma list")
+        return items
+    if items == ("all",):
+        return tuple(valid)
+    unknown = [item for item in items if item not in valid]
+    if unknown:
+        raise Seq2FinalError(
+            f"--{option}: unknown {', '.join(repr(u) for u in unknown)}; "
+            f"valid: all, {', '.join(valid)}"
+        )
+    return items
+
+
+def parse_request(
+    sequences: str, archs: str, methods: str | None, pairs: str | None, seeds: str | None
+) -> SweepRequest:
+    """The sweep's lists from the command line, each checked against its registry."""
+    if methods and pairs:
+        raise Seq2FinalError("give --methods or --pairs, not both")
+    method_list = parse_list(methods, "methods", list(METHODS)) if methods else ()
+    pair_list = ()
+    if pairs:
+        pair_list = tuple(_pair(p) for p in parse_list(pairs, "pairs"))
+    seed_list: tuple[int | None, ...] = (None,)
+    if seeds:
+        try:
+            seed_list = tuple(int(s) for s in parse_list(seeds, "seeds"))
+        except ValueError:
+            raise Seq2FinalError(
+                f"--seeds '{seeds}' must be whole numbers, e.g. 1007,1008"
+            ) from None
+    return SweepRequest(
+        sequences=parse_list(sequences, "sequences"),
+        archs=parse_list(archs, "archs", list(ARCHITECTURES)),
+        methods=method_list,
+        pairs=pair_list,
+        seeds=seed_list,
+    )
+
+
+def _pair(text: str) -> tuple[str, str]:
+    historical, sep, final = text.partition(":")
+    if not sep or not historical or not final:
+        raise Seq2FinalError(f"--pairs item '{text}' must be historical:final, e.g. erm:ft")
+    return historical, final
+
+
+@dataclass
+class SequenceWork:
+    """One sequence (at one seed) and everything the sweep trains on it."""
+
+    spec: SequenceSpec
+    params: dict[str, Any]
+    built: bool
+    plans: list[RunPlan] = field(default_factory=list)
+
+
+@dataclass
+class SweepGraph:
+    """The sweep's sequences, with the plans (states and jobs) of those already built."""
+
+    sequences: list[SequenceWork]
+
+    def counts(self, stores: Stores) -> dict[str, tuple[int, int]]:
+        """(total, finished) for sequences, historical states and jobs."""
+        states: dict[str, bool] = {}
+        jobs: dict[str, bool] = {}
+        for work in self.sequences:
+            for plan in work.plans:
+                for state in plan.states:
+                    states[state.key] = work.built and state.key in stores.states
+                for job in plan.jobs:
+                    jobs[job.key] = work.built and job.key in stores.results
+        return {
+            "sequences": (len(self.sequences), sum(w.built for w in self.sequences)),
+            "states": (len(states), sum(states.values())),
+            "jobs": (len(jobs), sum(jobs.values())),
+        }
+
+
+    def finished(self, stores: Stores) -> bool:
+        """Whether every sequence is built and every state and job stored."""
+        return all(done == total for total, done in self.counts(stores).values())
+
+
+@dataclass(frozen=True)
+class Stores:
+    """The project's stores, as the catalog places them."""
+
+    sequences: SequenceStore
+    states: HistoricalStore
+    results: ResultStore
+
+
+def expand(request: SweepRequest, params: Mapping[str, Any], stores: Stores) -> SweepGraph:
+    """Check every combination's parameters and resolve what is built and what each trains.
+
+    Every check runs here, before any work: an unknown sequence or a bad option stops the sweep
+    in one line, naming the combination.
+    """
+    sequences = []
+    for name, seed in itertools.product(request.sequences, request.seeds):
+        combo = {**params, "sequence": name, "seed": seed}
+        try:
+            run = validate_parameters(combo)
+        except Seq2FinalError as error:
+            raise Seq2FinalError(f"sequence '{name}': {error}") from None
+        spec = sequence_spec(run)
+        work = SequenceWork(spec, {"sequence": name, "seed": spec.seed}, built=False)
+        work.built = is_built(spec, stores.sequences, params["build_sequences"]["raw_dir"])
+        work.plans = plans_of(work, request, combo, stores)
+        sequences.append(work)
+    return SweepGraph(sequences)
+
+
+def is_built(spec: SequenceSpec, sequences: SequenceStore, raw_dir: str) -> bool:
+    """Whether the stored sequence exists and was drawn from the source data as it is now."""
+    if spec.key not in sequences:
+        return False
+    recorded = sequences[spec.key].manifest.get("source_fingerprint")
+    return not recorded or recorded == source_fingerprint(spec.dataset, spec.data_path, raw_dir)
+
+
+def plans_of(
+    work: SequenceWork,
+    request: SweepRequest,
+    params: Mapping[str, Any],
+    stores: Stores,
+) -> list[RunPlan]:
+    """The run plans of one sequence: one per architecture and method request."""
+    data = stores.sequences[work.spec.key].content_hash if work.built else UNBUILT
+    plans = []
+    for arch, ask in itertools.product(request.archs, request.asks()):
+        run_request = {**ask, "arch": arch, "budget": params["budget"], "force": False}
+        requested_jobs(ask["method"], ask["historical"], ask["final"], arch)  # checks the pair
+        plans.append(
+            plan_run(
+                work.spec,
+                run_request,
+                params["budgets"],
+                params["training"],
+                params["tuning"],
+                params["historical_modes"],
+                params["final_modes"],
+                params["pretrain_historical"]["step0"],
+                data,
+            )
+        )
+    return plans

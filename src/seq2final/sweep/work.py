@@ -1,0 +1,112 @@
+"""What a sweep's Dask workers run: one project pipeline for one unit of work, logged to a file.
+
+Each task is an ordinary Kedro run of the project (``build_sequences``, ``pretrain_historical``,
+``adapt_final`` or ``evaluate``) whose run parameters select exactly one sequence, state or job,
+so a sweep computes what the same ``kedro run`` typed by hand would, with the same stores, leases
+and tracking. Its log goes to its own file, whose path the sweep reports when the task fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from distributed import WorkerPlugin
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of a sweep: which pipeline, with which run parameters, logged where."""
+
+    kind: str  # sequence, state, job or evaluate
+    name: str
+    pipeline: str
+    params: dict[str, Any]
+    log_path: str
+
+
+def run_task(project: str, env: str | None, task: Task, *after: Any) -> dict[str, Any]:
+    """Run ``task`` in this worker (``after``: the results of the tasks it waited for)."""
+    started = time.perf_counter()
+    os.chdir(project)  # relative paths in the catalog and logs are the project's (one task a time)
+    bootstrap_project(Path(project))  # (re)applies the project's logging set-up: first
+    try:
+        with (
+            task_log(Path(task.log_path)),
+            KedroSession.create(
+                project_path=Path(project), env=env, runtime_params=task.params
+            ) as session,
+        ):
+            session.run(pipeline_names=[task.pipeline])
+    except Exception as error:
+        raise TaskFailed(root_cause(error)) from None  # the full traceback is in the task's log
+    return {"name": task.name, "seconds": time.perf_counter() - started}
+
+
+class TaskFailed(Exception):
+    """A task's failure as one line: its root cause (Kedro wraps node errors in its own)."""
+
+
+def root_cause(error: BaseException) -> str:
+    """The innermost error behind ``error``, as ``Type: message`` on one line."""
+    while True:
+        inner = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+        if inner is None:
+            break
+        error = inner
+    message = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+_OWN_HANDLERS = ("mlflow", "alembic")
+
+
+@contextmanager
+def task_log(path: Path) -> Iterator[None]:
+    """Send everything logged during the block to ``path`` instead of the worker's terminal."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Libraries that print through handlers of their own (MLflow) are sent to the file too.
+    loggers = [logging.getLogger(), *(logging.getLogger(name) for name in _OWN_HANDLERS)]
+    saved = [(lg, list(lg.handlers), lg.level, lg.propagate) for lg in loggers]
+    with path.open("a", encoding="utf8") as stream:
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s - %(name)s - %(levelname)s - %(message)s")
+        )
+        for logger in loggers[1:]:
+            logger.handlers, logger.propagate = [], True
+        loggers[0].handlers = [handler]
+        loggers[0].setLevel(logging.INFO)
+        try:
+            with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
+                yield
+        except BaseException:
+            logging.getLogger(__name__).exception("task failed")
+            raise
+        finally:
+            for logger, handlers, level, propagate in saved:
+                logger.handlers, logger.propagate = handlers, propagate
+                logger.setLevel(level)
+
+
+class TorchThreads(WorkerPlugin):
+    """Each worker trains with ``threads`` torch threads (one by default: processes scale better
+    than threads for these small models)."""
+
+    name = "seq2final-torch-threads"
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+
+    def setup(self, worker: Any) -> None:
+        torch.set_num_threads(self.threads)

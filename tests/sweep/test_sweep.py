@@ -1,0 +1,270 @@
+"""``kedro sweep`` for real: local and separately started Dask clusters, failures, a killed worker.
+
+Each test runs the command as a user types it, in a copy of the project, with tiny digits data.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from click.testing import CliRunner
+from mlflow import MlflowClient
+
+from seq2final.cli import cli
+
+pytestmark = pytest.mark.xdist_group("sweep")
+
+TINY = "build_sequences.test_size=50,build_sequences.oracle_size=120"
+SEQUENCE = "source100:rotation60"
+RESULTS = "data/07_model_output/results"
+BIN = Path(sys.executable).parent
+
+
+def kedro(project, *args, extra_env=None, **popen):
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1", **(extra_env or {})}
+    command = [str(BIN / "kedro"), *args]
+    if popen:
+        return subprocess.Popen(command, cwd=project, env=env, text=True, **popen)
+    return subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
+
+
+def sweep(project, *args, params=TINY, **kwargs):
+    return kedro(
+        project, "sweep", "--env", "test", "--sequences", SEQUENCE, "--budget", "smoke",
+        "--params", params, *args, **kwargs,
+    )  # fmt: skip
+
+
+def records(project):
+    return {p.stem: json.loads(p.read_text()) for p in (project / RESULTS).glob("*.json")}
+
+
+def test_a_sweep_on_two_local_workers_finishes_and_a_second_run_trains_nothing(project):
+    done = sweep(project, "--archs", "convnet_1,resnet_1", "--methods", "ft,baseline",
+                 "--workers", "2")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Sweep: 1 sequences (0 done), 2 states (0 done), 4 jobs (0 done)" in done.stdout
+    assert "ran 1 sequence, 2 state, 4 job, 1 evaluate" in done.stdout
+    found = records(project)
+    assert len(found) == 4
+    assert {(r["arch"], r["method"]) for r in found.values()} == {
+        (a, m) for a in ("convnet_1", "resnet_1") for m in ("ft", "baseline")
+    }
+    tables = project / "data/08_reporting/result_tables/source100-rotation60-digits"
+    assert (tables / "smoke-per_arch.csv").exists()
+    assert "Tables: data/08_reporting/result_table_reports/source100-rotation60-digits/" in (
+        done.stdout
+    )
+    # Every job logged once, over HTTP, with its sequence as the run's dataset input.
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("seq2final/source100-rotation60")
+    jobs = client.search_runs([experiment.experiment_id], "tags.kind = 'job'")
+    assert sorted(r.data.tags["job_key"] for r in jobs) == sorted(found)
+    assert all(r.info.status == "FINISHED" for r in jobs)
+    manifest = next((project / "data/03_primary/sequences").glob("*/manifest.json"))
+    digest = json.loads(manifest.read_text())["content_hash"][:12]
+    for run in jobs:
+        [given] = run.inputs.dataset_inputs
+        assert (given.dataset.name, given.dataset.digest) == (SEQUENCE, digest)
+    summaries = client.search_runs([experiment.experiment_id], "tags.kind = 'summary'")
+    assert len(summaries) == 1
+
+    stamps = {p: p.stat().st_mtime_ns for p in (project / RESULTS).glob("*.json")}
+    again = sweep(project, "--archs", "convnet_1,resnet_1", "--methods", "ft,baseline",
+                  "--workers", "2")  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "4 jobs (4 done)" in again.stdout and "Nothing to train" in again.stdout
+    assert {p: p.stat().st_mtime_ns for p in (project / RESULTS).glob("*.json")} == stamps
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_sweep_on_a_separately_started_scheduler_and_worker(project, tmp_path):
+    port = _free_port()
+    scheduler = subprocess.Popen(
+        [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
+         "--dashboard-address", ":0"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [str(BIN / "dask"), "worker", f"tcp://127.0.0.1:{port}", "--nthreads", "1",
+         "--nworkers", "1", "--dashboard-address", ":0", "--local-directory", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        done = sweep(project, "--archs", "convnet_1", "--methods", "baseline,ft",
+                     "--scheduler", f"tcp://127.0.0.1:{port}",
+                     params=f"{TINY},mlflow.enabled=false")  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert len(records(project)) == 2
+        assert "ran 1 sequence, 1 state, 2 job, 1 evaluate" in done.stdout
+    finally:
+        for process in (worker, scheduler):
+            process.terminate()
+            process.wait(timeout=30)
+    unreachable = sweep(project, "--archs", "convnet_1", "--methods", "baseline,oracle",
+                        "--scheduler", f"tcp://127.0.0.1:{port}")  # fmt: skip
+    assert unreachable.returncode != 0
+    assert f"Dask scheduler tcp://127.0.0.1:{port} is unreachable" in unreachable.stderr
+    assert len(records(project)) == 2  # the oracle's job never started
+
+
+PLUGIN = """
+from seq2final.methods import final_mode
+
+
+@final_mode("explode", "always fails", continues_from=("nothing",), config_keys=())
+def explode(ctx, config, state):
+    raise RuntimeError("this final mode always fails")
+"""
+
+
+def test_a_failing_job_is_reported_with_its_log_while_the_others_finish(project, tmp_path):
+    (tmp_path / "boom_plugin.py").write_text(PLUGIN)
+    done = sweep(
+        project, "--archs", "convnet_1", "--pairs", "none:scratch,none:explode", "--workers", "2",
+        params=f"{TINY},mlflow.enabled=false,plugins=[boom_plugin]",
+        extra_env={"PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 1
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+    assert "FAILED job " in line and "none+explode" in line
+    assert "this final mode always fails" in line
+    log = Path(line.rsplit("(log: ", 1)[1].rstrip(")"))
+    assert "RuntimeError: this final mode always fails" in log.read_text()
+    assert [r["final"] for r in records(project).values()] == ["scratch"]
+    # evaluate still ran, on what finished
+    assert (project / "data/08_reporting/result_tables/source100-rotation60-digits").exists()
+
+
+def test_bad_sweep_input_stops_in_one_line_before_any_work(project):
+    cases = [
+        (["--archs", "convnet_9"], "--archs: unknown 'convnet_9'; valid: all, convnet_1"),
+        (["--methods", "ft,nope"], "--methods: unknown 'nope'; valid: all, oracle"),
+        (["--workers", "0"], "--workers 0: needs at least 1 worker"),
+        (["--pairs", "erm"], "--pairs item 'erm' must be historical:final"),
+    ]
+    for args, message in cases:
+        done = sweep(project, *args)
+        assert done.returncode != 0 and message in done.stderr, done.stderr
+    unknown = kedro(project, "sweep", "--env", "test", "--sequences", "nosuch", "--dry-run")
+    assert "sequence 'nosuch':" in unknown.stderr and "unknown" in unknown.stderr
+    (project / "conf" / "test" / "sweep.yml").write_text("cluster: {type: slurm, jobs: 0}\n")
+    bad = sweep(project, "--dry-run")
+    assert "sweep.yml:" in bad.stderr and "jobs" in bad.stderr
+    assert not (project / "data/03_primary").exists()
+
+
+def _journal_trials(project):
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(
+            str(project / "data/06_models/optuna/journal.log")
+        )
+    )
+    return {
+        study.study_name: optuna.load_study(study_name=study.study_name, storage=storage).trials
+        for study in optuna.get_all_study_summaries(storage)
+    }
+
+
+SLOW = "budgets.slow={sampler: random, trials: 4, max_epochs: 12}"
+
+
+def test_a_worker_killed_mid_trial_redoes_only_that_trial(project, copy_project_to, tmp_path):
+    params = f"{TINY},mlflow.enabled=false,{SLOW}"
+    args = ("--archs", "convnet_1", "--methods", "baseline", "--workers", "1", "--budget", "slow")
+    running = sweep(project, *args, params=params, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE)  # fmt: skip
+    victim = None
+    deadline = time.monotonic() + 240
+    while victim is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        if not (project / "data/06_models/optuna/journal.log").exists():
+            continue
+        for trials in _journal_trials(project).values():
+            finished = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+            live = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+            if len(finished) >= 1 and live:
+                victim = int(live[0].user_attrs["worker"].split(":")[-2])
+    assert victim is not None, "no trial was seen running after a finished one"
+    os.kill(victim, signal.SIGKILL)
+    running.communicate(timeout=300)
+    rerun = sweep(project, *args, params=params)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    [record] = records(project).values()
+    [trials] = _journal_trials(project).values()
+    states = [t.state.name for t in trials]
+    assert states.count("COMPLETE") == 4 and states.count("FAIL") == 1, states
+    assert len(trials) == 5  # the finished trials were not redone; only the killed one was
+
+    whole = copy_project_to(tmp_path / "whole")
+    clean = sweep(whole, *args, params=params)
+    assert clean.returncode == 0, clean.stderr
+    [expected] = records(whole).values()
+    for field in ("job_key", "test_accuracy", "valid_accuracy", "test_nll", "hyperparameters"):
+        assert record[field] == expected[field], field
+
+
+def _wait_for_lease(folder, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if folder.exists() and any(folder.glob("*.lease")):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no lease appeared in {folder}")
+
+
+RUN = ("run", "--env", "test", "--params")
+
+
+def test_two_processes_asking_for_one_state_train_it_once(project):
+    params = (
+        f"sequence:{SEQUENCE},{TINY},mlflow.enabled=false,method:ft,arch:convnet_1,"
+        f"budget:slow,{SLOW}"
+    )
+    assert kedro(project, *RUN, params, "--pipeline", "build_sequences").returncode == 0
+    first = kedro(project, *RUN, params, "--pipeline", "pretrain_historical",
+                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    _wait_for_lease(project / "data/06_models/historical/.leases")
+    second = kedro(project, *RUN, params, "--pipeline", "pretrain_historical")
+    first_output, _ = first.communicate(timeout=300)
+    assert first.returncode == 0 and second.returncode == 0, second.stdout
+    log = (project / "logs/info.log").read_text()
+    assert log.count("trained in") == 1  # one process trained the state
+    assert "waiting for " in log and "exists; reusing it" in log
+
+
+def test_a_second_run_does_not_fail_the_first_runs_trials(project):
+    params = (
+        f"sequence:{SEQUENCE},{TINY},mlflow.enabled=false,method:baseline,arch:convnet_1,"
+        f"budget:slow,{SLOW}"
+    )
+    assert kedro(project, *RUN, params, "--pipeline", "build_sequences").returncode == 0
+    first = kedro(project, *RUN, params, "--pipeline", "adapt_final",
+                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    _wait_for_lease(project / RESULTS / ".leases")
+    second = kedro(project, *RUN, params, "--pipeline", "adapt_final")
+    first.communicate(timeout=300)
+    assert first.returncode == 0 and second.returncode == 0, second.stdout
+    [trials] = _journal_trials(project).values()
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 4
+    assert len(records(project)) == 1
+
+
+def test_the_sweep_command_is_a_project_command():
+    shown = CliRunner().invoke(cli, ["sweep", "--help"])
+    assert shown.exit_code == 0
+    for option in ("--sequences", "--archs", "--methods", "--pairs", "--seeds", "--budget",
+                   "--dataset", "--data-path", "--workers", "--scheduler", "--dry-run"):  # fmt: skip
+        assert option in shown.output
