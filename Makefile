@@ -9,7 +9,7 @@ export KEDRO_DISABLE_TELEMETRY := 1
 export MLFLOW_ENABLE_TELEMETRY := false
 export DO_NOT_TRACK := 1
 
-.PHONY: run test lint viz docs mlflow clean-data
+.PHONY: run test lint viz docs mlflow services services-stop clean-data
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,8 +36,16 @@ docs: $(STAMP)
 
 # The MLflow UI on the project's database: one worker and no job runner (~0.5 GB instead of ~2.6).
 mlflow: $(STAMP)
+	@echo "MLflow UI: http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db \
 		--workers 1 --host 127.0.0.1 --port 5000
+
+# A laptop "cluster"'s shared services: PostgreSQL (Optuna, MLflow) and an MLflow server on it.
+services: $(STAMP)
+	$(BIN)/kedro services start
+
+services-stop: $(STAMP)
+	$(BIN)/kedro services stop
 
 clean-data:
 	find data -type f ! -name .gitkeep -delete

@@ -222,3 +222,20 @@ def run_session(project: Path, pipelines: list[str], runtime: dict) -> dict:
 def run_kedro(project: Path):
     """``run_session`` bound to the ``project`` fixture's copy."""
     return lambda pipelines, **runtime: run_session(project, pipelines, runtime)
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory):
+    """A real PostgreSQL server for the session, started here and stopped at the end (never
+    skipped: CI installs Debian's postgresql when a machine lacks it, see .ci/run)."""
+    from seq2final.sweep.services import start_postgres
+
+    server = start_postgres(tmp_path_factory.mktemp("postgres"), databases=("optuna", "mlflow"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def run_kedro_in():
+    """``run_session`` as a fixture, for a project copy other than the ``project`` fixture's."""
+    return run_session

@@ -213,3 +213,27 @@ def sweep(**options: Any) -> None:
     except Seq2FinalError as error:
         raise click.ClickException(str(error)) from None
     raise SystemExit(status)
+
+
+@cli.command("services")
+@click.argument("action", type=click.Choice(["start", "stop"]))
+def services(action: str) -> None:
+    """Start (or stop) a local PostgreSQL and an MLflow server on it, for sweeps on this machine."""
+    from seq2final.sweep import services as local  # lazy: only this command starts servers
+
+    try:
+        if action == "stop":
+            local.stop_local_services()
+            click.echo("services stopped")
+            return
+        database, optuna_url, mlflow_url = local.start_local_services()
+    except Seq2FinalError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(
+        f"PostgreSQL on 127.0.0.1:{database.port}, MLflow server at {mlflow_url}\n"
+        "For sweeps that use them, put this in conf/local/parameters.yml:\n"
+        f"  tuning:\n    storage: {optuna_url}\n"
+        f"  mlflow:\n    tracking_uri: {mlflow_url}\n"
+        f"The UI: {mlflow_url}/#/experiments?workflowType=machine_learning\n"
+        "Stop both with: make services-stop"
+    )

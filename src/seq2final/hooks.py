@@ -18,6 +18,7 @@ from seq2final.pipelines.visualize import create_pipeline as visualize_pipeline
 from seq2final.reporting.tables import report_folder
 from seq2final.tracking.mlflow_io import ui_url
 from seq2final.tracking.names import sequence_names
+from seq2final.training.tuner import check_storage
 
 
 class ValidateParametersHook:
@@ -25,7 +26,8 @@ class ValidateParametersHook:
 
     @hook_impl(tryfirst=True)
     def after_context_created(self, context: KedroContext) -> None:
-        validate_parameters(context.params)
+        run = validate_parameters(context.params)
+        check_storage(run.tuning.storage)
 
 
 class RunSummaryHook:

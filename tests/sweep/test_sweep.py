@@ -6,20 +6,16 @@ Each test runs the command as a user types it, in a copy of the project, with ti
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import optuna
-import pytest
 from click.testing import CliRunner
 from mlflow import MlflowClient
 
 from seq2final.cli import cli
-
-pytestmark = pytest.mark.xdist_group("sweep")
 
 TINY = "build_sequences.test_size=50,build_sequences.oracle_size=120"
 SEQUENCE = "source100:rotation60"
@@ -84,42 +80,6 @@ def test_a_sweep_on_two_local_workers_finishes_and_a_second_run_trains_nothing(p
     assert {p: p.stat().st_mtime_ns for p in (project / RESULTS).glob("*.json")} == stamps
 
 
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def test_a_sweep_on_a_separately_started_scheduler_and_worker(project, tmp_path):
-    port = _free_port()
-    scheduler = subprocess.Popen(
-        [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
-         "--dashboard-address", ":0"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    worker = subprocess.Popen(
-        [str(BIN / "dask"), "worker", f"tcp://127.0.0.1:{port}", "--nthreads", "1",
-         "--nworkers", "1", "--dashboard-address", ":0", "--local-directory", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        done = sweep(project, "--archs", "convnet_1", "--methods", "baseline,ft",
-                     "--scheduler", f"tcp://127.0.0.1:{port}",
-                     params=f"{TINY},mlflow.enabled=false")  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert len(records(project)) == 2
-        assert "ran 1 sequence, 1 state, 2 job, 1 evaluate" in done.stdout
-    finally:
-        for process in (worker, scheduler):
-            process.terminate()
-            process.wait(timeout=30)
-    unreachable = sweep(project, "--archs", "convnet_1", "--methods", "baseline,oracle",
-                        "--scheduler", f"tcp://127.0.0.1:{port}")  # fmt: skip
-    assert unreachable.returncode != 0
-    assert f"Dask scheduler tcp://127.0.0.1:{port} is unreachable" in unreachable.stderr
-    assert len(records(project)) == 2  # the oracle's job never started
-
-
 PLUGIN = """
 from seq2final.methods import final_mode
 
@@ -149,20 +109,28 @@ def test_a_failing_job_is_reported_with_its_log_while_the_others_finish(project,
 
 
 def test_bad_sweep_input_stops_in_one_line_before_any_work(project):
+    def sweep_here(*args):  # in this process: the same command, without a CLI start-up each
+        return CliRunner().invoke(cli, ["sweep", "--env", "test", *args])
+
     cases = [
         (["--archs", "convnet_9"], "--archs: unknown 'convnet_9'; valid: all, convnet_1"),
         (["--methods", "ft,nope"], "--methods: unknown 'nope'; valid: all, oracle"),
         (["--workers", "0"], "--workers 0: needs at least 1 worker"),
         (["--pairs", "erm"], "--pairs item 'erm' must be historical:final"),
+        (["--seeds", "1,x"], "--seeds '1,x' must be whole numbers"),
     ]
     for args, message in cases:
-        done = sweep(project, *args)
-        assert done.returncode != 0 and message in done.stderr, done.stderr
-    unknown = kedro(project, "sweep", "--env", "test", "--sequences", "nosuch", "--dry-run")
-    assert "sequence 'nosuch':" in unknown.stderr and "unknown" in unknown.stderr
+        done = sweep_here("--sequences", SEQUENCE, *args)
+        assert done.exit_code != 0 and message in done.output, done.output
+    # from the real command line: one line on stderr
+    done = sweep(project, "--archs", "convnet_9")
+    [line] = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and line.startswith("Error: --archs: unknown 'convnet_9'")
+    unknown = sweep_here("--sequences", "nosuch", "--dry-run")
+    assert "sequence 'nosuch':" in unknown.output and "unknown" in unknown.output
     (project / "conf" / "test" / "sweep.yml").write_text("cluster: {type: slurm, jobs: 0}\n")
-    bad = sweep(project, "--dry-run")
-    assert "sweep.yml:" in bad.stderr and "jobs" in bad.stderr
+    bad = sweep_here("--sequences", SEQUENCE, "--dry-run")
+    assert "sweep.yml:" in bad.output and "jobs" in bad.output
     assert not (project / "data/03_primary").exists()
 
 
@@ -178,18 +146,23 @@ def _journal_trials(project):
     }
 
 
-SLOW = "budgets.slow={sampler: random, trials: 4, max_epochs: 12}"
+SLOW = "budgets.slow.sampler=random,budgets.slow.trials=3,budgets.slow.max_epochs=12"
 
 
-def test_a_worker_killed_mid_trial_redoes_only_that_trial(project, copy_project_to, tmp_path):
-    params = f"{TINY},mlflow.enabled=false,{SLOW}"
+def test_a_worker_killed_mid_trial_redoes_only_that_trial(
+    project, copy_project_to, run_kedro_in, tmp_path, monkeypatch
+):
+    # trials of a few seconds each: a larger final step, no early stopping
+    params = f"{TINY},mlflow.enabled=false,{SLOW},training.patience=100"
     args = ("--archs", "convnet_1", "--methods", "baseline", "--workers", "1", "--budget", "slow")
-    running = sweep(project, *args, params=params, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE)  # fmt: skip
+    running = kedro(
+        project, "sweep", "--env", "test", "--sequences", "source100:rotation600", "--params",
+        params, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
     victim = None
     deadline = time.monotonic() + 240
-    while victim is None and time.monotonic() < deadline:
-        time.sleep(0.5)
+    while victim is None and time.monotonic() < deadline and running.poll() is None:
+        time.sleep(0.1)
         if not (project / "data/06_models/optuna/journal.log").exists():
             continue
         for trials in _journal_trials(project).values():
@@ -200,17 +173,24 @@ def test_a_worker_killed_mid_trial_redoes_only_that_trial(project, copy_project_
     assert victim is not None, "no trial was seen running after a finished one"
     os.kill(victim, signal.SIGKILL)
     running.communicate(timeout=300)
-    rerun = sweep(project, *args, params=params)
+    rerun = kedro(project, "sweep", "--env", "test", "--sequences", "source100:rotation600",
+                  "--params", params, *args)  # fmt: skip
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     [record] = records(project).values()
     [trials] = _journal_trials(project).values()
     states = [t.state.name for t in trials]
-    assert states.count("COMPLETE") == 4 and states.count("FAIL") == 1, states
-    assert len(trials) == 5  # the finished trials were not redone; only the killed one was
+    assert states.count("COMPLETE") == 3 and states.count("FAIL") == 1, states
+    assert len(trials) == 4  # the finished trials were not redone; only the killed one was
 
+    # The same job uninterrupted, in this process (one torch thread, as the workers have).
     whole = copy_project_to(tmp_path / "whole")
-    clean = sweep(whole, *args, params=params)
-    assert clean.returncode == 0, clean.stderr
+    monkeypatch.chdir(whole)
+    run_kedro_in(whole, ["build_sequences", "pretrain_historical", "adapt_final"], {
+        "sequence": "source100:rotation600", "method": "baseline", "arch": "convnet_1",
+        "budget": "slow", "mlflow": {"enabled": False}, "training": {"patience": 100},
+        "build_sequences": {"test_size": 50, "oracle_size": 120},
+        "budgets": {"slow": {"sampler": "random", "trials": 3, "max_epochs": 12}},
+    })  # fmt: skip
     [expected] = records(whole).values()
     for field in ("job_key", "test_accuracy", "valid_accuracy", "test_nll", "hyperparameters"):
         assert record[field] == expected[field], field
@@ -228,38 +208,32 @@ def _wait_for_lease(folder, timeout=120):
 RUN = ("run", "--env", "test", "--params")
 
 
-def test_two_processes_asking_for_one_state_train_it_once(project):
-    params = (
-        f"sequence:{SEQUENCE},{TINY},mlflow.enabled=false,method:ft,arch:convnet_1,"
-        f"budget:slow,{SLOW}"
-    )
+# Long enough (tens of seconds) for a second process to start while the first trains.
+LONG = (
+    "sequence:source100:rotation600,budgets.slow.sampler=random,budgets.slow.trials=4,"
+    "budgets.slow.max_epochs=30,training.patience=100,budget:slow"
+)
+
+
+def test_a_second_run_waits_for_the_first_and_fails_none_of_its_trials(project):
+    """Two processes asking for one historical state and one job: each is trained once, by the
+    first; the second waits, reuses both, and never fails the first's running trials."""
+    params = f"{LONG},{TINY},mlflow.enabled=false,method:ft,arch:convnet_1"
     assert kedro(project, *RUN, params, "--pipeline", "build_sequences").returncode == 0
-    first = kedro(project, *RUN, params, "--pipeline", "pretrain_historical",
+    pipelines = "pretrain_historical,adapt_final"
+    first = kedro(project, *RUN, params, "--pipelines", pipelines,
                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
     _wait_for_lease(project / "data/06_models/historical/.leases")
-    second = kedro(project, *RUN, params, "--pipeline", "pretrain_historical")
-    first_output, _ = first.communicate(timeout=300)
+    second = kedro(project, *RUN, params, "--pipelines", pipelines)
+    first.communicate(timeout=300)
     assert first.returncode == 0 and second.returncode == 0, second.stdout
     log = (project / "logs/info.log").read_text()
     assert log.count("trained in") == 1  # one process trained the state
     assert "waiting for " in log and "exists; reusing it" in log
-
-
-def test_a_second_run_does_not_fail_the_first_runs_trials(project):
-    params = (
-        f"sequence:{SEQUENCE},{TINY},mlflow.enabled=false,method:baseline,arch:convnet_1,"
-        f"budget:slow,{SLOW}"
-    )
-    assert kedro(project, *RUN, params, "--pipeline", "build_sequences").returncode == 0
-    first = kedro(project, *RUN, params, "--pipeline", "adapt_final",
-                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
-    _wait_for_lease(project / RESULTS / ".leases")
-    second = kedro(project, *RUN, params, "--pipeline", "adapt_final")
-    first.communicate(timeout=300)
-    assert first.returncode == 0 and second.returncode == 0, second.stdout
-    [trials] = _journal_trials(project).values()
-    assert [t.state.name for t in trials] == ["COMPLETE"] * 4
+    assert "finished earlier; reusing it" in log  # and the job, which the other one ran
     assert len(records(project)) == 1
+    studies = _journal_trials(project)  # the state's study and the job's: 4 trials each
+    assert [[t.state.name for t in trials] for trials in studies.values()] == [["COMPLETE"] * 4] * 2
 
 
 def test_the_sweep_command_is_a_project_command():

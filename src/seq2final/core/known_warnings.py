@@ -25,6 +25,19 @@ KNOWN_WARNINGS = (
         r"mlflow\.pyfunc\.utils\.data_validation",
         r"(\x1b\[\d+m)?Add type hints to the `predict` method",
     ),
+    # Optuna's trial heartbeats (RDB storages) are marked experimental; we use them on purpose.
+    (
+        Warning,
+        r"(optuna|seq2final)(\..*)?",
+        r"(Argument ``(heartbeat_interval|grace_period)``|"
+        r"optuna\.storages\._heartbeat\.fail_stale_trials) is (an )?experimental",
+    ),
+    # The tuner asks and tells trials itself and records their heartbeats around each one.
+    (
+        UserWarning,
+        r"optuna\.study\.study",
+        r"Heartbeat of storage is supposed to be used with Study\.optimize",
+    ),
 )
 
 

@@ -6,12 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +16,7 @@ from pydantic import Field
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel
+from seq2final.sweep.services import start_mlflow_server, stop_process
 from seq2final.sweep.work import TorchThreads
 
 log = logging.getLogger(__name__)
@@ -131,34 +126,16 @@ def tracking_server(tracking_uri: str, project: Path, for_remote_workers: bool) 
     if tracking_uri.startswith(("http://", "https://")):
         yield tracking_uri
         return
-    host = socket.getfqdn() if for_remote_workers else "127.0.0.1"
-    port = _free_port()
-    backend = _absolute_sqlite(tracking_uri, project)
-    command = [
-        str(Path(sys.executable).with_name("mlflow")),
-        "server",
-        "--backend-store-uri", backend,
-        "--default-artifact-root", str(project / "mlruns"),
-        "--no-serve-artifacts",
-        "--host", "0.0.0.0" if for_remote_workers else host,
-        "--port", str(port),
-        "--workers", "1",
-    ]  # fmt: skip
-    log_path = project / "logs" / "mlflow-server.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    with log_path.open("ab") as output:
-        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
-    url = f"http://{host}:{port}"
+    server, url = start_mlflow_server(
+        _absolute_sqlite(tracking_uri, project),
+        project / "mlruns",
+        host="0.0.0.0" if for_remote_workers else "127.0.0.1",
+        log_path=project / "logs" / "mlflow-server.log",
+    )
     try:
-        _wait_until_up(url, server, log_path)
         yield url
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_process(server)
 
 
 def _absolute_sqlite(uri: str, project: Path) -> str:
@@ -167,26 +144,3 @@ def _absolute_sqlite(uri: str, project: Path) -> str:
     if uri.startswith(prefix) and not uri[len(prefix) :].startswith("/"):
         return prefix + str((project / uri[len(prefix) :]).resolve())
     return uri
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _wait_until_up(
-    url: str, server: subprocess.Popen, log_path: Path, timeout: float = 120
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise Seq2FinalError(f"the MLflow server for the sweep exited; see {log_path}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    server.kill()
-    raise Seq2FinalError(f"the MLflow server for the sweep did not start in {timeout:.0f} s")

@@ -132,7 +132,6 @@ class SweepGraph:
             "jobs": (len(jobs), sum(jobs.values())),
         }
 
-
     def finished(self, stores: Stores) -> bool:
         """Whether every sequence is built and every state and job stored."""
         return all(done == total for total, done in self.counts(stores).values())

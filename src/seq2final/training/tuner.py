@@ -250,7 +250,23 @@ GRACE_SECONDS = 120
 """How long an RDB trial may go without a heartbeat before another worker fails it as stale."""
 
 
-def open_storage(url: str | None, root: Path) -> optuna.storages.BaseStorage:
+def check_storage(url: str | None) -> None:
+    """Open an RDB study storage once, so an unreachable or refused database is one line
+    before any work rather than a traceback after the first fit."""
+    if not url or "://" not in url:
+        return
+    try:
+        open_storage(url, Path("."), connect_timeout=10)
+    except Exception as error:  # SQLAlchemy, driver and Optuna errors alike
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise Seq2FinalError(
+            f"parameter 'tuning.storage': cannot open {url!r} ({reason})"
+        ) from None
+
+
+def open_storage(
+    url: str | None, root: Path, connect_timeout: int | None = None
+) -> optuna.storages.BaseStorage:
     """A journal file under ``root`` by default (one machine); an RDB for ``dialect://`` URLs
     (many machines; with heartbeats); else a journal at that path."""
     if url and "://" in url:
@@ -258,11 +274,21 @@ def open_storage(url: str | None, root: Path) -> optuna.storages.BaseStorage:
             url,
             heartbeat_interval=HEARTBEAT_SECONDS,
             grace_period=GRACE_SECONDS,
-            engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
+            engine_kwargs=_engine_options(url, connect_timeout),
         )
     path = Path(url) if url else Path(root) / "journal.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+
+
+def _engine_options(url: str, connect_timeout: int | None) -> dict[str, Any] | None:
+    """Server databases: connections checked before use (a worker outlives idle timeouts)."""
+    if url.startswith("sqlite"):
+        return None
+    options: dict[str, Any] = {"pool_pre_ping": True}
+    if connect_timeout and url.startswith("postgresql"):
+        options["connect_args"] = {"connect_timeout": connect_timeout}
+    return options
 
 
 @contextmanager

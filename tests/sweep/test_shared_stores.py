@@ -1,0 +1,181 @@
+"""Optuna and MLflow on a real PostgreSQL (started by the suite), shared by racing workers."""
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy
+import torch
+from mlflow import MlflowClient
+
+from seq2final.config.parameters import MlflowOptions
+from seq2final.core.liveness import current_process
+from seq2final.sweep.services import free_port, start_mlflow_server, stop_process
+from seq2final.tracking.mlflow_io import experiment_id
+from seq2final.tracking.summary import SequenceSummary
+from seq2final.training.loop import FitResult
+from seq2final.training.search import Budget, SearchSpace
+from seq2final.training.tuner import Tuner
+
+BIN = Path(sys.executable).parent
+SPACE = SearchSpace.parse({"lr": {"grid": [1e-3], "low": 1e-4, "high": 1e-2, "log": True}}, "test")
+
+
+def objective(calls, interrupt_at=None):
+    def run(params, seed, report):
+        if interrupt_at is not None and len(calls) == interrupt_at:
+            raise KeyboardInterrupt
+        calls.append(params)
+        report(1, params["lr"])
+        return FitResult(params["lr"], 1, 1, []), {"w": torch.tensor([params["lr"]])}
+
+    return run
+
+
+def test_an_optuna_study_on_postgresql_resumes_without_repeating_trials(postgres, tmp_path):
+    url = postgres.url.replace("/seq2final", "/optuna")
+    budget = Budget(sampler="tpe", trials=5, max_epochs=1)
+    first, second, whole = [], [], []
+    with pytest.raises(KeyboardInterrupt):
+        Tuner(budget, url, tmp_path, seed=2).tune("pg-study", SPACE, objective(first, 2))
+    tuned = Tuner(budget, url, tmp_path, seed=2).tune("pg-study", SPACE, objective(second))
+    assert len(first) == 2 and len(second) == 3 and tuned.finished_trials == 5
+    Tuner(budget, None, tmp_path / "journal", seed=2).tune("pg-study", SPACE, objective(whole))
+    assert whole == first + second  # the same draws as an uninterrupted study elsewhere
+
+
+def test_only_trials_whose_worker_is_gone_are_failed(postgres, tmp_path):
+    url = postgres.url.replace("/seq2final", "/optuna")
+    budget = Budget(sampler="random", trials=2, max_epochs=1)
+    tuner = Tuner(budget, url, tmp_path, seed=0)
+    study = tuner._study("shared")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    here = current_process()
+    trials = {}
+    for name, worker in {
+        "dead here": f"{here.host}:{dead}:1",  # its process is gone: failed at once
+        "live here": str(here),  # this process: never failed
+        "elsewhere, beating": "other-host:1:1",  # another host, fresh heartbeat: left alone
+        "elsewhere, silent": "other-host:2:1",  # another host, heartbeat too old: failed
+    }.items():
+        trial = study.ask()
+        trial.set_user_attr("worker", worker)
+        tuner.storage.record_heartbeat(trial._trial_id)
+        trials[name] = trial.number
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(
+            sqlalchemy.text(
+                "update trial_heartbeats set heartbeat = heartbeat - interval '1 hour' "
+                "where trial_id = :trial"
+            ),
+            {"trial": study.trials[trials["elsewhere, silent"]]._trial_id},
+        )
+    tuner._fail_stale(study)
+    states = {name: study.trials[number].state.name for name, number in trials.items()}
+    assert states == {
+        "dead here": "FAIL",
+        "live here": "RUNNING",
+        "elsewhere, beating": "RUNNING",
+        "elsewhere, silent": "FAIL",
+    }
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(postgres, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mlflow")
+    backend = postgres.url.replace("/seq2final", "/mlflow")
+    server, url = start_mlflow_server(backend, folder / "mlruns", log_path=folder / "server.log")
+    yield url
+    stop_process(server)
+
+
+def test_racing_workers_create_one_experiment_and_one_summary_run(mlflow_server):
+    client = MlflowClient(mlflow_server)
+    with ThreadPoolExecutor(8) as pool:
+        ids = set(pool.map(lambda _: experiment_id(client, "race/exp"), range(8)))
+    assert len(ids) == 1
+    options = MlflowOptions(experiment="race/{sequence}")
+
+    def summary_run(_):
+        return SequenceSummary(MlflowClient(mlflow_server), options, "seq", "digits", 1).run_id
+
+    with ThreadPoolExecutor(8) as pool:
+        runs = set(pool.map(summary_run, range(8)))
+    assert len(runs) == 1
+    experiment = client.get_experiment_by_name("race/seq")
+    alive = client.search_runs([experiment.experiment_id], "tags.kind = 'summary'")
+    assert [r.info.run_id for r in alive] == list(runs)
+
+
+@pytest.fixture
+def dask_cluster(tmp_path):
+    """A Dask scheduler and one worker, started as separate processes as on a real cluster."""
+    port = free_port()
+    scheduler = subprocess.Popen(
+        [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
+         "--dashboard-address", ":0"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [str(BIN / "dask"), "worker", f"tcp://127.0.0.1:{port}", "--nthreads", "1",
+         "--nworkers", "1", "--dashboard-address", ":0", "--local-directory", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    yield f"tcp://127.0.0.1:{port}"
+    for process in (worker, scheduler):
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def sweep(project, *args):
+    return subprocess.run(
+        [str(BIN / "kedro"), "sweep", "--env", "test", "--sequences", "source100:rotation60",
+         "--archs", "convnet_1", "--budget", "smoke", *args],
+        cwd=project, capture_output=True, text=True,
+        env={**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"},
+    )  # fmt: skip
+
+
+def test_a_sweep_on_a_separate_scheduler_with_optuna_and_mlflow_on_postgresql(
+    project, postgres, mlflow_server, dask_cluster
+):
+    storage = postgres.url.replace("/seq2final", "/optuna")
+    params = (
+        "build_sequences.test_size=50,build_sequences.oracle_size=120,"
+        f"tuning.storage={storage},mlflow.tracking_uri={mlflow_server}"
+    )
+    done = sweep(project, "--methods", "ft,baseline", "--scheduler", dask_cluster,
+                 "--params", params)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ran 1 sequence, 1 state, 2 job, 1 evaluate" in done.stdout
+    keys = {p.stem for p in (project / "data/07_model_output/results").glob("*.json")}
+    assert len(keys) == 2
+    assert not (project / "data/06_models/optuna/journal.log").exists()
+    studies = {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    assert all(any(key in name for name in studies) for key in keys)  # each job's study is there
+    client = MlflowClient(mlflow_server)
+    experiment = client.get_experiment_by_name("seq2final/source100-rotation60")
+    jobs = client.search_runs([experiment.experiment_id], "tags.kind = 'job'")
+    assert {r.data.tags["job_key"] for r in jobs} == keys
+    assert all(r.info.status == "FINISHED" and r.inputs.dataset_inputs for r in jobs)
+    assert not (project / "mlflow.db").exists()  # nothing went to the project's SQLite
+
+
+def test_an_unreachable_scheduler_or_database_stops_in_one_line(project, postgres):
+    port = free_port()
+    done = sweep(project, "--methods", "baseline", "--scheduler", f"tcp://127.0.0.1:{port}",
+                 "--params", "build_sequences.test_size=50,mlflow.enabled=false")  # fmt: skip
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"Error: Dask scheduler tcp://127.0.0.1:{port} is unreachable")
+    nowhere = postgres.url.replace(str(postgres.port), str(free_port()))
+    done = sweep(project, "--methods", "baseline", "--workers", "1", "--params",
+                 f"build_sequences.test_size=50,mlflow.enabled=false,tuning.storage={nowhere}")  # fmt: skip
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("Error: parameter 'tuning.storage': cannot open"), line
+    assert not (project / "data/03_primary").exists()
