@@ -211,7 +211,7 @@ RUN = ("run", "--env", "test", "--params")
 # Long enough (tens of seconds) for a second process to start while the first trains.
 LONG = (
     "sequence:source100:rotation600,budgets.slow.sampler=random,budgets.slow.trials=4,"
-    "budgets.slow.max_epochs=30,training.patience=100,budget:slow"
+    "budgets.slow.max_epochs=20,training.patience=100,budget:slow"
 )
 
 

@@ -48,6 +48,12 @@ class Engine(StrictModel):
                 ) from None
         if device.type == "cuda" and not torch.cuda.is_available():
             raise Seq2FinalError(f"device '{self.device}' requested but CUDA is not available")
+        if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+            raise Seq2FinalError(
+                f"device '{self.device}' requested but this machine has "
+                f"{torch.cuda.device_count()} CUDA device(s); valid: auto, cpu, cuda, "
+                f"cuda:0..{torch.cuda.device_count() - 1}"
+            )
         if self.amp == "fp16" and device.type != "cuda":
             raise Seq2FinalError(
                 f"amp 'fp16' needs a CUDA device, not '{device}' (device '{self.device}'); "
