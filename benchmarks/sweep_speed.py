@@ -29,13 +29,13 @@ import torch
 
 PROJECT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-SEQUENCE = "source1500:rotation1000:rotation1000"
+SEQUENCE = "source1000:rotation600:rotation600"
 ARCHS = ("convnet_4", "resnet_4")
 METHODS = ("baseline", "erm", "ft", "lp_ft", "sft", "ewc", "dro", "irm")
-PARAMS = "build_sequences.test_size=1000,build_sequences.oracle_size=2000"
+PARAMS = "build_sequences.test_size=500,build_sequences.oracle_size=400"
 
 SEQUENTIAL = """
-import sys, time, torch
+import sys, time, torch, mlflow
 from pathlib import Path
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
@@ -43,15 +43,19 @@ torch.set_num_threads(2)
 project, data, sequence, archs, methods = sys.argv[1:6]
 bootstrap_project(Path(project))
 common = {"sequence": sequence, "dataset": "npz", "data_path": data, "budget": "quick",
-          "build_sequences": {"test_size": 1000, "oracle_size": 2000}}
+          "build_sequences": {"test_size": 500, "oracle_size": 400}}
 started = time.perf_counter()
 with KedroSession.create(project_path=Path(project), runtime_params=common) as session:
     session.run(pipeline_names=["build_sequences"])
+while mlflow.active_run():
+    mlflow.end_run()
 for arch in archs.split(","):
     for method in methods.split(","):
         params = {**common, "arch": arch, "method": method}
         with KedroSession.create(project_path=Path(project), runtime_params=params) as session:
             session.run(pipeline_names=["pretrain_historical", "adapt_final"])
+        while mlflow.active_run():  # each kedro run in a process of its own ends its run
+            mlflow.end_run()
 print(f"SECONDS {time.perf_counter() - started:.1f}")
 """
 
@@ -82,8 +86,10 @@ def main(data: Path) -> None:
         done = subprocess.run(
             [sys.executable, "-c", SEQUENTIAL, str(one), str(data), SEQUENCE, ",".join(ARCHS),
              ",".join(METHODS)],
-            cwd=one, env=env, capture_output=True, text=True, check=True,
+            cwd=one, env=env, capture_output=True, text=True,
         )  # fmt: skip
+        if done.returncode:
+            raise SystemExit(done.stdout[-3000:] + done.stderr[-3000:])
         sequential = float(re.search(r"SECONDS (\S+)", done.stdout).group(1))
         jobs = len(list((one / "data/07_model_output/results").glob("*.json")))
 
@@ -112,28 +118,40 @@ def main(data: Path) -> None:
         "driver_overhead_seconds_per_job": overhead,
         "second_invocation_seconds": round(again_seconds, 1),
         "second_invocation_trained_nothing": "Nothing to train" in again.stdout,
-        "same_job_keys_and_test_accuracy": same,
+        "agreement": same,
     }
     out = PROJECT / "benchmarks" / "results" / "sweep_speed.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(figures, indent=1) + "\n")
     print(json.dumps(figures["machine"]))
     print(f"jobs: {jobs}; sequential {sequential:.1f} s; sweep {sweep_seconds:.1f} s")
-    print(f"sweep speed-up ratio (sequential 2 threads / sweep 2×1 thread): {figures['speedup_ratio']}")
+    print(
+        f"sweep speed-up ratio (sequential 2 threads / sweep 2×1 thread): {figures['speedup_ratio']}"
+    )
     print(f"driver overhead per job: {overhead:.3f} s")
     print(f"second invocation: {again_seconds:.1f} s, trained nothing: "
           f"{figures['second_invocation_trained_nothing']}")  # fmt: skip
-    print(f"same job keys and test accuracy on both sides: {same}")
+    print(f"same job keys on both sides: {same['same_job_keys']}; same test accuracy: "
+          f"{same['same_test_accuracy']} of {same['jobs']} jobs")  # fmt: skip
 
 
-def _same_results(first: Path, second: Path) -> bool:
+def _same_results(first: Path, second: Path) -> dict[str, object]:
+    """Whether both sides ran the same jobs (keys), and how many gave the same test accuracy
+    (the sides train with 2 and 1 torch threads, whose float sums differ in the last bits)."""
+
     def load(project: Path) -> dict[str, float]:
         folder = project / "data/07_model_output/results"
         return {
-            p.stem: json.loads(p.read_text())["test_accuracy"] for p in sorted(folder.glob("*.json"))
+            p.stem: json.loads(p.read_text())["test_accuracy"]
+            for p in sorted(folder.glob("*.json"))
         }
 
-    return load(first) == load(second)
+    one, two = load(first), load(second)
+    return {
+        "same_job_keys": set(one) == set(two),
+        "same_test_accuracy": sum(one[k] == two.get(k) for k in one),
+        "jobs": len(one),
+    }
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from kedro.io import CatalogProtocol
 from kedro.pipeline import Node, Pipeline
+from mlflow.exceptions import MlflowException
 from rich.console import Console
 from rich.table import Table
 
@@ -91,7 +92,10 @@ class RunSummaryHook:
             )
         if run.mlflow.enabled and outputs & {"adapt_results", "result_table_reports"}:
             names = sequence_names(run.mlflow, spec.name, spec.dataset, spec.seed)
-            experiment = mlflow.MlflowClient().get_experiment_by_name(names.experiment)
+            try:
+                experiment = mlflow.MlflowClient().get_experiment_by_name(names.experiment)
+            except MlflowException:  # the server went away after the run: the UI's front page
+                experiment = None
             where = ui_url(mlflow.get_tracking_uri(), experiment and experiment.experiment_id)
             lines.append(
                 f"MLflow: experiment '{names.experiment}' at {where}"

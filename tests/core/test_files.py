@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-from seq2final.core.files import atomic_write, replace_folder, stored_files
+from seq2final.core.files import _exchange, atomic_write, replace_folder, stored_files
 from seq2final.runs.result_store import ResultStore
 
 
@@ -87,3 +87,15 @@ def test_a_torch_file_written_atomically_loads(tmp_path):
     path = tmp_path / "m" / "model.pt"
     atomic_write(path, lambda p: torch.save({"w": torch.ones(2)}, p))
     assert torch.load(path)["w"].sum() == 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux's")
+def test_on_linux_the_two_folders_are_exchanged_in_one_call(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    (first / "one").write_text("1")
+    (second / "two").write_text("2")
+    assert _exchange(first, second)  # no moment without a folder at either name
+    assert [p.name for p in first.iterdir()] == ["two"]
+    assert [p.name for p in second.iterdir()] == ["one"]

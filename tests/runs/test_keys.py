@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from seq2final.core.errors import MissingPrerequisiteError
-from seq2final.runs.keys import TRAINING_SEMANTICS, key_base
+from seq2final.data.spec import resolve_spec
+from seq2final.runs import keys
+from seq2final.runs.planner import plan_run
 
 TINY = {
     "sequence": "source100:rotation60",
@@ -45,8 +47,23 @@ def test_replacing_the_npz_at_the_same_path_changes_every_key(project, run_kedro
     }  # the same spec, so the same sequence folder: only its content and the keys changed
 
 
-def test_the_training_semantics_version_is_part_of_every_key():
-    from seq2final.data.spec import resolve_spec
+def test_a_new_training_semantics_version_gives_every_state_and_job_a_new_key(
+    project_parameters, monkeypatch
+):
+    params = project_parameters
 
-    base = key_base(resolve_spec("digits_clr"), "convnet_1", {}, {}, "abc")
-    assert base["semantics"] == TRAINING_SEMANTICS and base["data"] == "abc"
+    def plan():
+        return plan_run(
+            resolve_spec("digits_clr"),
+            {"method": "sft", "historical": None, "final": None, "arch": "convnet_1",
+             "budget": "smoke"},
+            params["budgets"], params["training"], params["tuning"], params["historical_modes"],
+            params["final_modes"], params["pretrain_historical"]["step0"], "content-hash",
+        )  # fmt: skip
+
+    before = plan()
+    monkeypatch.setattr(keys, "TRAINING_SEMANTICS", keys.TRAINING_SEMANTICS + 1)
+    after = plan()
+    old = {s.key for s in before.states} | {j.key for j in before.jobs}
+    new = {s.key for s in after.states} | {j.key for j in after.jobs}
+    assert len(old) == len(new) == 3 and not old & new  # step 0, the SFT chain and the job

@@ -72,3 +72,17 @@ def test_the_holder_beats_and_a_waiter_reuses_what_it_stored(tmp_path):
         assert claimed  # the waiter takes over
         assert json.loads(holder.path.read_text())["holder"] == str(current_process())
     assert not holder.path.exists()
+
+
+def test_an_unreadable_lease_is_respected_while_fresh_and_broken_once_old(tmp_path):
+    lease = Lease(tmp_path, "job", ttl=60)
+    lease.path.parent.mkdir(parents=True)
+    lease.path.write_text("")  # as a crash in the middle of writing one would leave it
+    assert lease.holder()[0] == "unreadable"
+    assert not lease.try_acquire()
+    old = time.time() - 61
+    os.utime(lease.path, (old, old))
+    assert lease.try_acquire()
+    assert json.loads(lease.path.read_text())["holder"] == str(current_process())
+    lease.release()
+    assert list(lease.path.parent.iterdir()) == []  # no temporary file left either

@@ -43,6 +43,12 @@ def records(project):
 
 
 def test_a_sweep_on_two_local_workers_finishes_and_a_second_run_trains_nothing(project):
+    dry = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", SEQUENCE,
+                                   "--archs", "convnet_1,resnet_1", "--methods", "ft,baseline",
+                                   "--params", TINY, "--dry-run"])  # fmt: skip
+    assert dry.exit_code == 0, dry.output
+    assert "1 sequences (0 done), 2 states (0 done), 4 jobs (0 done)" in dry.output
+    assert not (project / "data/03_primary").exists()  # a dry run builds and trains nothing
     done = sweep(project, "--archs", "convnet_1,resnet_1", "--methods", "ft,baseline",
                  "--workers", "2")  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -169,7 +175,8 @@ def test_a_worker_killed_mid_trial_redoes_only_that_trial(
             finished = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
             live = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
             if len(finished) >= 1 and live:
-                victim = int(live[0].user_attrs["worker"].split(":")[-2])
+                worker = live[0].user_attrs.get("worker")  # set just after the trial starts
+                victim = int(worker.split(":")[-2]) if worker else None
     assert victim is not None, "no trial was seen running after a finished one"
     os.kill(victim, signal.SIGKILL)
     running.communicate(timeout=300)

@@ -70,8 +70,13 @@ def replace_folder(partial: Path, final: Path) -> None:
     """
     fsync_tree(partial)
     if not final.exists():
-        os.replace(partial, final)
-    elif _exchange(partial, final):
+        try:
+            os.replace(partial, final)
+            fsync_path(final.parent)
+            return
+        except OSError:  # another writer created it meanwhile: swap with theirs below
+            pass
+    if _exchange(partial, final):
         shutil.rmtree(partial)  # now holds the old contents
     else:
         aside = partial_path(final)

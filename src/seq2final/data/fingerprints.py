@@ -5,7 +5,8 @@ on it, the fingerprint is compared with the source as it is now, so an ``npz`` r
 path (or a re-downloaded dataset) is noticed instead of silently training on, or reusing results
 of, the old data. Loading a source to fingerprint it costs seconds (CIFAR) so the digest is cached
 under the raw-data folder, keyed by the size and modification time of every file the source may
-read (``data_path`` and ``<raw_dir>/<dataset>``); an unchanged file set never loads twice.
+read (``data_path``, else the whole raw-data folder, where sources keep their downloads); an
+unchanged file set never loads twice.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ def source_fingerprint(dataset: str, data_path: str | None, raw_dir: str | Path)
     if entry.bundled and data_path is None:
         return _bundled_fingerprint(dataset, str(raw_dir))
     raw = Path(raw_dir)
-    candidates = [Path(data_path)] if data_path else []
-    watched = [p for p in (*candidates, raw / dataset) if p.exists()]
+    watched = [p for p in ([Path(data_path)] if data_path else [raw]) if p.exists()]
+    if not watched:  # nothing on disk yet: the loader downloads it or says what is missing
+        return load_source(dataset, data_path, raw_dir).fingerprint
     cache = raw / CACHE_FOLDER / f"{dataset}-{files_signature(watched)}.txt"
     if cache.exists():
         return cache.read_text().strip()

@@ -2,8 +2,8 @@
 
 A sweep's workers and a hand-typed ``kedro run`` may ask for the same historical state (ERM is
 shared by FT, LP-FT, ST-1 and ST-B) or the same job at once. Before training a key, a store takes
-its lease: a file created with ``O_CREAT | O_EXCL`` in the store's ``.leases`` folder (atomic on
-local file systems and NFS), naming its holder. The holder touches it every ``heartbeat`` seconds
+its lease: a file in the store's ``.leases`` folder, written whole and linked into place (the
+link fails when the name exists, atomically on local file systems and NFS), naming its holder. The holder touches it every ``heartbeat`` seconds
 while it works. Anyone else waits, and reuses the result once it is stored. A lease is broken (and
 taken over) when its holder is gone: at once when the holder ran on this host and its process no
 longer exists (a ``kill -9``), otherwise when it has not been touched for ``ttl`` seconds.
@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,64 +44,80 @@ class Lease:
 
     def holder(self) -> tuple[str, float] | None:
         """The current holder's token and the age of its last heartbeat, or None when free."""
+        found = self._read()
+        return None if found is None else found[:2]
+
+    def _read(self) -> tuple[str, float, int] | None:
+        """Holder, heartbeat age and inode of the lease file; None when there is none."""
         try:
-            age = time.time() - self.path.stat().st_mtime
-            return json.loads(self.path.read_text())["holder"], age
-        except (OSError, ValueError, KeyError, TypeError):
-            return None if not self.path.exists() else ("unreadable", 0.0)
+            stat = self.path.stat()
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            token = str(json.loads(text)["holder"])
+        except (ValueError, KeyError, TypeError):  # never written by us: judged by its age only
+            token = "unreadable"
+        return token, time.time() - stat.st_mtime, stat.st_ino
 
     def try_acquire(self) -> bool:
-        """Take the lease if it is free or its holder is gone; False while someone holds it."""
+        """Take the lease if it is free or its holder is gone; False while someone holds it.
+
+        The lease is written whole under a temporary name and linked into place (``link`` fails
+        when the name exists, atomically, as ``O_EXCL`` does), so no one ever sees it empty.
+        """
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):  # a second try after breaking a dead holder's lease
-            try:
-                descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                if not self._break_if_dead():
-                    return False
-                continue
-            with os.fdopen(descriptor, "w") as handle:
-                json.dump({"holder": self.token, "key": self.key, "since": time.time()}, handle)
+        partial = self.path.with_name(f"{PARTIAL}{uuid.uuid4().hex[:12]}-{self.path.name}")
+        content = {"holder": self.token, "key": self.key, "since": time.time()}
+        try:
+            with partial.open("w") as handle:
+                json.dump(content, handle)
                 handle.flush()
                 os.fsync(handle.fileno())
-            self._start_heartbeat()
-            return True
-        return False
+            for _ in range(2):  # a second try after breaking a dead holder's lease
+                try:
+                    os.link(partial, self.path)
+                except FileExistsError:
+                    if not self._break_if_dead():
+                        return False
+                    continue
+                self._start_heartbeat()
+                return True
+            return False
+        finally:
+            partial.unlink(missing_ok=True)
 
     def _break_if_dead(self) -> bool:
         """Remove the lease when its holder is gone; True when it was (or is now) free."""
-        found = self.holder()
+        found = self._read()
         if found is None:
             return True
-        token, age = found
+        token, age, inode = found
         holder = ProcessToken.parse(token)
         alive = holder.alive() if holder else None
         if alive is not False and age <= self.ttl:
             return False
         # Rename it aside first: of several processes breaking the same lease, one wins.
-        aside = self.path.with_name(f"{PARTIAL}{os.getpid()}-{time.time_ns()}-{self.path.name}")
+        aside = self.path.with_name(f"{PARTIAL}{uuid.uuid4().hex[:12]}-{self.path.name}")
         try:
             os.replace(self.path, aside)
         except FileNotFoundError:
             return True
-        try:
-            taken = json.loads(aside.read_text()).get("holder")
-        except (OSError, ValueError):
-            taken = token
-        if taken != token:  # a new holder took it in between: give it back untouched
+        if aside.stat().st_ino != inode:  # a new holder's lease, taken in between: give it back
             try:
                 os.link(aside, self.path)
             except FileExistsError:
                 log.warning("lease %s changed hands while being broken", self.path)
-        else:
-            log.warning(
-                "lease on %s held by %s broken (%s)",
-                self.key,
-                token,
-                "its process is gone" if alive is False else f"no heartbeat for {age:.0f} s",
-            )
+            aside.unlink(missing_ok=True)
+            return False
+        log.warning(
+            "lease on %s held by %s broken (%s)",
+            self.key,
+            token,
+            "its process is gone" if alive is False else f"no heartbeat for {age:.0f} s",
+        )
         aside.unlink(missing_ok=True)
-        return taken == token
+        return True
 
     def _start_heartbeat(self) -> None:
         self._stop.clear()

@@ -137,6 +137,9 @@ class HistoricalStoreDataset(AbstractDataset[Mapping[str, Any], HistoricalStore]
     def save(self, data: Mapping[str, Any]) -> None:
         store = HistoricalStore(self._root)
         for key, recipe in data.items():
+            if key in store:
+                log.info("historical state %s exists; reusing it", key)
+                continue
             # One process trains a key; another asking for it meanwhile waits and reuses it.
             with claim(self._root, key, done=lambda key=key: key in store) as claimed:
                 if not claimed or key in store:

@@ -17,7 +17,7 @@ from pydantic import Field
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel
 from seq2final.sweep.services import start_mlflow_server, stop_process
-from seq2final.sweep.work import TorchThreads
+from seq2final.sweep.work import TrainingWorker
 
 log = logging.getLogger(__name__)
 
@@ -50,22 +50,29 @@ def connect(
     scheduler: str | None, workers: int | None, settings: SweepSettings, threads: int
 ) -> tuple[Client, Any]:
     """A Dask client and the cluster it owns (None for an existing scheduler's)."""
-    if workers is not None and workers < 1:
-        raise Seq2FinalError(f"--workers {workers}: needs at least 1 worker")
     if scheduler:
         try:
             client = Client(scheduler, timeout="10s")
         except OSError as error:
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise Seq2FinalError(f"Dask scheduler {scheduler} is unreachable ({reason})") from None
+        try:  # its workers decide whether tasks ask for GPUs
+            client.wait_for_workers(1, timeout=120)
+        except TimeoutError:
+            client.close()
+            raise Seq2FinalError(
+                f"Dask scheduler {scheduler} has no worker (none joined within 120 s)"
+            ) from None
     else:
         cluster = _start_cluster(workers, settings, threads)
         client = Client(cluster)
-    client.register_plugin(TorchThreads(threads))
+    client.register_plugin(TrainingWorker(threads))
     return client, None if scheduler else client.cluster
 
 
 def _start_cluster(workers: int | None, settings: SweepSettings, threads: int) -> Any:
+    """A batch-system cluster scaled to ``cluster.jobs``, or local workers: one per GPU (each
+    seeing only its device) on a CUDA machine, else ``workers`` processes."""
     spec = settings.cluster
     if spec.type != "local":
         import dask_jobqueue  # lazy: only batch-system sweeps need it
@@ -112,8 +119,11 @@ def _start_cluster(workers: int | None, settings: SweepSettings, threads: int) -
     )
 
 
-def has_gpus(client: Client) -> bool:
-    """Whether the cluster's workers declare GPUs (then every training task asks for one)."""
+def has_gpus(client: Client, settings: SweepSettings) -> bool:
+    """Whether the cluster's workers declare GPUs (then every training task asks for one); a
+    batch-system cluster says so in ``sweep.yml``, as its workers may not have started yet."""
+    if settings.cluster.type != "local":
+        return settings.cluster.gpus_per_worker > 0
     workers = client.scheduler_info().get("workers", {}).values()
     return any(worker.get("resources", {}).get("GPU") for worker in workers)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,13 +14,23 @@ import mlflow
 from kedro.config import MissingConfigException
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
+from mlflow import MlflowClient
 from pydantic import ValidationError
 
+from seq2final.config.parameters import MlflowOptions
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import one_line
+from seq2final.reporting.tables import report_folder
 from seq2final.sweep.cluster import SweepSettings, connect, has_gpus, tracking_server
 from seq2final.sweep.driver import Sweep, SweepReport
 from seq2final.sweep.graph import Stores, SweepGraph, expand, parse_request
+from seq2final.sweep.work import Task, run_task
+from seq2final.tracking.names import (
+    JobNames,
+    check_experiment_names,
+    check_registry_names,
+    fail_fast,
+)
 
 
 @dataclass(frozen=True)
@@ -70,12 +81,18 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
         options.sequences, options.archs or params["arch"], options.methods, options.pairs,
         options.seeds,
     )  # fmt: skip
+    planning = time.perf_counter()
     graph = expand(request, params, stores)
+    if params["mlflow"]["enabled"]:
+        check_names(graph, MlflowOptions.model_validate(params["mlflow"]))
+    planning = time.perf_counter() - planning
     say(describe(graph, stores))
     if options.dry_run:
         return 0
     if graph.finished(stores):  # nothing to train: no cluster, no server
         say("Nothing to train: every sequence, state and job of the sweep is finished.")
+        for folder in evaluate_stale(graph, stores, project, options.env, base):
+            say(f"Tables: {folder}")
         return 0
     threads = options.threads or settings.threads
     logging.getLogger("distributed").setLevel(logging.WARNING)  # the sweep reports progress
@@ -94,15 +111,63 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
                 worker_params["mlflow"] = {**base.get("mlflow", {}), "tracking_uri": url}
             run = Sweep(
                 client, project, options.env, worker_params, params, request, stores,
-                has_gpus(client), say,
+                has_gpus(client, settings), say,
             )  # fmt: skip
             report = run.run(graph)
+            report.driver_seconds += planning
     finally:
         client.close()
         if cluster is not None:
             cluster.close()
     say(summary(report))
     return 1 if report.failures or report.lost_jobs else 0
+
+
+def check_names(graph: SweepGraph, options: MlflowOptions) -> None:
+    """Every experiment and registered-model name the sweep's jobs will use, checked against
+    MLflow's rules before any work (the project's hooks check only the default parameters')."""
+    names = {
+        JobNames.of(
+            options, sequence=plan.sequence_name, dataset=plan.dataset, arch=plan.arch,
+            method=job.method, budget=plan.budget_name, seed=plan.seed,
+        )
+        for work in graph.sequences
+        for plan in work.plans
+        for job in plan.jobs
+    }  # fmt: skip
+    check_experiment_names(sorted({n.experiment for n in names}))
+    if options.log_models:
+        with fail_fast():
+            registered = {m for n in names for m in (n.registered_model, n.best_model)}
+            check_registry_names(MlflowClient(), sorted(registered))
+
+
+def evaluate_stale(
+    graph: SweepGraph, stores: Stores, project: Path, env: str | None, params: dict[str, Any]
+) -> list[str]:
+    """Evaluate, here, each sequence whose tables are missing or older than its newest result
+    (a sweep stopped after its last job, before ``evaluate``); the tables' folders."""
+    folders = []
+    for name, dataset in dict.fromkeys((w.spec.name, w.spec.dataset) for w in graph.sequences):
+        folder = f"data/08_reporting/result_table_reports/{report_folder(name, dataset)}/"
+        newest = max(
+            (
+                stores.results.record_path(job.key).stat().st_mtime
+                for work in graph.sequences
+                if (work.spec.name, work.spec.dataset) == (name, dataset)
+                for plan in work.plans
+                for job in plan.jobs
+            ),
+            default=0.0,
+        )
+        tables = [p.stat().st_mtime for p in (project / folder).glob("*.md")]
+        if not tables or min(tables) < newest:
+            log_path = project / "logs" / "sweep" / f"evaluate-{name}-{dataset}.log"
+            task = Task("evaluate", name, "evaluate",
+                        {**params, "sequence": name, "dataset": dataset}, str(log_path))  # fmt: skip
+            run_task(str(project), env, task)
+        folders.append(folder)
+    return folders
 
 
 def _settings(config_loader: Any) -> SweepSettings:

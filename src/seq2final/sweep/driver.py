@@ -31,6 +31,10 @@ from seq2final.sweep.graph import (
 )
 from seq2final.sweep.work import Task, run_task
 
+PRIORITY = {"sequence": 30, "state": 20, "job": 10, "evaluate": 0}
+"""Among tasks ready to run, states go before jobs: each state unblocks several jobs, and a state
+left to the end leaves the other workers idle while its jobs wait for it."""
+
 
 @dataclass
 class Failure:
@@ -44,8 +48,8 @@ class Failure:
 class SweepReport:
     """What a sweep did."""
 
-    trained: Counter = field(default_factory=Counter)  # task kind -> tasks run
-    reused: Counter = field(default_factory=Counter)  # task kind -> already finished
+    trained: Counter[str] = field(default_factory=Counter)  # task kind -> tasks run
+    reused: Counter[str] = field(default_factory=Counter)  # task kind -> already finished
     failures: list[Failure] = field(default_factory=list)
     tables: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -78,8 +82,10 @@ class Sweep:
     _job_seconds: list[float] = field(default_factory=list)
     _unbuilt: dict[str, SequenceWork] = field(default_factory=dict)
     _reused_states: set[str] = field(default_factory=set)
+    _line: str = ""
 
     def run(self, graph: SweepGraph) -> SweepReport:
+        """Submit ``graph`` and follow it until every task has finished or failed."""
         started = time.perf_counter()
         self.report.jobs = graph.counts(self.stores)["jobs"][0]
         self._drive(lambda: self._submit_graph(graph))
@@ -97,9 +103,9 @@ class Sweep:
         self.report.driver_seconds += time.perf_counter() - started
 
     def _submit_graph(self, graph: SweepGraph) -> None:
+        for work in graph.sequences:  # every seed counted before any can trigger evaluate
+            self._planned[(work.spec.name, work.spec.dataset)] += 1
         for work in graph.sequences:
-            group = (work.spec.name, work.spec.dataset)
-            self._planned[group] += 1
             if work.built:
                 self.report.reused["sequence"] += 1
                 self._submit_training(work)
@@ -144,15 +150,18 @@ class Sweep:
         log_path = self.project / self.log_dir / self._id / f"{kind}-{name}.log"
         return Task(kind, name, pipeline, {**self.params, **params}, str(log_path))
 
-    def _submit(self, task: Task, after: list[Future] = (), training: bool = False) -> Future:
+    def _submit(
+        self, task: Task, after: list[Future] | None = None, training: bool = False
+    ) -> Future:
         future = self.client.submit(
             run_task,
             str(self.project),
             self.env,
             task,
-            *after,
+            *(after or []),
             key=f"{task.kind}-{task.name}-{uuid.uuid4().hex[:8]}",
             resources={"GPU": 1} if training and self.gpus else None,
+            priority=PRIORITY[task.kind],
             pure=False,
         )
         self._tasks[future] = task
@@ -166,25 +175,27 @@ class Sweep:
         name, dataset = group
         work_params = {"sequence": name, "dataset": dataset}
         self._submit(self._task("evaluate", f"{name}-{dataset}", "evaluate", work_params))
-        self.report.tables.append(
-            f"data/08_reporting/result_table_reports/{report_folder(name, dataset)}/"
-        )
 
     # -- following -----------------------------------------------------------------------------
 
     def _wait_all(self, started: float) -> None:
+        """Follow the tasks to the end; everything but the wait itself counts as overhead."""
         last_line, last_time = "", 0.0
         while self._tasks:
             try:
                 done, _ = wait(list(self._tasks), timeout=5, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 done = set()
-            for future in done:
-                self._drive(lambda future=future: self._settle(future))
-            line = self._progress(started)
+            self._drive(lambda done=done: self._follow(done, started))
+            line = self._line
             if line != last_line or time.monotonic() - last_time > 60:
                 self.say(line)
                 last_line, last_time = line, time.monotonic()
+
+    def _follow(self, done: set[Future], started: float) -> None:
+        for future in done:
+            self._settle(future)
+        self._line = self._progress(started)
 
     def _settle(self, future: Future) -> None:
         task = self._tasks.pop(future)
@@ -199,6 +210,11 @@ class Sweep:
             if not Path(task.log_path).exists():  # it never ran: a task it waited for failed
                 reason = f"not run: {reason}"
             self.report.failures.append(Failure(task, reason[:300]))
+        if task.kind == "evaluate" and future.status == "finished":
+            name, dataset = task.params["sequence"], task.params["dataset"]
+            self.report.tables.append(
+                f"data/08_reporting/result_table_reports/{report_folder(name, dataset)}/"
+            )
         if task.kind == "sequence":
             self._after_sequence(task, built=future.status == "finished")
         elif task.kind == "job":

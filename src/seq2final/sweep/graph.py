@@ -16,8 +16,9 @@ from typing import Any
 from seq2final.config.checks import sequence_spec, validate_parameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.data.fingerprints import source_fingerprint
+from seq2final.data.presets import PRESETS
 from seq2final.data.spec import SequenceSpec
-from seq2final.methods import METHODS, requested_jobs
+from seq2final.methods import METHODS
 from seq2final.models import ARCHITECTURES
 from seq2final.runs.planner import plan_run
 from seq2final.runs.plans import RunPlan
@@ -85,12 +86,19 @@ def parse_request(
                 f"--seeds '{seeds}' must be whole numbers, e.g. 1007,1008"
             ) from None
     return SweepRequest(
-        sequences=parse_list(sequences, "sequences"),
+        sequences=_sequence_list(sequences),
         archs=parse_list(archs, "archs", list(ARCHITECTURES)),
         methods=method_list,
         pairs=pair_list,
         seeds=seed_list,
     )
+
+
+def _sequence_list(text: str) -> tuple[str, ...]:
+    """Presets or spec strings; ``all`` is every preset (specs are checked with the parameters)."""
+    if text.strip() == "all":
+        return tuple(PRESETS)
+    return parse_list(text, "sequences")
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -186,7 +194,6 @@ def plans_of(
     plans = []
     for arch, ask in itertools.product(request.archs, request.asks()):
         run_request = {**ask, "arch": arch, "budget": params["budget"], "force": False}
-        requested_jobs(ask["method"], ask["historical"], ask["final"], arch)  # checks the pair
         plans.append(
             plan_run(
                 work.spec,

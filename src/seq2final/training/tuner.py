@@ -302,7 +302,10 @@ def _heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> Iterator[
 
     def beat() -> None:
         while True:
-            storage.record_heartbeat(trial_id)
+            try:
+                storage.record_heartbeat(trial_id)
+            except Exception as error:  # noqa: BLE001 - a missed beat must not end the beating
+                log.warning("trial %d: heartbeat not recorded (%s)", trial_id, error)
             if stop.wait(interval):
                 return
 
