@@ -1,7 +1,10 @@
 """A 16-job sweep on 2 local workers against the same jobs run one after another, in one process.
 
     .venv/bin/python ../shared/tools/cifar10_jpeg_to_npz.py data/01_raw/cifar10.npz
-    .venv/bin/python benchmarks/sweep_speed.py data/01_raw/cifar10.npz
+    .venv/bin/python benchmarks/sweep_speed.py data/01_raw/cifar10.npz [SEQUENCE]
+
+``SEQUENCE`` (default ``source1000:rotation600:rotation600``) sets the step sizes, and so how long
+each job trains against the fixed costs of the command (start-up, cluster, MLflow server).
 
 Both sides start from an empty project copy and do the same work: build the sequence, train the
 historical states, run the 16 jobs (2 architectures × 8 methods, budget ``quick``) with MLflow
@@ -78,13 +81,13 @@ def machine() -> dict[str, str | int]:
     return {"cpu": cpu, "cores": os.cpu_count() or 0, "torch": torch.__version__, "device": "cpu"}
 
 
-def main(data: Path) -> None:
+def main(data: Path, sequence: str = SEQUENCE) -> None:
     data = data.resolve()
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"}
     with tempfile.TemporaryDirectory() as folder:
         one = project_copy(Path(folder) / "sequential")
         done = subprocess.run(
-            [sys.executable, "-c", SEQUENTIAL, str(one), str(data), SEQUENCE, ",".join(ARCHS),
+            [sys.executable, "-c", SEQUENTIAL, str(one), str(data), sequence, ",".join(ARCHS),
              ",".join(METHODS)],
             cwd=one, env=env, capture_output=True, text=True,
         )  # fmt: skip
@@ -95,7 +98,7 @@ def main(data: Path) -> None:
 
         many = project_copy(Path(folder) / "sweep")
         command = [
-            str(BIN / "kedro"), "sweep", "--sequences", SEQUENCE, "--archs", ",".join(ARCHS),
+            str(BIN / "kedro"), "sweep", "--sequences", sequence, "--archs", ",".join(ARCHS),
             "--methods", ",".join(METHODS), "--budget", "quick", "--dataset", "npz",
             "--data-path", str(data), "--workers", "2", "--params", PARAMS,
         ]  # fmt: skip
@@ -111,6 +114,7 @@ def main(data: Path) -> None:
         same = _same_results(one, many)
     figures = {
         "machine": machine(),
+        "sequence": sequence,
         "jobs": jobs,
         "sequential_seconds": round(sequential, 1),
         "sweep_seconds": round(sweep_seconds, 1),
@@ -120,7 +124,7 @@ def main(data: Path) -> None:
         "second_invocation_trained_nothing": "Nothing to train" in again.stdout,
         "agreement": same,
     }
-    out = PROJECT / "benchmarks" / "results" / "sweep_speed.json"
+    out = PROJECT / "benchmarks" / "results" / f"sweep_speed-{sequence.replace(':', '_')}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(figures, indent=1) + "\n")
     print(json.dumps(figures["machine"]))
@@ -155,4 +159,5 @@ def _same_results(first: Path, second: Path) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else PROJECT / "data/01_raw/cifar10.npz")
+    arguments = sys.argv[1:]
+    main(Path(arguments[0]) if arguments else PROJECT / "data/01_raw/cifar10.npz", *arguments[1:2])
