@@ -37,7 +37,7 @@ def objective(calls, interrupt_at=None):
 
 
 def test_an_optuna_study_on_postgresql_resumes_without_repeating_trials(postgres, tmp_path):
-    url = postgres.url.replace("/seq2final", "/optuna")
+    url = postgres.url_of("optuna")
     budget = Budget(sampler="tpe", trials=5, max_epochs=1)
     first, second, whole = [], [], []
     with pytest.raises(KeyboardInterrupt):
@@ -49,7 +49,7 @@ def test_an_optuna_study_on_postgresql_resumes_without_repeating_trials(postgres
 
 
 def test_only_trials_whose_worker_is_gone_are_failed(postgres, tmp_path):
-    url = postgres.url.replace("/seq2final", "/optuna")
+    url = postgres.url_of("optuna")
     budget = Budget(sampler="random", trials=2, max_epochs=1)
     tuner = Tuner(budget, url, tmp_path, seed=0)
     study = tuner._study("shared")
@@ -89,7 +89,7 @@ def test_only_trials_whose_worker_is_gone_are_failed(postgres, tmp_path):
 @pytest.fixture(scope="module")
 def mlflow_server(postgres, tmp_path_factory):
     folder = tmp_path_factory.mktemp("mlflow")
-    backend = postgres.url.replace("/seq2final", "/mlflow")
+    backend = postgres.url_of("mlflow")
     server, url = start_mlflow_server(backend, folder / "mlruns", log_path=folder / "server.log")
     yield url
     stop_process(server)
@@ -145,7 +145,7 @@ def sweep(project, *args):
 def test_a_sweep_on_a_separate_scheduler_with_optuna_and_mlflow_on_postgresql(
     project, postgres, mlflow_server, dask_cluster
 ):
-    storage = postgres.url.replace("/seq2final", "/optuna")
+    storage = postgres.url_of("optuna")
     params = (
         "build_sequences.test_size=50,build_sequences.oracle_size=120,"
         f"tuning.storage={storage},mlflow.tracking_uri={mlflow_server}"

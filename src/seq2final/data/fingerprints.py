@@ -15,7 +15,9 @@ import functools
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from seq2final.core.files import atomic_write
 from seq2final.data.sources import SOURCES, load_source
@@ -54,6 +56,18 @@ def source_fingerprint(dataset: str, data_path: str | None, raw_dir: str | Path)
     atomic_write(cache, lambda partial: partial.write_text(value))
     log.info("fingerprinted dataset %s: %s", dataset, value)
     return value
+
+
+def source_change(
+    manifest: Mapping[str, Any], dataset: str, data_path: str | None, raw_dir: str | Path
+) -> tuple[str, str] | None:
+    """``(recorded, current)`` when a stored sequence (its ``manifest``) was drawn from other
+    data than the source holds now; None when they agree or the sequence predates fingerprints."""
+    recorded = manifest.get("source_fingerprint")
+    if not recorded:
+        return None
+    current = source_fingerprint(dataset, data_path, raw_dir)
+    return None if recorded == current else (recorded, current)
 
 
 @functools.cache

@@ -15,7 +15,7 @@ from typing import Any
 
 from seq2final.config.checks import sequence_spec, validate_parameters
 from seq2final.core.errors import Seq2FinalError
-from seq2final.data.fingerprints import source_fingerprint
+from seq2final.data.fingerprints import source_change
 from seq2final.data.presets import PRESETS
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import METHODS
@@ -179,8 +179,8 @@ def is_built(spec: SequenceSpec, sequences: SequenceStore, raw_dir: str) -> bool
     """Whether the stored sequence exists and was drawn from the source data as it is now."""
     if spec.key not in sequences:
         return False
-    recorded = sequences[spec.key].manifest.get("source_fingerprint")
-    return not recorded or recorded == source_fingerprint(spec.dataset, spec.data_path, raw_dir)
+    manifest = sequences[spec.key].manifest
+    return source_change(manifest, spec.dataset, spec.data_path, raw_dir) is None
 
 
 def plans_of(

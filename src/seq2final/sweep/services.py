@@ -64,7 +64,11 @@ class Postgres:
     @property
     def url(self) -> str:
         """The SQLAlchemy URL Optuna and MLflow take (psycopg 3 driver)."""
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{self.database}"
+        return self.url_of(self.database)
+
+    def url_of(self, database: str) -> str:
+        """The URL of another database of this server (``optuna``, ``mlflow``)."""
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
 
     def stop(self) -> None:
         subprocess.run(
@@ -176,11 +180,11 @@ def start_local_services() -> tuple[Postgres, str, str]:
     database, the Optuna storage URL and the MLflow tracking URI."""
     database = start_postgres(SERVICES / "postgres", port=5433, databases=("optuna", "mlflow"))
     server, url = start_mlflow_server(
-        database.url.replace("/seq2final", "/mlflow"), Path("mlruns"), port=5001,
+        database.url_of("mlflow"), Path("mlruns"), port=5001,
         log_path=SERVICES / "mlflow.log",
     )  # fmt: skip
     (SERVICES / "mlflow.pid").write_text(str(server.pid))
-    return database, database.url.replace("/seq2final", "/optuna"), url
+    return database, database.url_of("optuna"), url
 
 
 def stop_local_services() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from seq2final.core.errors import MissingPrerequisiteError
-from seq2final.data.fingerprints import source_fingerprint
+from seq2final.data.fingerprints import source_change
 from seq2final.data.sampler import build_sequence
 from seq2final.data.sequence import ShiftSequence
 from seq2final.data.sources import SourceData, load_source
@@ -61,9 +61,9 @@ def select_sequence(
             f"sequence '{spec.key}' has not been built; make it with: {_command(spec)}"
         )
     sequence = sequences[spec.key]
-    recorded = sequence.manifest.get("source_fingerprint")
-    current = source_fingerprint(spec.dataset, spec.data_path, options["raw_dir"])
-    if recorded and recorded != current:
+    changed = source_change(sequence.manifest, spec.dataset, spec.data_path, options["raw_dir"])
+    if changed:
+        recorded, current = changed
         raise MissingPrerequisiteError(
             f"sequence '{spec.key}' was drawn from other {spec.dataset} data than "
             f"{spec.data_path or options['raw_dir']} holds now (fingerprint {recorded}, now "
