@@ -6,6 +6,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,30 +98,40 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
     threads = options.threads or settings.threads
     logging.getLogger("distributed").setLevel(logging.WARNING)  # the sweep reports progress
     tracking = params["mlflow"]["enabled"] and not params["mlflow"]["tracking_uri"]
-    client, cluster = connect(options.scheduler, options.workers, settings, threads)
-    try:
-        remote = options.scheduler is not None or settings.cluster.type != "local"
-        server = (
+    remote = options.scheduler is not None or settings.cluster.type != "local"
+    with contextlib.ExitStack() as stack, ThreadPoolExecutor(1) as pool:
+        # The cluster and the MLflow server start side by side (each takes seconds).
+        connecting = pool.submit(connect, options.scheduler, options.workers, settings, threads)
+        stack.callback(_disconnect, connecting)
+        if options.scheduler:  # a running cluster answers at once: unreachable is said first
+            connecting.result()
+        url = stack.enter_context(
             tracking_server(mlflow.get_tracking_uri(), project, remote)
             if tracking
             else contextlib.nullcontext(None)
         )
-        with server as url:
-            worker_params = dict(base)
-            if url:  # every worker logs over HTTP to the one server
-                worker_params["mlflow"] = {**base.get("mlflow", {}), "tracking_uri": url}
-            run = Sweep(
-                client, project, options.env, worker_params, params, request, stores,
-                has_gpus(client, settings), say,
-            )  # fmt: skip
-            report = run.run(graph)
-            report.driver_seconds += planning
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        client, _ = connecting.result()
+        worker_params = dict(base)
+        if url:  # every worker logs over HTTP to the one server
+            worker_params["mlflow"] = {**base.get("mlflow", {}), "tracking_uri": url}
+        run = Sweep(
+            client, project, options.env, worker_params, params, request, stores,
+            has_gpus(client, settings), say,
+        )  # fmt: skip
+        report = run.run(graph)
+        report.driver_seconds += planning
     say(summary(report))
     return 1 if report.failures or report.lost_jobs else 0
+
+
+def _disconnect(connecting: Future) -> None:
+    """Close the client and the cluster the sweep started, once they have started."""
+    if connecting.exception() is not None:
+        return
+    client, cluster = connecting.result()
+    client.close()
+    if cluster is not None:
+        cluster.close()
 
 
 def check_names(graph: SweepGraph, options: MlflowOptions) -> None:

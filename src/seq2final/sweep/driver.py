@@ -19,6 +19,7 @@ from typing import Any
 
 from distributed import Client, Future, wait
 
+from seq2final.models import build_model, forward_macs
 from seq2final.reporting.tables import report_folder
 from seq2final.runs.plans import STEP0
 from seq2final.sweep.graph import (
@@ -29,11 +30,14 @@ from seq2final.sweep.graph import (
     is_built,
     plans_of,
 )
-from seq2final.sweep.work import Task, run_task
+from seq2final.sweep.work import STARTED_TOPIC, Task, run_task
 
-PRIORITY = {"sequence": 30, "state": 20, "job": 10, "evaluate": 0}
-"""Among tasks ready to run, states go before jobs: each state unblocks several jobs, and a state
-left to the end leaves the other workers idle while its jobs wait for it."""
+PRIORITY = {"sequence": 4, "state": 3, "free job": 2, "job": 1, "evaluate": 0}
+"""Among tasks ready to run: states before jobs (each state unblocks several jobs, and a state left
+to the end leaves the other workers idle while its jobs wait for it), then the jobs that need no
+state (they train on the historical steps themselves, so they are the long ones), then the jobs
+that adapt a state to the final step (short: the final step is the scarce one) to fill the end.
+Within each kind, larger architectures go first (:func:`architecture_order`)."""
 
 
 @dataclass
@@ -82,12 +86,16 @@ class Sweep:
     _job_seconds: list[float] = field(default_factory=list)
     _unbuilt: dict[str, SequenceWork] = field(default_factory=dict)
     _reused_states: set[str] = field(default_factory=set)
+    _started: set[str] = field(default_factory=set)  # keys of tasks that began on a worker
+    _arch_rank: dict[str, int] = field(default_factory=dict)
     _line: str = ""
 
     def run(self, graph: SweepGraph) -> SweepReport:
         """Submit ``graph`` and follow it until every task has finished or failed."""
         started = time.perf_counter()
         self.report.jobs = graph.counts(self.stores)["jobs"][0]
+        self.client.subscribe_topic(STARTED_TOPIC, lambda event: self._started.add(event[1]))
+        self._drive(lambda: self._arch_rank.update(architecture_order(self.request.archs)))
         self._drive(lambda: self._submit_graph(graph))
         self._wait_all(started)
         self.report.reused["state"] = len(self._reused_states)
@@ -141,7 +149,7 @@ class Sweep:
                     continue
                 after = [self._states[job.state_key]] if job.state_key in self._states else []
                 task = self._task("job", job.key, "adapt_final", plan.job_params(job))
-                self._submit(task, after, training=True)
+                self._submit(task, after, training=True, free=not job.state_key)
                 self._pending_jobs[group] += 1
         self._planned[group] -= 1
         self._maybe_evaluate(group)
@@ -151,8 +159,14 @@ class Sweep:
         return Task(kind, name, pipeline, {**self.params, **params}, str(log_path))
 
     def _submit(
-        self, task: Task, after: list[Future] | None = None, training: bool = False
+        self,
+        task: Task,
+        after: list[Future] | None = None,
+        training: bool = False,
+        free: bool = False,
     ) -> Future:
+        kind = "free job" if free else task.kind
+        rank = self._arch_rank.get(task.params.get("arch", ""), 0)
         future = self.client.submit(
             run_task,
             str(self.project),
@@ -161,7 +175,7 @@ class Sweep:
             *(after or []),
             key=f"{task.kind}-{task.name}-{uuid.uuid4().hex[:8]}",
             resources={"GPU": 1} if training and self.gpus else None,
-            priority=PRIORITY[task.kind],
+            priority=PRIORITY[kind] * 1000 + rank,
             pure=False,
         )
         self._tasks[future] = task
@@ -242,8 +256,9 @@ class Sweep:
         self._maybe_evaluate(group)
 
     def _progress(self, started: float) -> str:
-        processing = {key for keys in self.client.processing().values() for key in keys}
-        running = sum(1 for f, t in self._tasks.items() if t.kind == "job" and f.key in processing)
+        running = sum(
+            1 for f, t in self._tasks.items() if t.kind == "job" and f.key in self._started
+        )
         done = self.report.trained["job"] + self.report.reused["job"]
         failed = self.report.lost_jobs + sum(
             1 for f in self.report.failures if f.task.kind == "job"
@@ -259,6 +274,14 @@ class Sweep:
             mean = sum(self._job_seconds) / len(self._job_seconds)
             line += f" · ~{_clock(mean * left / workers)} left"
         return line
+
+
+def architecture_order(archs: tuple[str, ...] | list[str]) -> dict[str, int]:
+    """Each architecture's rank by its forward multiply-adds per image (the largest ranks
+    highest): of two tasks ready together, the longer starts first and the short ones fill the
+    end, instead of one worker training a large model alone while the others idle."""
+    macs = {arch: forward_macs(build_model(arch, num_classes=10)) for arch in archs}
+    return {arch: rank for rank, arch in enumerate(sorted(macs, key=macs.__getitem__), start=1)}
 
 
 def _clock(seconds: float) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from distributed import WorkerPlugin
+from distributed import WorkerPlugin, get_worker
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
@@ -41,6 +41,7 @@ class Task:
 def run_task(project: str, env: str | None, task: Task, *after: Any) -> dict[str, Any]:
     """Run ``task`` in this worker (``after``: the results of the tasks it waited for)."""
     started = time.perf_counter()
+    _announce_start()
     os.chdir(project)  # relative paths in the catalog and logs are the project's (one task a time)
     bootstrap_project(Path(project))  # (re)applies the project's logging set-up: first
     try:
@@ -54,6 +55,19 @@ def run_task(project: str, env: str | None, task: Task, *after: Any) -> dict[str
     except Exception as error:
         raise TaskFailed(root_cause(error)) from None  # the full traceback is in the task's log
     return {"name": task.name, "seconds": time.perf_counter() - started}
+
+
+STARTED_TOPIC = "seq2final-task-started"
+"""The Dask event topic on which a task says it has started (the driver counts what runs: the
+scheduler's "processing" also holds the tasks queued behind it on a worker)."""
+
+
+def _announce_start() -> None:
+    try:
+        worker = get_worker()
+    except ValueError:  # called outside a Dask worker
+        return
+    worker.log_event(STARTED_TOPIC, worker.get_current_task())
 
 
 class TaskFailed(Exception):
