@@ -215,6 +215,25 @@ def sweep(**options: Any) -> None:
     raise SystemExit(status)
 
 
+@cli.command("bench")
+@click.option("--sections", default="fit,search", help="Comma list of sections to measure.")
+@click.option("--quick", is_flag=True, help="A short measurement of the fit section.")
+@click.option("--data-path", default="data/01_raw/cifar10.npz", help="CIFAR-10 npz (search).")
+@click.option("--budgets", default="quick,default,efficient", help="Budgets the search compares.")
+@click.option("--seeds", type=int, default=3, help="Seeds of the search section.")
+@click.option("--device", default="auto", help="Device to measure on (auto, cpu, cuda:N).")
+@click.option("--env", "-e", help="Kedro configuration environment (budgets, training).")
+def bench(**options: Any) -> None:
+    """Measure speed and search efficiency; write docs/benchmarks.md and its JSON."""
+    from seq2final.bench.command import BenchOptions
+    from seq2final.bench.command import bench as run_bench
+
+    try:
+        run_bench(BenchOptions(**options), click.echo)
+    except Seq2FinalError as error:
+        raise click.ClickException(str(error)) from None
+
+
 @cli.command("services")
 @click.argument("action", type=click.Choice(["start", "stop"]))
 def services(action: str) -> None:

@@ -25,7 +25,7 @@ def test_a_frozen_layer_statistic_moves_by_the_bn_momentum_rule_unless_frozen(fr
     0.9 · old + 0.1 · batch mean in training mode (as in the original), and stays old with
     ``freeze_bn_stats``. Validation is scripted so the fit keeps epoch 1."""
     scores = iter([0.1, 0.9])
-    monkeypatch.setattr(loop, "_validate", lambda model, task, engine: (0.0, next(scores)))
+    monkeypatch.setattr(loop, "_validate", lambda model, valid, step, engine: (0.0, next(scores)))
     torch.manual_seed(0)
     model = build_model("convnet_1", 3)
     old = model.conv1.bn.running_mean.clone()

@@ -160,7 +160,7 @@ def test_a_budget_or_space_with_an_unknown_or_missing_key_says_which_in_one_line
         parse_budgets({"smoke": {"sampler": "random", "trials": 1, "max_epochs": 2, "bogus": 1}})
     assert str(unknown.value) == (
         "budget 'smoke': unknown key 'bogus'; valid: sampler, trials, max_epochs, pruner, "
-        "startup_trials, warmup_epochs"
+        "startup_trials, warmup_epochs, min_epochs, reduction_factor"
     )
     with pytest.raises(Seq2FinalError) as missing:
         SearchSpace.parse({"lr": {"low": 1e-4, "high": 1e-2}}, "final_modes.ft.space")
@@ -177,3 +177,55 @@ def test_an_unreadable_checkpoint_is_reported_with_its_path_not_restarted(tmp_pa
     with pytest.raises(Seq2FinalError, match=f"tuning checkpoint {checkpoint} is unreadable"):
         Tuner(budget, None, tmp_path, seed=0).tune("long", SPACE, resumed)
     assert resumed.calls == []  # nothing was rerun, and the two finished trials are still there
+
+
+class Curve:
+    """Reports a constant validation accuracy every epoch, lower for each later trial, and
+    records the epoch at which each trial stopped (its last report)."""
+
+    def __init__(self, max_epochs: int) -> None:
+        self.max_epochs = max_epochs
+        self.stopped_at: list[int] = []
+
+    def __call__(self, params, seed, report):
+        value = 0.9 - 0.01 * len(self.stopped_at)
+        self.stopped_at.append(0)
+        for epoch in range(self.max_epochs + 1):
+            self.stopped_at[-1] = epoch
+            report(epoch, value)
+        return FitResult(value, self.max_epochs, self.max_epochs, []), {"w": torch.tensor([value])}
+
+
+def test_successive_halving_prunes_each_worse_trial_at_its_first_rung(tmp_path):
+    budget = Budget(
+        sampler="random", trials=6, max_epochs=12, pruner="successive_halving", min_epochs=2
+    )
+    curve = Curve(budget.max_epochs)
+    tuned = Tuner(budget, None, tmp_path, seed=0).tune("sh", SPACE, curve)
+    # The first trial is the best at every rung and runs to the end; every later one is worse
+    # than it at the first rung (2 epochs) and stops there.
+    assert curve.stopped_at == [12, 2, 2, 2, 2, 2]
+    assert [t["state"] for t in tuned.trials] == ["COMPLETE"] + ["PRUNED"] * 5
+
+
+def test_hyperband_prunes_each_worse_trial_at_its_brackets_first_rung(tmp_path):
+    budget = Budget(
+        sampler="tpe", trials=12, max_epochs=27, pruner="hyperband", min_epochs=1,
+        startup_trials=2, reduction_factor=3,
+    )  # fmt: skip
+    curve = Curve(budget.max_epochs)
+    tuner = Tuner(budget, None, tmp_path, seed=0)
+    tuner.tune("hb", SPACE, curve)
+    study = tuner._study("hb")
+    pruner = study.pruner
+    pruner._try_initialization(study)  # the trials' brackets, as the pruner assigned them
+    brackets = [pruner._get_bracket_id(study, t) for t in study.get_trials(deepcopy=False)]
+    assert len(set(brackets)) > 1  # the test means something only across brackets
+    expected, seen = [], set()
+    for bracket in brackets:
+        first_rung = 3**bracket  # min_epochs * reduction_factor ** bracket
+        # The first trial of a bracket leads it; the later (worse) ones stop at its first rung,
+        # except in the last bracket, whose first rung is the whole run.
+        expected.append(first_rung if bracket in seen and first_rung < 27 else 27)
+        seen.add(bracket)
+    assert curve.stopped_at == expected, brackets

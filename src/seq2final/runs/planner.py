@@ -37,7 +37,7 @@ def plan_run(
     ``data`` is the content hash of the stored sequence (its manifest's ``content_hash``).
     """
     budget_name = request["budget"]
-    budget = get_budget(budgets, budget_name).model_dump()
+    budget = get_budget(budgets, budget_name).results_key()
     engine = Engine(**training)
     try:
         engine.torch_device()  # the device and precision exist here, before anything trains

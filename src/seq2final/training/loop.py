@@ -33,8 +33,9 @@ from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import set_trainable
-from seq2final.training.engine import Engine, autocast, predict_logits, scale_images
+from seq2final.training.engine import Engine, autocast, run_model, scale_images
 from seq2final.training.objectives import Batch, HyperParameters, Task, objective_loss
+from seq2final.training.tensors import TensorSplit
 
 
 @dataclass
@@ -51,27 +52,50 @@ EpochCallback = Callable[[int, float], None]
 
 
 class _Cycler:
-    """Batches of one domain as index slices of a shuffled order, reshuffled when exhausted."""
+    """Batches of one domain as index slices of a shuffled order, reshuffled when exhausted; the
+    order is drawn on the generator's device, so a GPU fit never copies indices from the host."""
 
     def __init__(self, size: int, batch_size: int, generator: torch.Generator) -> None:
         self.size, self.batch_size, self.generator = size, batch_size, generator
-        self.order = torch.randperm(size, generator=generator)
+        self.order = self._shuffled()
         self.position = 0
+
+    def _shuffled(self) -> torch.Tensor:
+        return torch.randperm(self.size, generator=self.generator, device=self.generator.device)
 
     def next(self) -> torch.Tensor:
         if self.position >= self.size:
-            self.order = torch.randperm(self.size, generator=self.generator)
+            self.order = self._shuffled()
             self.position = 0
         indices = self.order[self.position : self.position + self.batch_size]
         self.position += self.batch_size
         return indices
 
 
-def _validate(model: nn.Module, task: Task, engine: Engine) -> tuple[float, float]:
-    logits = predict_logits(model, task.valid, engine, task.valid_step)
-    y = task.valid.y.cpu()
-    loss = float(F.cross_entropy(logits, y))
-    return loss, float((logits.argmax(1) == y).float().mean())
+@torch.no_grad()
+def _validate(
+    model: nn.Module, valid: TensorSplit, step: int | None, engine: Engine
+) -> tuple[float, float]:
+    """Validation loss and accuracy from data already on the model's device, read in one go."""
+    was_training = model.training
+    model.eval()
+    try:
+        logits = torch.cat([
+            _forward(model, scale_images(valid.x[i : i + engine.eval_batch_size], engine), step,
+                     engine)
+            for i in range(0, len(valid), engine.eval_batch_size)
+        ])  # fmt: skip
+    finally:
+        model.train(was_training)
+    loss = F.cross_entropy(logits, valid.y)
+    accuracy = (logits.argmax(1) == valid.y).float().mean()
+    loss_value, accuracy_value = torch.stack([loss, accuracy]).tolist()
+    return loss_value, accuracy_value
+
+
+def _forward(model: nn.Module, x: torch.Tensor, step: int | None, engine: Engine) -> torch.Tensor:
+    with autocast(engine, x.device):
+        return run_model(model, x, step).float()
 
 
 def _train_mode(model: nn.Module, engine: Engine) -> None:
@@ -105,7 +129,9 @@ def fit(
     if engine.channels_last:
         model.to(memory_format=torch.channels_last)
     torch.manual_seed(seed)  # dropout and any other global draws
-    generator = torch.Generator().manual_seed(seed)
+    # Batch orders and IRM's permutations are drawn on the device (no host copies on a GPU);
+    # on the CPU this is the generator CPU fits always drew from.
+    generator = torch.Generator(device).manual_seed(seed)
     flags = {name: p.requires_grad for name, p in model.named_parameters()}
     if task.trainable is not None:
         set_trainable(model, task.trainable)
@@ -118,10 +144,11 @@ def fit(
     domains = [d.to(device) for d in task.domains]
     steps = task.steps or [None] * len(domains)
     weights = task.step_weights or [1.0] * len(domains)
+    valid = task.valid.to(device)  # on the device once, not once per epoch
     cyclers = [_Cycler(len(d), engine.batch_size, generator) for d in domains]
     batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in domains)
 
-    valid_loss, valid_accuracy = _validate(model, task, engine)
+    valid_loss, valid_accuracy = _validate(model, valid, task.valid_step, engine)
     history = [_row(0, math.nan, math.nan, valid_loss, valid_accuracy)]
     best_accuracy, best_epoch = valid_accuracy, 0
     best_state = _snapshot(model)
@@ -131,13 +158,15 @@ def fit(
     try:
         for epoch in range(1, max_epochs + 1):
             _train_mode(model, engine)
-            ce_sum, correct, count = 0.0, 0, 0
+            ce_sum = torch.zeros((), dtype=torch.float64, device=device)
+            correct = torch.zeros((), dtype=torch.int64, device=device)
+            count = 0
             for _ in range(batches_per_epoch):
                 batches = []
                 for domain, cycler, step, loss_weight in zip(
                     domains, cyclers, steps, weights, strict=True
                 ):
-                    index = cycler.next().to(device)
+                    index = cycler.next()
                     weight = None if domain.weight is None else domain.weight[index]
                     x = scale_images(domain.x[index], engine)
                     batches.append(Batch(x, domain.y[index], weight, step, loss_weight))
@@ -155,8 +184,9 @@ def fit(
                     count + batch_count,
                 )
             previous_accuracy = valid_accuracy
-            valid_loss, valid_accuracy = _validate(model, task, engine)
-            history.append(_row(epoch, ce_sum / count, correct / count, valid_loss, valid_accuracy))
+            valid_loss, valid_accuracy = _validate(model, valid, task.valid_step, engine)
+            train_loss, train_accuracy = float(ce_sum) / count, float(correct) / count
+            history.append(_row(epoch, train_loss, train_accuracy, valid_loss, valid_accuracy))
             if progress is not None:
                 progress(1)
             if valid_accuracy > best_accuracy:

@@ -81,15 +81,6 @@ def penalty_norm(model: nn.Module) -> torch.Tensor:
     return squared_weight_norm(model)
 
 
-def _weighted_ce(
-    logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None
-) -> torch.Tensor:
-    losses = F.cross_entropy(logits.float(), y, reduction="none")
-    if weight is not None:
-        losses = losses * weight
-    return losses.mean()
-
-
 def irm_penalty(logits: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """The original's IRM penalty on one domain batch (reference §3.3).
 
@@ -98,7 +89,7 @@ def irm_penalty(logits: torch.Tensor, y: torch.Tensor, generator: torch.Generato
     the odd-indexed halves. The graph is kept so the penalty back-propagates into the model.
     """
     scale = torch.ones(logits.shape[1], device=logits.device, requires_grad=True)
-    order = torch.randperm(len(y), generator=generator).to(logits.device)
+    order = torch.randperm(len(y), generator=generator, device=generator.device)
     scaled, labels = logits.float()[order] * scale, y[order]
     first = F.cross_entropy(scaled[0::2], labels[0::2])
     second = F.cross_entropy(scaled[1::2], labels[1::2])
@@ -137,19 +128,24 @@ def objective_loss(
     task: Task,
     hp: HyperParameters,
     generator: torch.Generator,
-) -> tuple[torch.Tensor, float, int, int]:
-    """The objective's loss; also its summed CE, correct count and sample count for the metrics."""
-    ce_terms, ce_sum, correct, count = [], 0.0, 0, 0
-    penalties = torch.zeros((), device=batches[0].x.device)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """The objective's loss; also its summed CE and correct count (detached tensors on the
+    device, read once per epoch by the loop, never per batch) and its sample count."""
+    ce_terms, count = [], 0
+    device = batches[0].x.device
+    ce_sum = torch.zeros((), dtype=torch.float64, device=device)  # double, as a Python sum was
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    penalties = torch.zeros((), device=device)
     for batch in batches:
         logits = run_model(model, batch.x, batch.step)
-        ce = _weighted_ce(logits, batch.y, batch.weight)
+        losses = F.cross_entropy(logits.float(), batch.y, reduction="none")  # once per batch
+        ce = (losses if batch.weight is None else losses * batch.weight).mean()
         if task.objective == "irm":
             ce = ce + hp.irm_penalty * irm_penalty(logits, batch.y, generator)
         ce_terms.append(ce * batch.loss_weight)
         with torch.no_grad():
-            ce_sum += float(F.cross_entropy(logits.float(), batch.y, reduction="sum"))
-            correct += int((logits.argmax(1) == batch.y).sum())
+            ce_sum = ce_sum + losses.detach().sum()
+            correct = correct + (logits.argmax(1) == batch.y).sum()
             count += len(batch.y)
     if task.objective == "dro":
         # Only the worst domain's loss is back-propagated; the others are discarded.

@@ -22,7 +22,9 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel, one_line
 
 SAMPLERS = ("grid", "tpe", "random")
-PRUNERS = ("none", "median")
+PRUNERS = ("none", "median", "successive_halving", "hyperband")
+RUNG_PRUNERS = ("successive_halving", "hyperband")
+RUNG_FIELDS = ("min_epochs", "reduction_factor")
 
 
 class ParamSpec(StrictModel):
@@ -61,7 +63,9 @@ class Budget(StrictModel):
     max_epochs: int = Field(ge=1)
     pruner: str = "none"
     startup_trials: int = Field(default=2, ge=0)
-    warmup_epochs: int = Field(default=2, ge=0)
+    warmup_epochs: int = Field(default=2, ge=0)  # median: epochs before a trial can be pruned
+    min_epochs: int = Field(default=1, ge=1)  # successive halving, hyperband: the first rung
+    reduction_factor: int = Field(default=3, ge=2)  # ... and 1/this of the trials go on per rung
 
     @model_validator(mode="after")
     def _choices(self) -> Budget:
@@ -71,7 +75,37 @@ class Budget(StrictModel):
             raise ValueError(f"unknown pruner '{self.pruner}'; valid: {', '.join(PRUNERS)}")
         if self.sampler != "grid" and self.trials is None:
             raise ValueError(f"sampler '{self.sampler}' needs a number of trials")
+        if self.min_epochs > self.max_epochs:
+            raise ValueError(f"min_epochs {self.min_epochs} > max_epochs {self.max_epochs}")
         return self
+
+    def results_key(self) -> dict[str, Any]:
+        """What result keys cover: every field, except the rung settings of the pruners that
+        have rungs when this budget's pruner has none (they change nothing it computes, and
+        finished work stays valid when such options are added)."""
+        values = self.model_dump()
+        if self.pruner not in RUNG_PRUNERS:
+            for name in RUNG_FIELDS:
+                values.pop(name)
+        return values
+
+    def pruner_of(self) -> optuna.pruners.BasePruner:
+        """The Optuna pruner this budget names, judging per-epoch validation accuracy."""
+        if self.pruner == "median":
+            return optuna.pruners.MedianPruner(
+                n_startup_trials=self.startup_trials, n_warmup_steps=self.warmup_epochs
+            )
+        if self.pruner == "successive_halving":
+            return optuna.pruners.SuccessiveHalvingPruner(
+                min_resource=self.min_epochs, reduction_factor=self.reduction_factor
+            )
+        if self.pruner == "hyperband":
+            return optuna.pruners.HyperbandPruner(
+                min_resource=self.min_epochs,
+                max_resource=self.max_epochs,
+                reduction_factor=self.reduction_factor,
+            )
+        return optuna.pruners.NopPruner()
 
 
 def parse_budgets(raw: Mapping[str, Any]) -> dict[str, Budget]:

@@ -91,20 +91,12 @@ class Tuner:
             )
         return optuna.samplers.RandomSampler(seed=seed)  # grid points are enqueued explicitly
 
-    def _pruner(self) -> optuna.pruners.BasePruner:
-        if self.budget.pruner == "median":
-            return optuna.pruners.MedianPruner(
-                n_startup_trials=self.budget.startup_trials,
-                n_warmup_steps=self.budget.warmup_epochs,
-            )
-        return optuna.pruners.NopPruner()
-
     def _study(self, name: str) -> optuna.Study:
         return optuna.create_study(
             storage=self.storage,
             study_name=name,
             sampler=self._sampler(name),
-            pruner=self._pruner(),
+            pruner=self.budget.pruner_of(),
             direction="maximize",
             load_if_exists=True,
         )

@@ -1,0 +1,195 @@
+"""``kedro bench``: run the chosen sections, print each ratio on its own line, write the page.
+
+Figures are kept per section in ``benchmarks/results/bench.json``, each with the machine it was
+measured on and the command that measured it; ``docs/benchmarks.md`` is rendered from all of them,
+so a run of one section updates its part of the page and leaves the others' figures as they were
+measured.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+
+from seq2final.bench.fit_speed import measure_fit_speed
+from seq2final.bench.machine import describe_machine
+from seq2final.bench.search import measure_search
+from seq2final.core.errors import Seq2FinalError
+from seq2final.data.sampler import build_sequence
+from seq2final.data.sources import load_source
+from seq2final.data.spec import resolve_spec
+from seq2final.methods.context import space_of
+from seq2final.training.engine import Engine
+from seq2final.training.search import get_budget
+
+ARCHS = ["convnet_4", "densenet_1", "resnet_4"]
+SECTIONS = ("fit", "search")
+RESULTS = Path("benchmarks/results/bench.json")
+SEARCH_CACHE = Path("benchmarks/results/search-studies.json")  # resumes an interrupted search
+PAGE = Path("docs/benchmarks.md")
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """The command line's options."""
+
+    sections: str
+    quick: bool
+    data_path: str
+    budgets: str
+    seeds: int
+    device: str
+    env: str | None = None
+
+
+def bench(options: BenchOptions, say: Callable[[str], None]) -> None:
+    """Check the options, run each section, merge its figures into the JSON, render the page."""
+    sections = [s.strip() for s in options.sections.split(",") if s.strip()]
+    unknown = [s for s in sections if s not in SECTIONS]
+    if unknown or not sections:
+        raise Seq2FinalError(
+            f"--sections {options.sections!r}: unknown {', '.join(unknown) or 'empty'}; "
+            f"valid: {', '.join(SECTIONS)}"
+        )
+    if options.seeds < 1:
+        raise Seq2FinalError(f"--seeds {options.seeds}: needs at least 1 seed")
+    project = Path.cwd()
+    bootstrap_project(project)
+    with KedroSession.create(project_path=project, env=options.env) as session:
+        params = session.load_context().params
+    engine = Engine.model_validate({**params["training"], "device": options.device})
+    device = engine.torch_device()
+    budgets = {}
+    if "search" in sections:
+        if not Path(options.data_path).is_file():
+            raise Seq2FinalError(
+                f"--data-path {options.data_path}: no such file; the search section needs the "
+                "CIFAR-10 npz (make it with the README's CIFAR-10 command)"
+            )
+        names = [b.strip() for b in options.budgets.split(",") if b.strip()]
+        budgets = {name: get_budget(params["budgets"], name) for name in names}
+    command = "kedro bench " + shlex.join(sys.argv[2:]) if len(sys.argv) > 2 else "kedro bench"
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    for section in sections:
+        started = time.perf_counter()
+        if section == "fit":
+            figures: Any = measure_fit_speed(
+                ARCHS, engine, images=1000 if options.quick else 2000,
+                epochs=1 if options.quick else 2, rounds=2 if options.quick else 3, say=say,
+            )  # fmt: skip
+        else:
+            figures = _search(params, options, engine, budgets, say)
+        results[section] = {
+            "machine": describe_machine(device),
+            "command": command,
+            "measured": time.strftime("%Y-%m-%d"),
+            "seconds": round(time.perf_counter() - started, 1),
+            "figures": figures,
+        }
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    PAGE.parent.mkdir(parents=True, exist_ok=True)
+    PAGE.write_text(render(results))
+    say(f"Figures: {RESULTS}; page: {PAGE}")
+
+
+def _search(
+    params: dict[str, Any],
+    options: BenchOptions,
+    engine: Engine,
+    budgets: dict[str, Any],
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    build = params["build_sequences"]
+    spec = resolve_spec("rcl", "npz", options.data_path)
+    sequence = build_sequence(spec, load_source(spec.dataset, spec.data_path, build["raw_dir"]))
+    spaces = {
+        fit: space_of(params["final_modes"][mode], "space", "final_modes")
+        for fit, mode in (("baseline", "scratch"), ("ft", "ft"))
+    }
+    figures = measure_search(
+        sequence, "convnet_4", budgets, spaces, list(range(options.seeds)), engine,
+        cache=SEARCH_CACHE,
+    )  # fmt: skip
+    for row in figures["summary"]:
+        if row["budget"] != "paper grid":
+            say(f"search {row['budget']} {row['fit']}: epochs to within {figures['margin']} of "
+                f"the grid's best, ratio to the grid's epochs {row['fraction_of_grid']:.3f} "
+                f"({row['reached']}/{row['seeds']} seeds reached it)")  # fmt: skip
+    return figures
+
+
+def render(results: dict[str, Any]) -> str:
+    """``docs/benchmarks.md`` from every section's figures."""
+    lines = [
+        "# Benchmarks",
+        "",
+        "Every figure here was measured by `kedro bench` (the command is shown with each "
+        "section, with the machine and date); `kedro bench --sections NAME` re-measures one "
+        "section and leaves the others as they are. Ratios compare like with like in one run.",
+        "",
+    ]
+    for section in SECTIONS:
+        if section not in results:
+            continue
+        entry = results[section]
+        machine = entry["machine"]
+        lines += [
+            f"## {TITLES[section]}",
+            "",
+            f"`{entry['command']}` on {machine['cpu']} ({machine['cores']} cores, "
+            f"{machine['torch_threads']} torch threads), device {machine['device']}, torch "
+            f"{machine['torch']}; measured {entry['measured']} in {entry['seconds']} s.",
+            "",
+            *RENDERERS[section](entry["figures"]),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def _fit_table(rows: list[dict[str, Any]]) -> list[str]:
+    table = [
+        "| architecture | bare loop, images/s | our fit, images/s | ratio |",
+        "|---|---|---|---|",
+    ]
+    table += [
+        f"| `{r['arch']}` | {r['bare_images_per_s']:.0f} | {r['fit_images_per_s']:.0f} | "
+        f"{r['ratio']:.3f} |"
+        for r in rows
+    ]
+    return table
+
+
+def _search_table(figures: dict[str, Any]) -> list[str]:
+    table = [
+        f"Epochs spent until a finished trial came within {figures['margin']} of the paper "
+        "grid's best validation accuracy on the same fit (`convnet_4`, the `rcl` final step; "
+        "mean over seeds; a budget that never got there is charged all it spent).",
+        "",
+        "| fit | budget | epochs to target | fraction of the grid's epochs | seeds reaching it "
+        "| selected valid | selected test |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    table += [
+        f"| {r['fit']} | {r['budget']} | {r['epochs_to_target']:.0f} | "
+        f"{r['fraction_of_grid']:.2f} | {r['reached']}/{r['seeds']} | {r['valid']:.3f} | "
+        f"{r['test']:.3f} |"
+        for r in figures["summary"]
+    ]
+    return table
+
+
+TITLES = {
+    "fit": "Single-model fit against a same-work bare loop",
+    "search": "Search: epochs each budget spends",
+}
+RENDERERS: dict[str, Callable[[Any], list[str]]] = {"fit": _fit_table, "search": _search_table}

@@ -1,0 +1,111 @@
+"""Our single-model fit against a bare PyTorch loop doing the same work.
+
+The bare loop is what a researcher would write for the same fit: Adam, cross entropy plus the L2
+term on conv/linear weights, the model's dropout, batches sliced from uint8 tensors already on
+the device and scaled there, and one validation pass per epoch (loss and accuracy). Both train
+the same architecture on the same images for the same epochs; they alternate over rounds in one
+process and the median of each is kept, so background load hits both alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from seq2final.models import build_model, squared_weight_norm
+from seq2final.training.engine import Engine
+from seq2final.training.loop import fit
+from seq2final.training.objectives import HyperParameters, Task
+from seq2final.training.tensors import TensorSplit
+
+HP = HyperParameters(lr=1e-3, weight_decay=1e-4, dropout=0.5)
+
+
+def synthetic_split(images: int, seed: int) -> TensorSplit:
+    """Random CIFAR-sized uint8 images and balanced labels (speed does not depend on content)."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 256, (images, 3, 32, 32), dtype=torch.uint8, generator=generator)
+    return TensorSplit(x, torch.arange(images) % 10)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bare_fit(
+    arch: str, train: TensorSplit, valid: TensorSplit, engine: Engine, epochs: int
+) -> float:
+    """Seconds for ``epochs`` epochs of the bare loop (validation passes included)."""
+    device = engine.torch_device()
+    torch.manual_seed(0)
+    model = build_model(arch, 10, dropout=HP.dropout).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=HP.lr)
+    x, y = train.x.to(device), train.y.to(device)
+    vx, vy = valid.x.to(device), valid.y.to(device)
+    generator = torch.Generator().manual_seed(0)
+    _synchronize(device)
+    start = time.perf_counter()
+    for _ in range(epochs):
+        model.train()
+        order = torch.randperm(len(y), generator=generator).to(device)
+        for i in range(0, len(y), engine.batch_size):
+            index = order[i : i + engine.batch_size]
+            logits = model(x[index].float() / 255)
+            loss = F.cross_entropy(logits, y[index]) + HP.weight_decay * squared_weight_norm(model)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            logits = torch.cat([
+                model(vx[i : i + engine.eval_batch_size].float() / 255)
+                for i in range(0, len(vy), engine.eval_batch_size)
+            ])  # fmt: skip
+            float(F.cross_entropy(logits, vy)), float((logits.argmax(1) == vy).float().mean())
+    _synchronize(device)
+    return time.perf_counter() - start
+
+
+def our_fit(
+    arch: str, train: TensorSplit, valid: TensorSplit, engine: Engine, epochs: int
+) -> float:
+    """Seconds for ``epochs`` epochs of :func:`seq2final.training.loop.fit` (patience off)."""
+    device = engine.torch_device()
+    torch.manual_seed(0)
+    model = build_model(arch, 10).to(device)
+    never_stops = engine.model_copy(update={"patience": epochs + 1})
+    _synchronize(device)
+    start = time.perf_counter()
+    fit(model, Task([train], valid), HP, never_stops, epochs, seed=0)
+    _synchronize(device)
+    return time.perf_counter() - start
+
+
+def measure_fit_speed(
+    archs: list[str], engine: Engine, images: int, epochs: int, rounds: int,
+    say: Callable[[str], None],
+) -> list[dict[str, float | str]]:  # fmt: skip
+    """Per architecture: images/s of each loop (training images × epochs / seconds, median of
+    ``rounds`` alternating rounds after one warm-up of each) and their ratio."""
+    train, valid = synthetic_split(images, 0), synthetic_split(max(1, images // 4), 1)
+    rows = []
+    for arch in archs:
+        loops = {"bare": bare_fit, "ours": our_fit}
+        for run in loops.values():  # warm-up: allocator, kernels, lazy initialisations
+            run(arch, train, valid, engine, 1)
+        seconds: dict[str, list[float]] = {name: [] for name in loops}
+        for _ in range(rounds):
+            for name, run in loops.items():
+                seconds[name].append(run(arch, train, valid, engine, epochs))
+        speed = {name: images * epochs / statistics.median(s) for name, s in seconds.items()}
+        ratio = speed["ours"] / speed["bare"]
+        rows.append({"arch": arch, "bare_images_per_s": round(speed["bare"], 1),
+                     "fit_images_per_s": round(speed["ours"], 1), "ratio": round(ratio, 3)})  # fmt: skip
+        say(f"fit vs same-work bare loop ratio {arch}: {ratio:.3f} "
+            f"({speed['ours']:.0f} vs {speed['bare']:.0f} images/s)")  # fmt: skip
+    return rows

@@ -1,0 +1,49 @@
+"""``kedro bench`` as a user types it, in a copy of the project."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def kedro(project, *args):
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"}
+    return subprocess.run(
+        [str(BIN / "kedro"), *args], cwd=project, env=env, capture_output=True, text=True
+    )
+
+
+def test_bench_quick_prints_each_ratio_and_writes_its_json_and_page(project):
+    done = kedro(project, "bench", "--quick", "--sections", "fit", "--device", "cpu")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = json.loads((project / "benchmarks/results/bench.json").read_text())
+    entry = results["fit"]
+    assert entry["machine"]["device"] == "cpu" and entry["machine"]["cores"] >= 1
+    assert entry["command"].startswith("kedro bench --quick")
+    rows = {row["arch"]: row for row in entry["figures"]}
+    assert set(rows) == {"convnet_4", "densenet_1", "resnet_4"}
+    ratio_lines = [line for line in done.stdout.splitlines() if "ratio" in line]
+    for arch, row in rows.items():
+        assert row["bare_images_per_s"] > 0 and row["fit_images_per_s"] > 0
+        assert abs(row["ratio"] - row["fit_images_per_s"] / row["bare_images_per_s"]) < 0.01
+        assert any(arch in line and f"{row['ratio']:.3f}" in line for line in ratio_lines)
+    page = (project / "docs/benchmarks.md").read_text()
+    assert "`kedro bench --quick --sections fit --device cpu`" in page
+    assert all(f"| `{arch}` |" in page for arch in rows)
+
+
+def test_bad_bench_input_stops_in_one_line_before_any_work(project):
+    for args, expected in [
+        (["--sections", "fit,nonsense"], "--sections 'fit,nonsense': unknown nonsense; valid: "),
+        (["--sections", "search", "--data-path", "missing.npz"], "--data-path missing.npz: "),
+        (["--seeds", "0"], "--seeds 0: needs at least 1 seed"),
+        (["--device", "cuda:7"], "device 'cuda:7' requested but"),
+    ]:
+        done = kedro(project, "bench", *args)
+        assert done.returncode != 0
+        errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and expected in errors[0], done.stderr[-1500:]
+        assert not (project / "benchmarks/results/bench.json").exists()

@@ -1,0 +1,69 @@
+"""The search section: epochs counted to the grid's best, on a tiny sequence and scripted studies."""
+
+import math
+
+from seq2final.bench.search import SearchRun, epochs_to_target, measure_search, summarize
+from seq2final.data.sampler import build_sequence
+from seq2final.data.spec import resolve_spec
+from seq2final.training.engine import Engine
+from seq2final.training.search import Budget, SearchSpace
+
+
+def trial(number, state, value, epochs):
+    return {"number": number, "state": state, "value": value, "valid_curve": [0.1] * (epochs + 1)}
+
+
+def test_epochs_count_until_a_finished_trial_reaches_the_target():
+    trials = [
+        trial(3, "COMPLETE", 0.70, 9),
+        trial(0, "COMPLETE", 0.50, 10),
+        trial(1, "PRUNED", None, 2),  # pruned: its epochs count, it never reaches the target
+        trial(2, "COMPLETE", 0.61, 7),
+    ]  # counted in the order they ran
+    assert epochs_to_target(trials, 0.60) == (28, 19)
+    assert epochs_to_target(trials, 0.80) == (28, None)
+
+
+def test_a_budget_that_misses_the_target_is_charged_all_it_spent():
+    grids = [{"fit": "baseline", "seed": 0, "epochs": 40, "best_valid": 0.6, "test_accuracy": 0.5}]
+    runs = [
+        SearchRun("a", "baseline", 0, epochs=30, epochs_to_target=10, best_valid=0.6,
+                  test_accuracy=0.5, trials=3),
+        SearchRun("b", "baseline", 0, epochs=20, epochs_to_target=None, best_valid=0.4,
+                  test_accuracy=0.3, trials=2),
+    ]  # fmt: skip
+    rows = {r["budget"]: r for r in summarize(runs, grids)}
+    assert rows["a"]["fraction_of_grid"] == 0.25 and rows["a"]["reached"] == 1
+    assert rows["b"]["fraction_of_grid"] == 0.5 and rows["b"]["reached"] == 0
+    assert rows["paper grid"]["fraction_of_grid"] == 1.0
+
+
+def test_measure_search_runs_the_grid_and_each_budget_on_both_fits(source, tmp_path, monkeypatch):
+    spec = resolve_spec("source200:rotation100", dataset="digits", test_size=50, oracle_size=100)
+    sequence = build_sequence(spec, source)
+    space = SearchSpace.parse({"lr": {"grid": [1e-3, 1e-2]}, "dropout": {"grid": [0.0]}}, "t")
+    budgets = {"two": Budget(sampler="random", trials=2, max_epochs=2)}
+    figures = measure_search(
+        sequence, "convnet_1", budgets, {"baseline": space, "ft": space}, [0],
+        Engine(device="cpu"), grid_epochs=2, history_epochs=1, cache=tmp_path / "cache.json",
+    )  # fmt: skip
+    assert [(g["fit"], g["seed"]) for g in figures["grids"]] == [("baseline", 0), ("ft", 0)]
+    assert all(1 <= g["epochs"] <= 4 for g in figures["grids"])  # 2 grid points, ≤ 2 epochs each
+    for run in figures["runs"]:
+        assert run["trials"] == 2 and 1 <= run["epochs"] <= 4
+        assert 0.0 <= run["test_accuracy"] <= 1.0 and not math.isnan(run["best_valid"])
+    assert {(r["budget"], r["fit"]) for r in figures["summary"]} == {
+        ("paper grid", "baseline"), ("two", "baseline"), ("paper grid", "ft"), ("two", "ft")
+    }  # fmt: skip
+
+    # Measured again with the same cache: every study is read back, none is trained.
+    def no_training(*args, **kwargs):
+        raise AssertionError("a cached study was trained again")
+
+    monkeypatch.setattr("seq2final.bench.search.run_budget", no_training)
+    monkeypatch.setattr("seq2final.bench.search.fit", no_training)
+    again = measure_search(
+        sequence, "convnet_1", budgets, {"baseline": space, "ft": space}, [0],
+        Engine(device="cpu"), grid_epochs=2, history_epochs=1, cache=tmp_path / "cache.json",
+    )  # fmt: skip
+    assert again == figures
