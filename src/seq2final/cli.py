@@ -225,8 +225,8 @@ def sweep(**options: Any) -> None:
 @click.option("--env", "-e", help="Kedro configuration environment (budgets, training).")
 def bench(**options: Any) -> None:
     """Measure speed and search efficiency; write docs/benchmarks.md and its JSON."""
-    from seq2final.bench.command import BenchOptions
-    from seq2final.bench.command import bench as run_bench
+    from seq2final.bench.command import BenchOptions  # lazy: benchmark code loads only here
+    from seq2final.bench.command import bench as run_bench  # lazy: as above
 
     try:
         run_bench(BenchOptions(**options), click.echo)

@@ -30,7 +30,7 @@ def _with(base: dict, **overrides):
         ({"seed": "abc"}, "parameter 'seed' = 'abc'"),
         (
             {"budget": "huge"},
-            "parameter 'budget': unknown budget 'huge'; valid: smoke, quick, default, paper",
+            "parameter 'budget': unknown budget 'huge'; valid: smoke, quick, default, efficient, paper",
         ),
         (
             {"method": "st_b", "final": "ft"},

@@ -203,6 +203,33 @@ def test_a_worker_killed_mid_trial_redoes_only_that_trial(
         assert record[field] == expected[field], field
 
 
+def test_a_driver_killed_mid_trial_then_rerun_finishes_without_redoing_finished_trials(project):
+    params = f"{TINY},mlflow.enabled=false,{SLOW},training.patience=100"
+    args = ("--archs", "convnet_1", "--methods", "baseline", "--workers", "1", "--budget", "slow")
+    command = ("sweep", "--env", "test", "--sequences", "source100:rotation600", "--params", params)
+    driver = kedro(project, *command, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    seen = False
+    while not seen and time.monotonic() < deadline and driver.poll() is None:
+        time.sleep(0.1)
+        if (project / "data/06_models/optuna/journal.log").exists():
+            states = [t.state for ts in _journal_trials(project).values() for t in ts]
+            seen = optuna.trial.TrialState.COMPLETE in states and (
+                optuna.trial.TrialState.RUNNING in states
+            )
+    assert seen, "no trial was seen running after a finished one"
+    driver.kill()  # SIGKILL: the driver gets no chance to close its cluster
+    driver.communicate(timeout=60)
+    rerun = kedro(project, *command, *args)
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert len(records(project)) == 1
+    [trials] = _journal_trials(project).values()
+    states = [t.state.name for t in trials]
+    # Whether the orphaned worker finished its trial or died with the driver, every finished
+    # trial was kept and at most the interrupted one was run again.
+    assert states.count("COMPLETE") == 3 and len(trials) <= 4, states
+
+
 def _wait_for_lease(folder, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -29,7 +29,9 @@ def _data(n: int = 24, classes: int = 3, seed: int = 0, size: int = 16) -> Tenso
 def _script(monkeypatch, curve):
     """Make validation return ``curve`` epoch by epoch (epoch 0 first)."""
     values = iter(curve)
-    monkeypatch.setattr(training, "_validate", lambda model, valid, step, engine: (0.0, next(values)))
+    monkeypatch.setattr(
+        training, "_validate", lambda model, valid, step, engine: (0.0, next(values))
+    )
 
 
 def _fit(model, curve, monkeypatch, max_epochs=30, **task_options):
