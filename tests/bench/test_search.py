@@ -24,7 +24,7 @@ def test_epochs_count_until_a_finished_trial_reaches_the_target():
     assert epochs_to_target(trials, 0.80) == (28, None)
 
 
-def test_a_budget_that_misses_the_target_is_charged_all_it_spent():
+def test_a_budget_that_misses_the_target_is_charged_at_least_the_grids_epochs():
     grids = [{"fit": "baseline", "seed": 0, "epochs": 40, "best_valid": 0.6, "test_accuracy": 0.5}]
     runs = [
         SearchRun("a", "baseline", 0, epochs=30, epochs_to_target=10, best_valid=0.6,
@@ -34,7 +34,9 @@ def test_a_budget_that_misses_the_target_is_charged_all_it_spent():
     ]  # fmt: skip
     rows = {r["budget"]: r for r in summarize(runs, grids)}
     assert rows["a"]["fraction_of_grid"] == 0.25 and rows["a"]["reached"] == 1
-    assert rows["b"]["fraction_of_grid"] == 0.5 and rows["b"]["reached"] == 0
+    assert (
+        rows["b"]["fraction_of_grid"] == 1.0 and rows["b"]["reached"] == 0
+    )  # 20 spent, 40 charged
     assert rows["paper grid"]["fraction_of_grid"] == 1.0
 
 

@@ -1,5 +1,7 @@
 """Budgets, search spaces, grids in the paper's order, and studies that resume after interruption."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -198,20 +200,21 @@ class Curve:
 
 def test_successive_halving_prunes_each_worse_trial_at_its_first_rung(tmp_path):
     budget = Budget(
-        sampler="random", trials=6, max_epochs=12, pruner="successive_halving", min_epochs=2
-    )
+        sampler="random", trials=6, max_epochs=12, pruner="successive_halving", min_epochs=2,
+        reduction_factor=2,
+    )  # fmt: skip
     curve = Curve(budget.max_epochs)
     tuned = Tuner(budget, None, tmp_path, seed=0).tune("sh", SPACE, curve)
     # The first trial is the best at every rung and runs to the end; every later one is worse
-    # than it at the first rung (2 epochs) and stops there.
+    # than it at the first rung (min_epochs = 2) and stops there.
     assert curve.stopped_at == [12, 2, 2, 2, 2, 2]
     assert [t["state"] for t in tuned.trials] == ["COMPLETE"] + ["PRUNED"] * 5
 
 
 def test_hyperband_prunes_each_worse_trial_at_its_brackets_first_rung(tmp_path):
     budget = Budget(
-        sampler="tpe", trials=12, max_epochs=27, pruner="hyperband", min_epochs=1,
-        startup_trials=2, reduction_factor=3,
+        sampler="tpe", trials=14, max_epochs=16, pruner="hyperband", min_epochs=2,
+        startup_trials=2, reduction_factor=2,
     )  # fmt: skip
     curve = Curve(budget.max_epochs)
     tuner = Tuner(budget, None, tmp_path, seed=0)
@@ -223,9 +226,32 @@ def test_hyperband_prunes_each_worse_trial_at_its_brackets_first_rung(tmp_path):
     assert len(set(brackets)) > 1  # the test means something only across brackets
     expected, seen = [], set()
     for bracket in brackets:
-        first_rung = 3**bracket  # min_epochs * reduction_factor ** bracket
-        # The first trial of a bracket leads it; the later (worse) ones stop at its first rung,
-        # except in the last bracket, whose first rung is the whole run.
-        expected.append(first_rung if bracket in seen and first_rung < 27 else 27)
+        # Bracket b's rungs are at min_epochs * reduction_factor ** (b + k). Its first trial
+        # leads it; the later (worse) ones stop at its first rung, except where that rung is
+        # the whole run.
+        first_rung = budget.min_epochs * budget.reduction_factor**bracket
+        expected.append(first_rung if bracket in seen and first_rung < 16 else 16)
         seen.add(bracket)
     assert curve.stopped_at == expected, brackets
+    assert min(curve.stopped_at) == 2 and 4 in curve.stopped_at  # two brackets' rungs seen
+
+
+def test_a_journal_lock_left_by_a_killed_process_can_be_found_stale(tmp_path, monkeypatch):
+    """Optuna's journal lock is a symlink to the journal, found stale after its grace period by
+    reading the journal's mtime through it; a relative target (the project's relative
+    ``tuning.root``) made it dangle, and a killed worker's lock blocked every other worker."""
+    import os
+
+    from seq2final.training.tuner import open_storage
+
+    monkeypatch.chdir(tmp_path)
+    storage = open_storage(None, Path("data/06_models/optuna"))
+    lock = storage._backend._lock  # what a worker killed mid-write leaves behind
+    lock.acquire()
+    try:
+        link = Path(lock._lock_file)
+        assert Path(os.readlink(link)).is_absolute()
+        assert link.resolve() == (tmp_path / "data/06_models/optuna/journal.log").resolve()
+        os.stat(link)  # what the stale-lock check reads: it must not dangle
+    finally:
+        lock.release()

@@ -5,8 +5,8 @@ model) and one seed, the paper's grid is run in full first; its best validation 
 the target (``margin`` below it, 0.01 by default) and its total epochs the yardstick. Each budget
 is then tuned on the same fit, and the epochs it has spent when a *finished* trial first reaches
 the target are counted (a pruned trial is never selected, so it never reaches it, but its epochs
-count). A budget that never reaches the target is charged everything it spent and reported as
-missing it.
+count). A budget that never reaches the target is reported as missing it and charged what it
+spent, and at least the grid's epochs (the grid is what finds the target).
 """
 
 from __future__ import annotations
@@ -216,8 +216,9 @@ def summarize(runs: list[SearchRun], grids: list[dict[str, Any]]) -> list[dict[s
         })  # fmt: skip
         for budget in dict.fromkeys(r.budget for r in runs):
             mine = [r for r in runs if r.budget == budget and r.fit == fit_name]
-            charged = [r.epochs_to_target if r.epochs_to_target is not None else r.epochs
-                       for r in mine]  # fmt: skip
+            # A miss is charged at least the grid's epochs: the grid is what finds the target.
+            charged = [r.epochs_to_target if r.epochs_to_target is not None
+                       else max(r.epochs, grid_epochs[(fit_name, r.seed)]) for r in mine]  # fmt: skip
             fractions = [
                 c / grid_epochs[(fit_name, r.seed)] for c, r in zip(charged, mine, strict=True)
             ]

@@ -63,11 +63,19 @@ def connect(
             raise Seq2FinalError(
                 f"Dask scheduler {scheduler} has no worker (none joined within 120 s)"
             ) from None
+        cluster = None
     else:
-        cluster = _start_cluster(workers, settings, threads)
-        client = Client(cluster)
-    client.register_plugin(TrainingWorker(threads))
-    return client, None if scheduler else client.cluster
+        client, cluster = None, _start_cluster(workers, settings, threads)
+    try:
+        if client is None:
+            client = Client(cluster)
+        client.register_plugin(TrainingWorker(threads))
+    except BaseException:  # the caller gets nothing to close: close what was started here
+        for started in (client, cluster):
+            if started is not None:
+                started.close()
+        raise
+    return client, cluster
 
 
 def _start_cluster(workers: int | None, settings: SweepSettings, threads: int) -> Any:

@@ -270,7 +270,10 @@ def open_storage(
         )
     path = Path(url) if url else Path(root) / "journal.log"
     path.parent.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    # An absolute path: Optuna's lock is a symlink to the journal, and with a relative target
+    # the link dangles, so a lock left by a killed process is never found stale and every
+    # other process waits for it for ever.
+    return optuna.storages.JournalStorage(JournalFileBackend(str(path.resolve())))
 
 
 def _engine_options(url: str, connect_timeout: int | None) -> dict[str, Any] | None:
