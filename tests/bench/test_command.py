@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from seq2final.cli import cli
+
 BIN = Path(sys.executable).parent
 
 
@@ -39,11 +43,15 @@ def test_bad_bench_input_stops_in_one_line_before_any_work(project):
     for args, expected in [
         (["--sections", "fit,nonsense"], "--sections 'fit,nonsense': unknown nonsense; valid: "),
         (["--sections", "search", "--data-path", "missing.npz"], "--data-path missing.npz: "),
+        (["--sections", "search", "--budgets", "default,huge"], "unknown budget 'huge'; valid: "),
         (["--seeds", "0"], "--seeds 0: needs at least 1 seed"),
         (["--device", "cuda:7"], "device 'cuda:7' requested but"),
     ]:
-        done = kedro(project, "bench", *args)
-        assert done.returncode != 0
-        errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
-        assert len(errors) == 1 and expected in errors[0], done.stderr[-1500:]
+        if "--budgets" in args:  # the data path must exist for the budgets to be checked
+            (project / "fake.npz").write_bytes(b"")
+            args = [*args, "--data-path", "fake.npz"]
+        done = CliRunner().invoke(cli, ["bench", *args])
+        assert done.exit_code != 0
+        errors = [line for line in done.output.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and expected in errors[0], done.output[-1500:]
         assert not (project / "benchmarks/results/bench.json").exists()
