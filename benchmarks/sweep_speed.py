@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -29,6 +28,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from seq2final.bench.machine import describe_machine
 
 PROJECT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -72,15 +73,6 @@ def project_copy(target: Path) -> Path:
     return target
 
 
-def machine() -> dict[str, str | int]:
-    cpu = platform.processor()
-    info = Path("/proc/cpuinfo")
-    if info.exists():
-        names = re.findall(r"model name\s*:\s*(.*)", info.read_text())
-        cpu = names[0] if names else cpu
-    return {"cpu": cpu, "cores": os.cpu_count() or 0, "torch": torch.__version__, "device": "cpu"}
-
-
 def main(data: Path, sequence: str = SEQUENCE) -> None:
     data = data.resolve()
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"}
@@ -113,7 +105,7 @@ def main(data: Path, sequence: str = SEQUENCE) -> None:
         again_seconds = time.perf_counter() - started
         same = _same_results(one, many)
     figures = {
-        "machine": machine(),
+        "machine": describe_machine(torch.device("cpu")),
         "sequence": sequence,
         "jobs": jobs,
         "sequential_seconds": round(sequential, 1),

@@ -101,10 +101,16 @@ def run_model(model: nn.Module, x: torch.Tensor, step: int | None) -> torch.Tens
 
 @torch.no_grad()
 def predict_logits(
-    model: nn.Module, data: TensorSplit, engine: Engine, step: int | None = None
+    model: nn.Module,
+    data: TensorSplit,
+    engine: Engine,
+    step: int | None = None,
+    on_device: bool = False,
 ) -> torch.Tensor:
-    """Logits for every sample, in eval mode, as float32 on the CPU."""
+    """Logits for every sample, in eval mode, as float32 on the CPU (``on_device``: left on the
+    model's device, as a fit's validation reads them without a copy per batch)."""
     device = next(model.parameters()).device
+    output_device = device if on_device else torch.device("cpu")
     was_training = model.training
     model.eval()
     outputs = []
@@ -112,7 +118,7 @@ def predict_logits(
         for start in range(0, len(data), engine.eval_batch_size):
             x = scale_images(data.x[start : start + engine.eval_batch_size].to(device), engine)
             with autocast(engine, device):
-                outputs.append(run_model(model, x, step).float().cpu())
+                outputs.append(run_model(model, x, step).float().to(output_device))
     finally:
         model.train(was_training)
     return torch.cat(outputs)

@@ -33,7 +33,7 @@ from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import set_trainable
-from seq2final.training.engine import Engine, autocast, run_model, scale_images
+from seq2final.training.engine import Engine, autocast, predict_logits, scale_images
 from seq2final.training.objectives import Batch, HyperParameters, Task, objective_loss
 from seq2final.training.tensors import TensorSplit
 
@@ -72,30 +72,15 @@ class _Cycler:
         return indices
 
 
-@torch.no_grad()
 def _validate(
     model: nn.Module, valid: TensorSplit, step: int | None, engine: Engine
 ) -> tuple[float, float]:
     """Validation loss and accuracy from data already on the model's device, read in one go."""
-    was_training = model.training
-    model.eval()
-    try:
-        logits = torch.cat([
-            _forward(model, scale_images(valid.x[i : i + engine.eval_batch_size], engine), step,
-                     engine)
-            for i in range(0, len(valid), engine.eval_batch_size)
-        ])  # fmt: skip
-    finally:
-        model.train(was_training)
+    logits = predict_logits(model, valid, engine, step, on_device=True)
     loss = F.cross_entropy(logits, valid.y)
     accuracy = (logits.argmax(1) == valid.y).float().mean()
     loss_value, accuracy_value = torch.stack([loss, accuracy]).tolist()
     return loss_value, accuracy_value
-
-
-def _forward(model: nn.Module, x: torch.Tensor, step: int | None, engine: Engine) -> torch.Tensor:
-    with autocast(engine, x.device):
-        return run_model(model, x, step).float()
 
 
 def _train_mode(model: nn.Module, engine: Engine) -> None:
