@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 from seq2final.bench.search import SearchRun, epochs_to_target, measure_search, summarize
 from seq2final.data.sampler import build_sequence
 from seq2final.data.spec import resolve_spec
@@ -47,7 +49,7 @@ def test_measure_search_runs_the_grid_and_each_budget_on_both_fits(source, tmp_p
     budgets = {"two": Budget(sampler="random", trials=2, max_epochs=2)}
     figures = measure_search(
         sequence, "convnet_1", budgets, {"baseline": space, "ft": space}, [0],
-        Engine(device="cpu"), grid_epochs=2, history_epochs=1, cache=tmp_path / "cache.json",
+        Engine(device="cpu"), grid_epochs=2, history_epochs=1, store=tmp_path / "store",
     )  # fmt: skip
     assert [(g["fit"], g["seed"]) for g in figures["grids"]] == [("baseline", 0), ("ft", 0)]
     assert all(1 <= g["epochs"] <= 4 for g in figures["grids"])  # 2 grid points, ≤ 2 epochs each
@@ -58,7 +60,7 @@ def test_measure_search_runs_the_grid_and_each_budget_on_both_fits(source, tmp_p
         ("paper grid", "baseline"), ("two", "baseline"), ("paper grid", "ft"), ("two", "ft")
     }  # fmt: skip
 
-    # Measured again with the same cache: every study is read back, none is trained.
+    # Measured again with the same store: every study is read back, none is trained.
     def no_training(*args, **kwargs):
         raise AssertionError("a cached study was trained again")
 
@@ -66,6 +68,46 @@ def test_measure_search_runs_the_grid_and_each_budget_on_both_fits(source, tmp_p
     monkeypatch.setattr("seq2final.bench.search.fit", no_training)
     again = measure_search(
         sequence, "convnet_1", budgets, {"baseline": space, "ft": space}, [0],
-        Engine(device="cpu"), grid_epochs=2, history_epochs=1, cache=tmp_path / "cache.json",
+        Engine(device="cpu"), grid_epochs=2, history_epochs=1, store=tmp_path / "store",
     )  # fmt: skip
     assert again == figures
+
+
+class Interrupted(Exception):
+    """The measurement stopped by its user (pytest keeps KeyboardInterrupt for itself)."""
+
+
+def test_an_interrupted_measurement_resumes_at_the_next_unfinished_trial(source, tmp_path,
+                                                                         monkeypatch):
+    spec = resolve_spec("source200:rotation100", dataset="digits", test_size=50, oracle_size=100)
+    sequence = build_sequence(spec, source)
+    space = SearchSpace.parse({"lr": {"grid": [1e-3, 1e-2]}, "dropout": {"grid": [0.0]}}, "t")
+    budgets = {"two": Budget(sampler="random", trials=2, max_epochs=2)}
+
+    def measure(store):
+        return measure_search(
+            sequence, "convnet_1", budgets, {"baseline": space, "ft": space}, [0],
+            Engine(device="cpu"), grid_epochs=2, history_epochs=1, store=store,
+        )  # fmt: skip
+
+    uninterrupted = measure(tmp_path / "whole")
+    from seq2final.bench import search
+
+    real_fit, calls, interrupt_at = search.fit, [], [2]
+
+    def interrupted_fit(*args, **kwargs):  # the 2nd fit (grid point 1) is interrupted, once
+        calls.append(1)
+        if len(calls) in interrupt_at:
+            interrupt_at.clear()
+            raise Interrupted
+        return real_fit(*args, **kwargs)
+
+    monkeypatch.setattr(search, "fit", interrupted_fit)
+    with pytest.raises(Interrupted):
+        measure(tmp_path / "resumed")
+    calls.clear()
+    resumed = measure(tmp_path / "resumed")
+    # 9 fits in all (2 grid points + 2 trials per fit, 1 history): grid point 0 is not redone.
+    assert len(calls) == 8
+    assert resumed["grids"] == uninterrupted["grids"]
+    assert not list((tmp_path / "resumed" / "studies").iterdir())  # finished studies cleared

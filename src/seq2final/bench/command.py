@@ -34,7 +34,7 @@ from seq2final.training.search import get_budget
 ARCHS = ["convnet_4", "densenet_1", "resnet_4"]
 SECTIONS = ("fit", "search")
 RESULTS = Path("benchmarks/results/bench.json")
-SEARCH_CACHE = Path("benchmarks/results/search-studies.json")  # resumes an interrupted search
+SEARCH_STORE = Path("benchmarks/results/search")  # resumes an interrupted search
 PAGE = Path("docs/benchmarks.md")
 
 
@@ -120,7 +120,7 @@ def _search(
     }
     figures = measure_search(
         sequence, "convnet_4", budgets, spaces, list(range(options.seeds)), engine,
-        cache=SEARCH_CACHE,
+        store=SEARCH_STORE,
     )  # fmt: skip
     for row in figures["summary"]:
         if row["budget"] != "paper grid":

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import statistics
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,10 +72,15 @@ def epochs_to_target(trials: list[dict[str, Any]], target: float) -> tuple[int, 
 
 
 def final_step_fits(
-    sequence: ShiftSequence, arch: str, engine: Engine, history_epochs: int
+    sequence: ShiftSequence,
+    arch: str,
+    engine: Engine,
+    history_epochs: int,
+    kept: Path | None = None,
 ) -> dict[str, Callable[[], nn.Module]]:
     """The two fits measured: ``baseline`` (a fresh model) and ``ft`` (a copy of one ERM model
-    of the historical steps, trained with :data:`HISTORY_HP` the first time FT needs it)."""
+    of the historical steps, trained with :data:`HISTORY_HP` the first time FT needs it, and
+    kept at ``kept`` when given so that a resumed measurement does not train it again)."""
     device = engine.torch_device()
     classes = len(sequence.class_names)
     history: dict[str, torch.Tensor] = {}
@@ -82,6 +89,8 @@ def final_step_fits(
         return TensorSplit.from_arrays(*sequence.step(step).split(name))
 
     def history_weights() -> dict[str, torch.Tensor]:
+        if not history and kept is not None and kept.exists():
+            history.update(torch.load(kept, map_location=device, weights_only=True))
         if not history:
             steps = range(sequence.num_steps - 1)
             torch.manual_seed(derived_seed("bench", "history"))
@@ -92,6 +101,8 @@ def final_step_fits(
             )
             fit(model, task, HISTORY_HP, engine, history_epochs, seed=0)
             history.update({k: v.detach().clone() for k, v in model.state_dict().items()})
+            if kept is not None:
+                atomic_write(kept, lambda partial: torch.save(history, partial))
         return history
 
     def fresh() -> nn.Module:
@@ -144,37 +155,42 @@ def measure_search(
     grid_epochs: int = 100,
     history_epochs: int = 15,
     margin: float = 0.01,
-    cache: Path | None = None,
+    store: Path | None = None,
 ) -> dict[str, Any]:
     """Every budget against the paper grid, on the baseline's and FT's final-step fits.
 
-    Each study's outcome is kept in ``cache`` (a JSON file) under a digest of everything it
-    depends on, so an interrupted measurement (hours of CPU) resumes where it stopped.
+    The measurement takes hours of CPU, so with a ``store`` folder it resumes where it was
+    stopped: each study's outcome is kept in ``outcomes.json`` under a digest of everything it
+    depends on, a study in progress keeps its Optuna journal and best checkpoint under
+    ``studies/`` (resumed at the next unfinished trial), and the historical model FT continues
+    is kept beside them.
     """
-    fits = final_step_fits(sequence, arch, engine, history_epochs)
+    common = {"sequence": sequence.key, "arch": arch, "engine": engine.results_key(),
+              "history": [history_epochs, vars(HISTORY_HP)]}  # fmt: skip
+    kept = store / f"history-{digest(common)}.pt" if store is not None else None
+    fits = final_step_fits(sequence, arch, engine, history_epochs, kept)
     final = sequence.num_steps - 1
     train, valid, test = (
         TensorSplit.from_arrays(*sequence.step(final).split(s)) for s in ("train", "valid", "test")
     )
     task = Task([train], valid)
     grid = Budget(sampler="grid", max_epochs=grid_epochs)
-    done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
-    common = {"sequence": sequence.key, "arch": arch, "engine": engine.results_key(),
-              "history": [history_epochs, vars(HISTORY_HP)]}  # fmt: skip
+    outcomes = store / "outcomes.json" if store is not None else None
+    done = json.loads(outcomes.read_text()) if outcomes is not None and outcomes.exists() else {}
 
     def study(fit_name: str, seed: int, name: str, budget: Budget) -> dict[str, Any]:
         key = digest({**common, "fit": fit_name, "seed": seed, "budget": budget.model_dump(),
                       "space": spaces[fit_name].describe()})  # fmt: skip
         if key not in done:
-            with tempfile.TemporaryDirectory() as folder:
+            with _study_folder(store, key) as folder:
                 tuned, test_accuracy = run_budget(
                     f"{fit_name}-{seed}-{name}", budget, spaces[fit_name], fits[fit_name], task,
-                    test, engine, seed, Path(folder),
+                    test, engine, seed, folder,
                 )  # fmt: skip
-            done[key] = {"trials": tuned.trials, "best_valid": tuned.fit.valid_accuracy,
-                         "test_accuracy": test_accuracy, "params": tuned.params}  # fmt: skip
-            if cache is not None:
-                atomic_write(cache, lambda partial: partial.write_text(json.dumps(done)))
+                done[key] = {"trials": tuned.trials, "best_valid": tuned.fit.valid_accuracy,
+                             "test_accuracy": test_accuracy, "params": tuned.params}  # fmt: skip
+                if outcomes is not None:
+                    atomic_write(outcomes, lambda partial: partial.write_text(json.dumps(done)))
         return done[key]
 
     runs: list[SearchRun] = []
@@ -198,6 +214,20 @@ def measure_search(
                          reached)  # fmt: skip
     return {"margin": margin, "grids": grids, "runs": [vars(r) for r in runs],
             "summary": summarize(runs, grids)}  # fmt: skip
+
+
+@contextmanager
+def _study_folder(store: Path | None, key: str) -> Iterator[Path]:
+    """Where one study runs: kept under ``store`` until its outcome is recorded (so a killed
+    measurement resumes the study), or a temporary folder without a store."""
+    if store is None:
+        with tempfile.TemporaryDirectory() as folder:
+            yield Path(folder)
+        return
+    folder = store / "studies" / key
+    folder.mkdir(parents=True, exist_ok=True)
+    yield folder
+    shutil.rmtree(folder)
 
 
 def summarize(runs: list[SearchRun], grids: list[dict[str, Any]]) -> list[dict[str, Any]]:
