@@ -77,8 +77,9 @@ class Interrupted(Exception):
     """The measurement stopped by its user (pytest keeps KeyboardInterrupt for itself)."""
 
 
-def test_an_interrupted_measurement_resumes_at_the_next_unfinished_trial(source, tmp_path,
-                                                                         monkeypatch):
+def test_an_interrupted_measurement_resumes_at_the_next_unfinished_trial(
+    source, tmp_path, monkeypatch
+):
     spec = resolve_spec("source200:rotation100", dataset="digits", test_size=50, oracle_size=100)
     sequence = build_sequence(spec, source)
     space = SearchSpace.parse({"lr": {"grid": [1e-3, 1e-2]}, "dropout": {"grid": [0.0]}}, "t")
