@@ -17,6 +17,7 @@ from seq2final.data.sources import SourceData
 from seq2final.runs.result_store import ResultStore
 from seq2final.runs.sequence_store import SequenceStore
 from seq2final.runs.state_store import HistoricalStore
+from seq2final.training.tensors import TensorSplit
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -239,3 +240,36 @@ def postgres(tmp_path_factory):
 def run_kedro_in():
     """``run_session`` as a fixture, for a project copy other than the ``project`` fixture's."""
     return run_session
+
+
+def learnable_split(images=120, seed=0, shuffled=False):
+    """Learnable 16x16 images (each class its own brightness per channel, plus noise):
+    predictions are far from ties, so float noise does not flip them. ``shuffled`` labels make
+    accuracy wander, so that patience stops fits early."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.arange(images) % 10
+    levels = torch.stack([y * 25, (9 - y) * 25, (y * 7 % 10) * 25], 1).float()
+    noise = torch.randint(-30, 30, (images, 3, 16, 16), generator=g).float()
+    x = (levels[:, :, None, None] + noise).clamp(0, 255).to(torch.uint8)
+    return TensorSplit(x, y[torch.randperm(images, generator=g)] if shuffled else y)
+
+
+@pytest.fixture
+def learnable():
+    """:func:`learnable_split` as a fixture."""
+    return learnable_split
+
+
+@pytest.fixture
+def float64() -> Iterator[None]:
+    """One thread, float64. In float32 a parameter whose exact gradient is zero (a bias right
+    before a BatchNorm) gets float-noise gradients of ~1e-9, which Adam normalises into steps of
+    ±lr in a direction that depends on the summation order, so a stacked fit and a single one
+    part ways there (their validation losses by ~1e-3) while computing the same thing. In
+    float64 that noise is ~1e-17, far below Adam's eps, so the comparison can be tight."""
+    threads, dtype = torch.get_num_threads(), torch.get_default_dtype()
+    torch.set_num_threads(1)
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_num_threads(threads)
+    torch.set_default_dtype(dtype)

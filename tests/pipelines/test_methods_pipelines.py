@@ -260,3 +260,28 @@ def test_a_method_contradicting_its_modes_is_refused_in_one_line(project):
         "Error: parameter 'method': method 'st_b' is historical 'erm' + final 'side_b'"
     )
     assert not (project / "data/03_primary").exists()
+
+
+def test_every_method_trains_its_trials_fused_when_asked(project, stores_of, monkeypatch):
+    """``training.fuse: 2`` on the CPU: every tuned fit of every method (plain, side modules,
+    joint models, IRM/DRO/EWC objectives, frozen layers) trains its two trials as one stack."""
+    from seq2final.methods import context
+
+    stacks = []
+    real_fit_fused = context.fit_fused
+
+    def counted(models, *args):
+        stacks.append(len(models))
+        return real_fit_fused(models, *args)
+
+    monkeypatch.setattr(context, "fit_fused", counted)
+    pair = {"sampler": "random", "trials": 2, "max_epochs": 2}
+    _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], arch="convnet_1",
+         budget="pair", budgets={"pair": pair}, training={"fuse": 2})  # fmt: skip
+    stores = stores_of(project)
+    records = [stores.results[key] for key in stores.results]
+    assert {name for r in records for name in (r["method"], *r["aliases"])} == set(METHODS)
+    fits = [fit for r in records for fit in r["fits"]]
+    fits += [fit for key in stores.states for fit in stores.states[key].fits]
+    assert all(fit["trials"] == 2 for fit in fits)
+    assert stacks and set(stacks) == {2} and len(stacks) == len(fits)

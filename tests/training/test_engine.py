@@ -75,3 +75,20 @@ def test_bf16_on_the_cpu_computes_in_bfloat16_and_trains():
     result = fit(model, task, HyperParameters(lr=1e-3), engine, max_epochs=2, seed=0)
     losses = [row["train_loss"] for row in result.history[1:]]
     assert len(losses) == 2 and all(loss == loss and loss > 0 for loss in losses)
+
+
+def test_fuse_auto_means_one_trial_at_a_time_on_the_cpu_and_bad_values_are_one_line(
+    monkeypatch, project_parameters
+):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert Engine(device="auto").fuse_width() == 1 and Engine(fuse=6).fuse_width() == 6
+    params = project_parameters
+    for training, message in [
+        ({"fuse": 0}, "fuse 0: valid: auto or a number of trials >= 1"),
+        ({"fuse": "all"}, "fuse 'all': valid: auto or a number of trials >= 1"),
+        ({"fuse": 4, "channels_last": True}, "fused trials support neither"),
+    ]:
+        with pytest.raises(Seq2FinalError, match=f"parameter 'training.*{message}"):
+            validate_parameters({**params, "training": training})
+    # not in the results key: fusing schedules trials, it does not change what a fit computes
+    assert Engine(fuse=8).results_key() == Engine(fuse=1).results_key()

@@ -255,3 +255,38 @@ def test_a_journal_lock_left_by_a_killed_process_can_be_found_stale(tmp_path, mo
         os.stat(link)  # what the stale-lock check reads: it must not dangle
     finally:
         lock.release()
+
+
+def fused_by(objective: Objective, widths: list[int]):
+    """A fused objective that records how many trials it got and scores each as ``objective``
+    does, finishing them in reverse order (a stack's models stop when they stop)."""
+
+    def fused(runs):
+        widths.append(len(runs))
+        for run in reversed(runs):
+            run.finish(*objective(run.params, run.seed, run.report))
+
+    return fused
+
+
+def test_tpe_asks_for_its_startup_trials_first_then_for_width_at_a_time(tmp_path):
+    budget = Budget(sampler="tpe", trials=10, startup_trials=3, max_epochs=1)
+    widths, objective = [], Objective()
+    tuned = Tuner(budget, None, tmp_path, seed=0).tune(
+        "s", SPACE, objective, fused_by(objective, widths), width=4
+    )
+    assert widths == [3, 4, 3] and tuned.finished_trials == 10
+
+
+def test_a_fused_grid_picks_the_first_best_grid_point_whatever_order_its_trials_finish(tmp_path):
+    widths, objective = [], Objective()
+    tuner = Tuner(Budget(sampler="grid", max_epochs=1), None, tmp_path, seed=0)
+    tuned = tuner.tune("s", SPACE, objective, fused_by(objective, widths), width=3)
+    assert widths == [3, 3, 2]
+    assert tuned.params == {"lr": 1e-3, "weight_decay": 1e-4, "dropout": 0.5}  # as unfused
+
+
+def test_a_fused_objective_that_leaves_a_trial_untold_is_an_error(tmp_path):
+    tuner = Tuner(Budget(sampler="grid", max_epochs=1), None, tmp_path, seed=0)
+    with pytest.raises(Seq2FinalError, match="neither finished nor pruned"):
+        tuner.tune("s", SPACE, Objective(), lambda runs: None, width=2)

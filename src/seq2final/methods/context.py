@@ -8,6 +8,7 @@ all a new method needs.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,11 +23,12 @@ from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.models import build_model
 from seq2final.training.engine import Engine
-from seq2final.training.loop import fit
+from seq2final.training.fused import FusedTrial, fit_fused
+from seq2final.training.loop import FitResult, fit
 from seq2final.training.objectives import HyperParameters, Task
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tensors import TensorSplit
-from seq2final.training.tuner import Tuner, quiet_progress
+from seq2final.training.tuner import TrialRun, Tuner, quiet_progress
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +96,18 @@ class Context:
                 result = fit(model, task, hp, self.engine, epochs, seed, report, bar.update)
             return result, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
-        tuned = self.tuner.tune(f"{self.owner_key}/{stage}", space, objective)
+        def fused(runs: list[TrialRun]) -> None:
+            trials = [
+                FusedTrial(HyperParameters.from_dict(run.params), run.seed, run.report,
+                           functools.partial(_finish_on_cpu, run))
+                for run in runs
+            ]  # fmt: skip
+            models = [make_model() for _ in runs]
+            fit_fused(models, task, trials, self.engine, self.budget.max_epochs)
+
+        tuned = self.tuner.tune(
+            f"{self.owner_key}/{stage}", space, objective, fused, self.engine.fuse_width()
+        )
         model = make_model()
         model.load_state_dict(tuned.state_dict)
         model.dropout = float(tuned.params.get("dropout", 0.0))
@@ -121,6 +134,12 @@ class Context:
             ", ".join(f"{k}={v:.3g}" for k, v in tuned.params.items()),
         )
         return model
+
+
+def _finish_on_cpu(run: TrialRun, result: FitResult, weights: dict[str, torch.Tensor]) -> None:
+    """A fused model's stop, handed to its trial with its weights copied to the CPU (as a single
+    fit's are)."""
+    run.finish(result, {name: value.detach().cpu().clone() for name, value in weights.items()})
 
 
 def space_of(config: Mapping[str, Any], key: str, where: str) -> SearchSpace:

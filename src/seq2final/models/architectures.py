@@ -145,9 +145,23 @@ class BlockModel(nn.Module):
         last = len(self.layer_names) - 1
         for index, name in enumerate(self.layer_names):
             x = getattr(self, name)(x)
-            if index < last and self.dropout > 0:
-                x = F.dropout(x, self.dropout, training=self.training)
+            if index < last:
+                x = apply_dropout(x, self.dropout, self.training)
         return x
+
+
+def apply_dropout(x: torch.Tensor, rate: float | torch.Tensor, training: bool) -> torch.Tensor:
+    """Dropout at ``rate``: :func:`torch.nn.functional.dropout` for a number; for a tensor (one
+    rate per model of a fused stack, under ``vmap``) an explicit mask, which at rate 0 keeps
+    every value exactly."""
+    if isinstance(rate, torch.Tensor):
+        if not training:
+            return x
+        keep = torch.rand_like(x) >= rate
+        return x * keep / (1 - rate)
+    if rate > 0:
+        return F.dropout(x, rate, training=training)
+    return x
 
 
 def _resnet_layer(in_channels: int, out_channels: int, stride: int) -> nn.Sequential:

@@ -17,11 +17,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.models.architectures import BlockModel, build_model, squared_weight_norm
+from seq2final.models.architectures import (
+    BlockModel,
+    apply_dropout,
+    build_model,
+    squared_weight_norm,
+)
 from seq2final.models.side_modules import build_side_module, fresh_copy, side_module_kinds
 
 JOINT_MODES = ("separate", "side_tune")
@@ -91,8 +95,8 @@ class JointModel(nn.Module):
         last = len(self.layer_names) - 1
         for index, name in enumerate(self.layer_names):
             x = self.layer_output(name, x, t)
-            if index < last and self.dropout > 0:
-                x = F.dropout(x, self.dropout, training=self.training)
+            if index < last:
+                x = apply_dropout(x, self.dropout, self.training)
         return x
 
     def layer_output(self, name: str, x: torch.Tensor, t: int) -> torch.Tensor:

@@ -9,13 +9,17 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel
 from seq2final.models import JointModel
 from seq2final.training.tensors import TensorSplit
+
+AUTO_FUSE = 16
+"""Trials per stack under ``fuse: auto`` on CUDA: a paper grid of 8 (or 16 with a penalty's
+values) in one fit."""
 
 
 class Engine(StrictModel):
@@ -24,6 +28,10 @@ class Engine(StrictModel):
     ``input_scale``: ``unit`` feeds images scaled to [0, 1]; ``raw`` feeds the 0-255 values the
     original code fed (reference §1.1). ``device``: ``auto`` picks CUDA when available.
     ``freeze_bn_stats``: frozen layers' BN statistics stay fixed (the original let them move).
+    ``fuse``: how many of a fit's trials train together as one stacked model
+    (:mod:`seq2final.training.fused`); ``auto`` fuses on CUDA and not on the CPU, where a
+    stack runs slower than its models one after another. It changes how trials are scheduled,
+    not what a fit computes, so it is no part of any key.
     """
 
     batch_size: int = Field(default=100, ge=1)
@@ -34,6 +42,31 @@ class Engine(StrictModel):
     amp: Literal["none", "bf16", "fp16"] = "none"
     patience: int = Field(default=6, ge=1)
     freeze_bn_stats: bool = False
+    fuse: Literal["auto"] | int = "auto"  # checked first by _fuse_value: one message for all
+
+    @field_validator("fuse", mode="before")
+    @classmethod
+    def _fuse_value(cls, value: Any) -> str | int:
+        if value == "auto" or (type(value) is int and value >= 1):
+            return value
+        raise ValueError(f"fuse {value!r}: valid: auto or a number of trials >= 1")
+
+    @model_validator(mode="after")
+    def _fusable(self) -> Engine:
+        if self.fuse != "auto" and self.fuse > 1 and (self.amp == "fp16" or self.channels_last):
+            raise ValueError(
+                f"fuse {self.fuse} with amp fp16 or channels_last: fused trials support neither; "
+                "valid: fuse 1 or auto with those options"
+            )
+        return self
+
+    def fuse_width(self) -> int:
+        """How many trials train together: ``fuse``, or for ``auto`` :data:`AUTO_FUSE` on CUDA
+        (1 where fused trials cannot run: fp16 loss scaling, channels_last) and 1 on the CPU."""
+        if self.fuse != "auto":
+            return int(self.fuse)
+        fusable = self.amp != "fp16" and not self.channels_last
+        return AUTO_FUSE if self.torch_device().type == "cuda" and fusable else 1
 
     def torch_device(self) -> torch.device:
         """The device fits run on; a device or precision this machine lacks is one line."""
@@ -72,9 +105,18 @@ class Engine(StrictModel):
         }
 
 
+def pick_fast_kernels(device: torch.device) -> None:
+    """On CUDA, let cuDNN time its convolution algorithms once per shape and keep the fastest:
+    a fit repeats the same few batch shapes thousands of times. (GPU results are not bitwise
+    reproducible anyway; the CPU, where they are, is left alone.)"""
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+
+
 def scale_images(x: torch.Tensor, engine: Engine) -> torch.Tensor:
-    """uint8 images to the float input the models see (``unit``: /255, ``raw``: 0-255)."""
-    x = x.float()
+    """uint8 images to the float input the models see (``unit``: /255, ``raw``: 0-255), in the
+    default float type (float32; tests that compare fits exactly run in float64)."""
+    x = x.to(torch.get_default_dtype())
     if engine.input_scale == "unit":
         x = x / 255.0
     if engine.channels_last:

@@ -33,7 +33,13 @@ from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import set_trainable
-from seq2final.training.engine import Engine, autocast, predict_logits, scale_images
+from seq2final.training.engine import (
+    Engine,
+    autocast,
+    pick_fast_kernels,
+    predict_logits,
+    scale_images,
+)
 from seq2final.training.objectives import Batch, HyperParameters, Task, objective_loss
 from seq2final.training.tensors import TensorSplit
 
@@ -111,6 +117,7 @@ def fit(
     bar). The model must already be on its device.
     """
     device = next(model.parameters()).device
+    pick_fast_kernels(device)
     if engine.channels_last:
         model.to(memory_format=torch.channels_last)
     torch.manual_seed(seed)  # dropout and any other global draws

@@ -74,6 +74,12 @@ class HyperParameters:
         return cls(**{k: float(v) for k, v in values.items()})
 
 
+def at_least_float32(logits: torch.Tensor) -> torch.Tensor:
+    """Logits for the loss: half-precision ones (autocast) in float32, others as they are (a
+    float64 fit, as the exact comparisons in the tests run, stays float64)."""
+    return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+
+
 def penalty_norm(model: nn.Module) -> torch.Tensor:
     """The L2 term: squared conv/linear weights (a joint model sums the modules each step uses)."""
     if isinstance(model, JointModel):
@@ -81,21 +87,42 @@ def penalty_norm(model: nn.Module) -> torch.Tensor:
     return squared_weight_norm(model)
 
 
-def irm_penalty(logits: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def irm_penalty(
+    logits: torch.Tensor,
+    y: torch.Tensor,
+    generator: torch.Generator | None = None,
+    order: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The original's IRM penalty on one domain batch (reference §3.3).
 
     Logits are scaled by a per-class dummy vector ``w = 1``; the samples are permuted, and the
     penalty is the dot product of the gradients w.r.t. ``w`` of the mean loss over the even- and
     the odd-indexed halves. The graph is kept so the penalty back-propagates into the model.
+    A single fit draws the permutation from ``generator``; a fused stack passes each model's
+    ``order`` and runs under ``vmap``, where the gradients are taken with :func:`torch.func.grad`
+    (the same values; its backward sums in another order, so a fused IRM fit matches a single
+    one to float tolerance rather than bit for bit).
     """
+    if order is not None:
+        return _irm_penalty_functional(at_least_float32(logits)[order], y[order])
+    if generator is None:
+        raise ValueError("irm_penalty needs a generator or an order")
     scale = torch.ones(logits.shape[1], device=logits.device, requires_grad=True)
     order = torch.randperm(len(y), generator=generator, device=generator.device)
-    scaled, labels = logits.float()[order] * scale, y[order]
+    scaled, labels = at_least_float32(logits)[order] * scale, y[order]
     first = F.cross_entropy(scaled[0::2], labels[0::2])
     second = F.cross_entropy(scaled[1::2], labels[1::2])
     (g1,) = torch.autograd.grad(first, [scale], create_graph=True)
     (g2,) = torch.autograd.grad(second, [scale], create_graph=True)
     return (g1 * g2).sum()
+
+
+def _irm_penalty_functional(shuffled: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def half_loss(scale: torch.Tensor, half: int) -> torch.Tensor:
+        return F.cross_entropy(shuffled[half::2] * scale, labels[half::2])
+
+    ones = torch.ones(shuffled.shape[-1], device=shuffled.device)
+    return (torch.func.grad(half_loss)(ones, 0) * torch.func.grad(half_loss)(ones, 1)).sum()
 
 
 def ewc_penalty(
@@ -120,6 +147,7 @@ class Batch:
     weight: torch.Tensor | None
     step: int | None
     loss_weight: float
+    irm_order: torch.Tensor | None = None  # IRM's permutation, when drawn outside (fused fits)
 
 
 def objective_loss(
@@ -127,7 +155,7 @@ def objective_loss(
     batches: list[Batch],
     task: Task,
     hp: HyperParameters,
-    generator: torch.Generator,
+    generator: torch.Generator | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """The objective's loss; also its summed CE and correct count (detached tensors on the
     device, read once per epoch by the loop, never per batch) and its sample count."""
@@ -138,10 +166,11 @@ def objective_loss(
     penalties = torch.zeros((), device=device)
     for batch in batches:
         logits = run_model(model, batch.x, batch.step)
-        losses = F.cross_entropy(logits.float(), batch.y, reduction="none")  # once per batch
+        losses = F.cross_entropy(at_least_float32(logits), batch.y, reduction="none")  # once
         ce = (losses if batch.weight is None else losses * batch.weight).mean()
         if task.objective == "irm":
-            ce = ce + hp.irm_penalty * irm_penalty(logits, batch.y, generator)
+            penalty = irm_penalty(logits, batch.y, generator, batch.irm_order)
+            ce = ce + hp.irm_penalty * penalty
         ce_terms.append(ce * batch.loss_weight)
         with torch.no_grad():
             ce_sum = ce_sum + losses.detach().sum()
@@ -154,13 +183,19 @@ def objective_loss(
         data_loss = torch.stack(ce_terms).sum() / len(ce_terms)
     else:
         data_loss = torch.stack(ce_terms).sum()
-    if hp.weight_decay:
+    if _active(hp.weight_decay):
         penalties = penalties + hp.weight_decay * penalty_norm(model)
-    if hp.ewc_lambda and task.anchors:
+    if _active(hp.ewc_lambda) and task.anchors:
         penalties = penalties + hp.ewc_lambda * ewc_penalty(model, task.anchors)
-    if hp.adjacency and isinstance(model, JointModel):
+    if _active(hp.adjacency) and isinstance(model, JointModel):
         penalties = penalties + hp.adjacency * model.adjacency_norm()
     return data_loss + penalties, ce_sum, correct, count
+
+
+def _active(weight: float | torch.Tensor) -> bool:
+    """Whether a penalty's weight switches it on: a non-zero number, or any tensor (a fused
+    stack's per-model weights, where a zero weight multiplies the term away)."""
+    return isinstance(weight, torch.Tensor) or bool(weight)
 
 
 def fisher_information(

@@ -11,11 +11,12 @@ the remaining ones and still returns the best model over all of them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,37 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 TrialObjective = Callable[
     [dict[str, float], int, Callable[[int, float], None]], tuple[FitResult, dict[str, torch.Tensor]]
 ]
+
+
+@dataclass(eq=False)
+class TrialRun:
+    """One asked trial, as an objective sees it: its values and seed, ``report`` to call after
+    each epoch (it raises :class:`optuna.TrialPruned` once the trial is pruned, and has told the
+    study so) and ``finish`` to call with the fit's result and weights when the model stops."""
+
+    trial: optuna.Trial
+    params: dict[str, float]
+    seed: int
+    order: int
+    curve: list[float] = field(default_factory=list)
+    told: bool = False
+    finish: Callable[[FitResult, dict[str, torch.Tensor]], None] = lambda result, weights: None
+    on_pruned: Callable[[], object] = lambda: None
+
+    def report(self, epoch: int, accuracy: float) -> None:
+        self.curve.append(accuracy)
+        self.trial.report(accuracy, epoch)
+        if self.trial.should_prune():
+            self.trial.set_user_attr("valid_curve", self.curve)
+            self.trial.study.tell(self.trial, state=optuna.trial.TrialState.PRUNED)
+            self.told = True
+            self.on_pruned()
+            raise optuna.TrialPruned()
+
+
+FusedObjective = Callable[[list[TrialRun]], None]
+"""Trains several trials together; calls each run's ``report`` per epoch and ``finish`` when
+its model stops (a pruned one's ``report`` has raised :class:`optuna.TrialPruned`)."""
 
 
 @dataclass
@@ -91,6 +123,27 @@ class Tuner:
             )
         return optuna.samplers.RandomSampler(seed=seed)  # grid points are enqueued explicitly
 
+    def _ask(self, study: optuna.Study, name: str, space: SearchSpace, draw: int) -> TrialRun:
+        """The ``draw``-th trial of the study, its values drawn and recorded."""
+        study.sampler = self._sampler(name, draw)
+        trial = study.ask()
+        trial.set_user_attr("worker", str(current_process()))
+        params = space.suggest(trial)
+        order = trial.user_attrs.get("order", trial.number)
+        trial.set_user_attr("order", order)
+        trial.set_user_attr("params", params)
+        seed = derived_seed(self.seed, name, sorted(params.items()))
+        return TrialRun(trial, params, seed, order)
+
+    def _batch_size(self, width: int, draw: int, end: int) -> int:
+        """How many trials to ask for at once from draw ``draw`` on: up to ``width``, and under
+        TPE never past the last start-up trial (the model-based draws should see those)."""
+        size = min(width, end - draw)
+        startup = self.budget.startup_trials
+        if self.budget.sampler == "tpe" and draw < startup:
+            size = min(size, startup - draw)
+        return max(1, size)
+
     def _study(self, name: str) -> optuna.Study:
         return optuna.create_study(
             storage=self.storage,
@@ -101,8 +154,20 @@ class Tuner:
             load_if_exists=True,
         )
 
-    def tune(self, name: str, space: SearchSpace, objective: TrialObjective) -> Tuned:
+    def tune(
+        self,
+        name: str,
+        space: SearchSpace,
+        objective: TrialObjective,
+        fused: FusedObjective | None = None,
+        width: int = 1,
+    ) -> Tuned:
         """Run (or resume) study ``name`` and return its best trial.
+
+        With ``fused`` and ``width`` > 1, up to ``width`` trials are asked at a time and handed
+        to ``fused`` together (one stacked fit); each is told as soon as its model stops, so a
+        killed fused study keeps the trials that finished. Under TPE the first batch holds only
+        the start-up (random) trials, so the model-based draws see them.
 
         Ties go to the earliest grid point (grid) or the earliest trial (other samplers), as in
         the original. Trials finished by an earlier, interrupted run are kept and not rerun, and a
@@ -143,56 +208,58 @@ class Tuner:
         bar = tqdm(
             total=remaining, desc=name[:40], unit="trial", leave=False, disable=quiet_progress()
         )
+        chosen: dict[str, Any] = {} if best is None else best
+
+        def finish(run: TrialRun, result: FitResult, state_dict: dict[str, torch.Tensor]) -> None:
+            trial = run.trial
+            trial.set_user_attr("valid_curve", run.curve)
+            trial.set_user_attr("best_epoch", result.best_epoch)
+            value, order = result.valid_accuracy, run.order
+            if not chosen or (value, -order) > (chosen["value"], -chosen.get("order", 0)):
+                chosen.clear()
+                chosen.update(value=value, order=order, params=run.params, fit=result,
+                              state_dict=state_dict)  # fmt: skip
+                _save_checkpoint(checkpoint, chosen)
+            study.tell(trial, value)
+            run.told = True
+            bar.update()
+
         try:
-            for draw in range(len(done), len(done) + remaining):
-                study.sampler = self._sampler(name, draw)
-                trial = study.ask()
-                trial.set_user_attr("worker", str(current_process()))
-                params = space.suggest(trial)
-                order = trial.user_attrs.get("order", trial.number)
-                trial.set_user_attr("order", order)
-                trial.set_user_attr("params", params)
-                seed = derived_seed(self.seed, name, sorted(params.items()))
-                curve: list[float] = []
-
-                def report(
-                    epoch: int,
-                    accuracy: float,
-                    trial: optuna.Trial = trial,
-                    curve: list[float] = curve,
-                ) -> None:
-                    curve.append(accuracy)
-                    trial.report(accuracy, epoch)
-                    if trial.should_prune():
-                        raise optuna.TrialPruned()
-
+            draw = len(done)
+            while draw < len(done) + remaining:
+                size = self._batch_size(width, draw, len(done) + remaining)
+                runs = [self._ask(study, name, space, draw + k) for k in range(size)]
+                draw += size
+                for run in runs:
+                    run.finish = functools.partial(finish, run)
+                    run.on_pruned = bar.update
                 try:
-                    with _heartbeat(self.storage, trial._trial_id):
-                        result, state_dict = objective(params, seed, report)
-                except optuna.TrialPruned:
-                    trial.set_user_attr("valid_curve", curve)
-                    study.tell(trial, state=trial_state.PRUNED)
-                    bar.update()
-                    continue
+                    if fused is not None and size > 1:
+                        with ExitStack() as beating:
+                            for run in runs:
+                                beating.enter_context(_heartbeat(self.storage, run.trial._trial_id))
+                            fused(runs)
+                    else:
+                        for run in runs:
+                            try:
+                                with _heartbeat(self.storage, run.trial._trial_id):
+                                    run.finish(*objective(run.params, run.seed, run.report))
+                            except optuna.TrialPruned:
+                                continue
+                    unfinished = [run.trial.number for run in runs if not run.told]
+                    if unfinished:
+                        raise Seq2FinalError(
+                            f"study '{name}': the fused objective left trial(s) {unfinished} "
+                            "neither finished nor pruned"
+                        )
                 except BaseException:
-                    study.tell(trial, state=trial_state.FAIL)
+                    for run in runs:
+                        if not run.told:
+                            study.tell(run.trial, state=trial_state.FAIL)
                     raise
-                trial.set_user_attr("valid_curve", curve)
-                trial.set_user_attr("best_epoch", result.best_epoch)
-                value = result.valid_accuracy
-                if best is None or (value, -order) > (best["value"], -best.get("order", 0)):
-                    best = {
-                        "value": value,
-                        "order": order,
-                        "params": params,
-                        "fit": result,
-                        "state_dict": state_dict,
-                    }
-                    _save_checkpoint(checkpoint, best)
-                study.tell(trial, value)
-                bar.update()
         finally:
             bar.close()
+        best = chosen or None
         if best is None:
             raise Seq2FinalError(
                 f"study '{name}' has no finished trial to select (every trial was pruned); "

@@ -1,0 +1,347 @@
+"""Fused trials: K configurations of one fit trained together as one stacked model.
+
+Every fit is a search over configurations of the same model on the same data, and on a GPU one
+small model leaves the device mostly idle. Here the K models' parameters and buffers (BatchNorm
+statistics included) are stacked along a leading axis (:func:`torch.func.stack_module_state`) and
+run with :func:`torch.func.functional_call` under :func:`torch.vmap`, so one kernel launch serves
+all K. Each model keeps what it would have alone (:func:`seq2final.training.loop.fit` is the
+reference):
+
+* its own learning rate, L2 weight, dropout rate and penalty weights (per-model tensors);
+* its own seed: its own generator draws its batch order (each model gathers its own batch
+  indices) and IRM permutations exactly as its single fit would; dropout masks are drawn per
+  model but from the stack's stream, so only at dropout 0 do the two agree;
+* its own Adam state, early stopping, best-epoch selection and pruning: a model that stops is
+  taken out of the stack (no update, no BN change afterwards) and the rest train on.
+
+At dropout 0 the fused results equal K single fits to float tolerance (batched convolutions sum
+in another order); the tests check selected epochs, accuracies and weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import optuna
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, stack_module_state
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.models import set_trainable
+from seq2final.training.engine import Engine, autocast, pick_fast_kernels, scale_images
+from seq2final.training.loop import EpochCallback, FitResult, _Cycler, _row, _train_mode
+from seq2final.training.objectives import Batch, HyperParameters, Task, objective_loss
+from seq2final.training.tensors import TensorSplit
+
+BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, as every single fit uses
+
+
+StopCallback = Callable[[FitResult, dict[str, torch.Tensor]], None]
+
+
+@dataclass
+class FusedTrial:
+    """One configuration of a fused fit: its values, its seed, its per-epoch callback (raising
+    :class:`optuna.TrialPruned` there takes the model out of the stack) and its stop callback,
+    given the model's result and selected weights as soon as it leaves the stack (so a tuner
+    records a finished trial while the others still train)."""
+
+    hp: HyperParameters
+    seed: int
+    on_epoch: EpochCallback | None = None
+    on_stop: StopCallback | None = None
+
+
+@dataclass
+class _Member:
+    """The bookkeeping of one stacked model (the tensors live in the stack)."""
+
+    index: int
+    trial: FusedTrial
+    generator: torch.Generator
+    cyclers: list[_Cycler]
+    history: list[dict[str, float]] = field(default_factory=list)
+    best_accuracy: float = -math.inf
+    best_epoch: int = 0
+    best_state: dict[str, torch.Tensor] = field(default_factory=dict)
+    previous_accuracy: float = -math.inf
+    stalls: int = 0
+    epochs: int = 0
+    pruned: bool = False
+
+
+class _Stack:
+    """The active models' stacked parameters, buffers, Adam state and per-model values."""
+
+    def __init__(self, models: list[nn.Module], members: list[_Member]) -> None:
+        params, buffers = stack_module_state(models)
+        trainable = {name for name, p in models[0].named_parameters() if p.requires_grad}
+        self.params = {
+            name: value.detach().requires_grad_(name in trainable) for name, value in params.items()
+        }
+        self.trained = [name for name in self.params if name in trainable]
+        self.buffers = {name: value.detach() for name, value in buffers.items()}
+        self.exp_avg = {name: torch.zeros_like(self.params[name]) for name in self.trained}
+        self.exp_avg_sq = {name: torch.zeros_like(self.params[name]) for name in self.trained}
+        self.members = members
+        device = next(iter(self.params.values())).device
+        self.values = {
+            name: torch.tensor([getattr(m.trial.hp, name) for m in members], device=device)
+            for name in HyperParameters.__dataclass_fields__
+        }
+        self.steps = 0
+
+    def keep(self, kept: list[int]) -> None:
+        """Keep only the models at these positions (the others stopped or were pruned)."""
+        index = torch.tensor(kept, dtype=torch.long, device=next(iter(self.params.values())).device)
+        self.params = {
+            name: value.detach().index_select(0, index).requires_grad_(value.requires_grad)
+            for name, value in self.params.items()
+        }
+        self.buffers = {name: value.index_select(0, index) for name, value in self.buffers.items()}
+        for state in (self.exp_avg, self.exp_avg_sq):
+            for name in state:
+                state[name] = state[name].index_select(0, index)
+        self.values = {name: value.index_select(0, index) for name, value in self.values.items()}
+        self.members = [self.members[i] for i in kept]
+
+    def adam_step(self) -> None:
+        """One Adam step of every model at once, each with its own learning rate (the update
+        of :class:`torch.optim.Adam`, in a few foreach kernels over the stacked tensors)."""
+        self.steps += 1
+        params = [self.params[name] for name in self.trained]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        exp_avg = [self.exp_avg[name] for name in self.trained]
+        exp_avg_sq = [self.exp_avg_sq[name] for name in self.trained]
+        beta1, beta2 = BETAS
+        torch._foreach_lerp_(exp_avg, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sq, beta2)
+        torch._foreach_addcmul_(exp_avg_sq, grads, grads, 1 - beta2)
+        correction1 = 1 - beta1**self.steps
+        correction2_sqrt = math.sqrt(1 - beta2**self.steps)
+        denominators = torch._foreach_sqrt(exp_avg_sq)
+        torch._foreach_div_(denominators, correction2_sqrt)
+        torch._foreach_add_(denominators, EPS)
+        updates = torch._foreach_div(exp_avg, denominators)
+        step_sizes = self.values["lr"] / correction1
+        shaped = [step_sizes.view(-1, *([1] * (p.dim() - 1))) for p in params]
+        torch._foreach_mul_(updates, shaped)
+        with torch.no_grad():
+            torch._foreach_sub_(params, updates)
+        for p in params:
+            p.grad = None
+
+    def state_of(self, position: int) -> dict[str, torch.Tensor]:
+        """Model ``position``'s parameters and buffers, copied out of the stack."""
+        return {
+            name: value[position].detach().clone()
+            for name, value in (*self.params.items(), *self.buffers.items())
+        }
+
+
+class _Objective(nn.Module):
+    """One model's objective as a module, so :func:`functional_call` can run it on a slice of
+    the stack (the penalties read the swapped-in parameters too)."""
+
+    def __init__(self, model: nn.Module, task: Task) -> None:
+        super().__init__()
+        self.model = model
+        self.task = task
+
+    def forward(
+        self, batches: list[Batch], hp: HyperParameters
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        self.model.dropout = hp.dropout
+        loss, ce_sum, correct, _ = objective_loss(self.model, batches, self.task, hp, None)
+        return loss, ce_sum, correct
+
+
+def fit_fused(
+    models: list[nn.Module],
+    task: Task,
+    trials: list[FusedTrial],
+    engine: Engine,
+    max_epochs: int,
+) -> list[FitResult | None]:
+    """Train ``models`` (one architecture, on one device) in place as one stacked model, model
+    k under ``trials[k]``; load each one's selected epoch into it and return its
+    :class:`FitResult` (``None`` for a model its callback pruned)."""
+    if len(models) != len(trials) or not models:
+        raise Seq2FinalError(
+            f"fit_fused needs one trial per model, got {len(trials)} for {len(models)} model(s)"
+        )
+    if engine.amp == "fp16" or engine.channels_last:
+        raise Seq2FinalError(
+            "fused fits run without fp16 loss scaling and channels_last; set training.fuse to 1 "
+            "for those options"
+        )
+    device = next(models[0].parameters()).device
+    pick_fast_kernels(device)
+    flags = [{name: p.requires_grad for name, p in m.named_parameters()} for m in models]
+    for model in models:
+        if task.trainable is not None:
+            set_trainable(model, task.trainable)
+        _train_mode(model, engine)
+    if not any(p.requires_grad for p in models[0].parameters()):
+        raise Seq2FinalError("nothing to train: every parameter of the model is frozen")
+    base = copy.deepcopy(models[0]).to("meta")  # the structure; the values come from the stack
+    wrapper = _Objective(base, task)
+    domains = [d.to(device) for d in task.domains]
+    valid = task.valid.to(device)
+    members = []
+    for index, trial in enumerate(trials):
+        generator = torch.Generator(device).manual_seed(trial.seed)
+        cyclers = [_Cycler(len(d), engine.batch_size, generator) for d in domains]
+        members.append(_Member(index, trial, generator, cyclers))
+    stack = _Stack(models, members)
+    batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in domains)
+    steps = task.steps or [None] * len(domains)
+    weights = task.step_weights or [1.0] * len(domains)
+
+    def one_model(params, buffers, values, xs, ys, ws, orders):  # noqa: ANN001, ANN202
+        batches = [  # ws, orders: only the domains that have them (vmap takes tensors only)
+            Batch(x, y, ws.get(d), step, loss_weight, orders.get(d))
+            for d, (x, y, step, loss_weight) in enumerate(zip(xs, ys, steps, weights, strict=True))
+        ]
+        named = {f"model.{k}": v for k, v in (*params.items(), *buffers.items())}
+        return functional_call(wrapper, named, (batches, HyperParameters(**values)))
+
+    batched = torch.vmap(one_model, randomness="different")
+    try:
+        _after_epoch(stack, _validate(stack, base, valid, task.valid_step, engine), 0, engine)
+        for epoch in range(1, max_epochs + 1):
+            if not stack.members:
+                break
+            ce_sum = torch.zeros(len(stack.members), dtype=torch.float64, device=device)
+            correct = torch.zeros(len(stack.members), dtype=torch.int64, device=device)
+            count = 0
+            _train_mode(base, engine)
+            for _ in range(batches_per_epoch):
+                xs, ys, ws, orders = _gather(stack.members, domains, task, engine)
+                with autocast(engine, device):
+                    loss, batch_ce, batch_correct = batched(
+                        stack.params, stack.buffers, stack.values, xs, ys,
+                        {d: w for d, w in enumerate(ws) if w is not None},
+                        {d: o for d, o in enumerate(orders) if o is not None},
+                    )  # fmt: skip
+                loss.sum().backward()  # the models' losses are independent: one backward
+                stack.adam_step()
+                ce_sum += batch_ce.detach()
+                correct += batch_correct
+                count += sum(len(y[0]) for y in ys)
+            base.dropout = 0.0
+            scores = _validate(stack, base, valid, task.valid_step, engine)
+            train = (ce_sum / count, correct / count)
+            _after_epoch(stack, scores, epoch, engine, train, last=epoch == max_epochs)
+    finally:
+        base.dropout = 0.0
+    results: list[FitResult | None] = []
+    for model, member, flag in zip(models, members, flags, strict=True):
+        model.load_state_dict(member.best_state)
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_(flag[name])
+        model.dropout = float(member.trial.hp.dropout)
+        model.eval()
+        result = FitResult(member.best_accuracy, member.best_epoch, member.epochs, member.history)
+        results.append(None if member.pruned else result)
+    return results
+
+
+def _gather(
+    members: list[_Member], domains: list[TensorSplit], task: Task, engine: Engine
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor | None], list]:
+    """Each model's next batch of every domain, stacked: images [K, B, ...], labels, weights and
+    IRM permutations, drawn from each model's generator in the order its single fit draws."""
+    indices = [[cycler.next() for cycler in member.cyclers] for member in members]
+    orders: list[torch.Tensor | None] = [None] * len(domains)
+    if task.objective == "irm":
+        per_model = [
+            [torch.randperm(len(i), generator=m.generator, device=i.device) for i in own]
+            for m, own in zip(members, indices, strict=True)
+        ]
+        orders = [torch.stack([own[d] for own in per_model]) for d in range(len(domains))]
+    xs, ys, ws = [], [], []
+    for d, domain in enumerate(domains):
+        index = torch.stack([own[d] for own in indices])
+        xs.append(scale_images(domain.x[index], engine))
+        ys.append(domain.y[index])
+        ws.append(None if domain.weight is None else domain.weight[index])
+    return xs, ys, ws, orders
+
+
+@torch.no_grad()
+def _validate(
+    stack: _Stack, base: nn.Module, valid: TensorSplit, step: int | None, engine: Engine
+) -> torch.Tensor:
+    """Every model's validation loss and accuracy, as a [2, K] tensor on the device."""
+    was_training = base.training
+    base.eval()
+
+    def logits_of(params, buffers, x):  # noqa: ANN001, ANN202
+        args = (x,) if step is None else (x, step)
+        return functional_call(base, (params, buffers), args).float()
+
+    try:
+        outputs = []
+        for start in range(0, len(valid), engine.eval_batch_size):
+            x = scale_images(valid.x[start : start + engine.eval_batch_size], engine)
+            with autocast(engine, x.device):
+                outputs.append(
+                    torch.vmap(logits_of, in_dims=(0, 0, None))(stack.params, stack.buffers, x)
+                )
+    finally:
+        base.train(was_training)
+    logits = torch.cat(outputs, dim=1)  # [K, N, classes]
+    loss = torch.vmap(lambda scores: F.cross_entropy(scores, valid.y))(logits)
+    accuracy = (logits.argmax(-1) == valid.y).float().mean(1)
+    return torch.stack([loss, accuracy])
+
+
+def _after_epoch(
+    stack: _Stack,
+    scores: torch.Tensor,
+    epoch: int,
+    engine: Engine,
+    train: tuple[torch.Tensor, torch.Tensor] | None = None,
+    last: bool = False,
+) -> None:
+    """Record, select, stop and prune per model, as a single fit does after each epoch; the
+    models that stopped (all of them after the ``last`` epoch) or were pruned leave the stack,
+    and each one that stopped is handed to its trial's stop callback."""
+    if train is None:
+        table = scores.tolist()  # the one read of this epoch
+        losses, accuracies = table
+        train_losses = train_accuracies = [math.nan] * len(accuracies)
+    else:
+        table = torch.cat([scores.double(), torch.stack(train).double()]).tolist()
+        losses, accuracies, train_losses, train_accuracies = table
+    kept = []
+    for position, member in enumerate(stack.members):
+        accuracy = accuracies[position]
+        member.history.append(_row(epoch, train_losses[position], train_accuracies[position],
+                                   losses[position], accuracy))  # fmt: skip
+        member.epochs = epoch
+        if epoch == 0 or accuracy > member.best_accuracy:
+            member.best_accuracy, member.best_epoch = accuracy, epoch
+            member.best_state = stack.state_of(position)
+        if epoch > 0:
+            member.stalls = 0 if accuracy > member.previous_accuracy else member.stalls + 1
+        member.previous_accuracy = accuracy
+        try:
+            if member.trial.on_epoch is not None:
+                member.trial.on_epoch(epoch, accuracy)
+        except optuna.TrialPruned:
+            member.pruned = True
+            continue
+        if member.stalls < engine.patience and not last:
+            kept.append(position)
+        elif member.trial.on_stop is not None:
+            result = FitResult(member.best_accuracy, member.best_epoch, epoch, member.history)
+            member.trial.on_stop(result, member.best_state)
+    if len(kept) < len(stack.members):
+        stack.keep(kept)

@@ -1,0 +1,95 @@
+"""A context's tuned fits, one trial at a time and fused (``training.fuse``): same choice, and a
+killed fused study resumes without redoing the trials that finished."""
+
+import pytest
+import torch
+
+from seq2final.methods import context as context_module
+from seq2final.methods.context import Context
+from seq2final.models import build_model
+from seq2final.training import Engine, Task
+from seq2final.training.search import Budget, SearchSpace
+from seq2final.training.tuner import Tuner
+
+pytestmark = pytest.mark.usefixtures("float64")
+
+GRID = SearchSpace.parse(
+    {
+        "lr": {"grid": [3e-3, 1e-3]},
+        "weight_decay": {"grid": [1e-4, 1e-2]},
+        "dropout": {"grid": [0.0]},
+    },
+    "test",
+)
+
+
+def context(tmp_path, fuse, patience=99, epochs=3):
+    engine = Engine(device="cpu", batch_size=50, eval_batch_size=60, patience=patience, fuse=fuse)
+    budget = Budget(sampler="grid", max_epochs=epochs)
+    return Context(
+        sequence=None, arch="convnet_2", seed=0, engine=engine, budget=budget,
+        budget_name="paper", tuner=Tuner(budget, None, tmp_path, 0), owner_key="job",
+        device=torch.device("cpu"),
+    )  # fmt: skip
+
+
+def tuned(ctx, task):
+    model = ctx.tuned_fit("final", GRID, lambda: ctx.seeded("final", lambda: build_model(
+        "convnet_2", 10)), task)  # fmt: skip
+    return model, ctx.fits[-1]
+
+
+def test_the_paper_grid_fused_picks_what_it_picks_one_trial_at_a_time(tmp_path, learnable):
+    task = Task([learnable(80)], learnable(40, seed=1))
+    one_model, one = tuned(context(tmp_path / "one", fuse=1), task)
+    fused_model, fused = tuned(context(tmp_path / "fused", fuse=4), task)
+    assert fused["params"] == one["params"] and fused["best_epoch"] == one["best_epoch"]
+    assert [t["value"] for t in fused["trial_summaries"]] == [
+        t["value"] for t in one["trial_summaries"]
+    ]  # every grid point's selected validation accuracy
+    assert len({t["value"] for t in one["trial_summaries"]}) > 1  # the choice was not a tie
+    for name, value in one_model.state_dict().items():
+        assert torch.allclose(value, fused_model.state_dict()[name], rtol=0, atol=1e-9), name
+
+
+class Interrupted(Exception):
+    """The job killed (pytest keeps KeyboardInterrupt for itself)."""
+
+
+def test_a_killed_fused_study_resumes_without_redoing_finished_trials(
+    tmp_path, learnable, monkeypatch
+):
+    # Shuffled validation labels: accuracy wanders and patience 1 stops models at different
+    # epochs, so some trials finish while others still train.
+    task = Task([learnable(80)], learnable(40, seed=1, shuffled=True))
+    uninterrupted = tuned(context(tmp_path / "whole", fuse=4, patience=1, epochs=8), task)[1]
+
+    real_fit_fused, widths, finished_first = context_module.fit_fused, [], []
+
+    def killed_after_the_first_stop(models, task, trials, engine, epochs):
+        widths.append(len(models))
+        if len(widths) > 1:
+            return real_fit_fused(models, task, trials, engine, epochs)
+        for trial in trials:
+            stop, epoch_callback = trial.on_stop, trial.on_epoch
+
+            def on_stop(result, weights, stop=stop):
+                stop(result, weights)
+                finished_first.append(result)
+
+            def on_epoch(epoch, accuracy, report=epoch_callback):
+                if finished_first:
+                    raise Interrupted
+                report(epoch, accuracy)
+
+            trial.on_stop, trial.on_epoch = on_stop, on_epoch
+        return real_fit_fused(models, task, trials, engine, epochs)
+
+    monkeypatch.setattr(context_module, "fit_fused", killed_after_the_first_stop)
+    with pytest.raises(Interrupted):
+        tuned(context(tmp_path / "killed", fuse=4, patience=1, epochs=8), task)
+    assert 1 <= len(finished_first) < 4
+    resumed = tuned(context(tmp_path / "killed", fuse=4, patience=1, epochs=8), task)[1]
+    assert widths[1:] == [4 - len(finished_first)]  # only the unfinished trials trained again
+    assert resumed["params"] == uninterrupted["params"]
+    assert resumed["valid_accuracy"] == uninterrupted["valid_accuracy"]
