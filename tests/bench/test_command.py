@@ -21,7 +21,7 @@ def kedro(project, *args):
 
 
 def test_bench_quick_prints_each_ratio_and_writes_its_json_and_page(project):
-    done = kedro(project, "bench", "--quick", "--sections", "fit", "--device", "cpu")
+    done = kedro(project, "bench", "--quick", "--sections", "fit,fused", "--device", "cpu")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     results = json.loads((project / "benchmarks/results/bench.json").read_text())
     entry = results["fit"]
@@ -34,9 +34,19 @@ def test_bench_quick_prints_each_ratio_and_writes_its_json_and_page(project):
         assert row["bare_images_per_s"] > 0 and row["fit_images_per_s"] > 0
         assert abs(row["ratio"] - row["fit_images_per_s"] / row["bare_images_per_s"]) < 0.01
         assert any(arch in line and f"{row['ratio']:.3f}" in line for line in ratio_lines)
+    fused = results["fused"]["figures"]
+    assert {(row["arch"], row["width"]) for row in fused} == {
+        (arch, width) for arch in rows for width in (1, 4, 8)
+    }  # fmt: skip
+    for row in fused:
+        speeds = row["fused_model_images_per_s"], row["sequential_model_images_per_s"]
+        assert min(speeds) > 0 and abs(row["ratio"] - speeds[0] / speeds[1]) < 0.01
+        assert any(f"{row['arch']} K={row['width']}: {row['ratio']:.3f}" in line
+                   for line in ratio_lines)  # fmt: skip
     page = (project / "docs/benchmarks.md").read_text()
-    assert "`kedro bench --quick --sections fit --device cpu`" in page
+    assert "`kedro bench --quick --sections fit,fused --device cpu`" in page
     assert all(f"| `{arch}` |" in page for arch in rows)
+    assert all(f"| `{arch}` | 8 |" in page for arch in rows)
 
 
 def test_bad_bench_input_stops_in_one_line_before_any_work(project):
