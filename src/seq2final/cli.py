@@ -218,6 +218,9 @@ def sweep(**options: Any) -> None:
 @cli.command("bench")
 @click.option("--sections", default="fit,fused,search", help="Comma list: fit, fused, search.")
 @click.option("--quick", is_flag=True, help="Short fit and fused measurements (K <= 8).")
+@click.option(
+    "--archs", default="convnet_4,densenet_1,resnet_4", help="Architectures of fit and fused."
+)
 @click.option("--data-path", default="data/01_raw/cifar10.npz", help="CIFAR-10 npz (search).")
 @click.option("--budgets", default="quick,default,efficient", help="Budgets the search compares.")
 @click.option("--seeds", type=int, default=3, help="Seeds of the search section.")

@@ -275,7 +275,7 @@ def test_every_method_trains_its_trials_fused_when_asked(project, stores_of, mon
         return real_fit_fused(models, *args)
 
     monkeypatch.setattr(context, "fit_fused", counted)
-    pair = {"sampler": "random", "trials": 2, "max_epochs": 2}
+    pair = {"sampler": "random", "trials": 2, "max_epochs": 1}
     _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], arch="convnet_1",
          budget="pair", budgets={"pair": pair}, training={"fuse": 2})  # fmt: skip
     stores = stores_of(project)

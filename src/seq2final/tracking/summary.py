@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,10 @@ from seq2final.tracking.mlflow_io import (
 from seq2final.tracking.names import JobNames, sequence_names
 
 log = logging.getLogger(__name__)
+
+SETTLE_SECONDS = 2.0
+"""How long a summary run may take to become visible to other workers after its start time
+(a request to the tracking server, plus clock differences between machines)."""
 
 
 @dataclass
@@ -49,27 +54,45 @@ class SequenceSummary:
         if self._run_id is None:
             experiment = experiment_id(self.client, self._names().experiment)
             tags = {"kind": "summary", "sequence": self.sequence, "dataset": self.dataset}
-            found = self._summary_runs(experiment, tags)
-            if not found:
+            winner = self._settled_oldest(experiment, tags)
+            if winner is None:
                 run = self.client.create_run(
                     experiment, tags=tags, run_name=f"summary · {self.sequence} · {self.dataset}"
                 )
                 self.client.set_terminated(run.info.run_id, "FINISHED")
                 # Workers racing here each create one; all keep the oldest, the others go.
-                found = self._summary_runs(experiment, tags)
-                if found[0] != run.info.run_id:
+                winner = self._settled_oldest(experiment, tags)
+                if winner != run.info.run_id:
                     self.client.delete_run(run.info.run_id)
-            self._run_id = found[0]
+            self._run_id = winner
         return self._run_id
 
-    def _summary_runs(self, experiment: str, tags: Mapping[str, str]) -> list[str]:
-        """The sequence's summary runs, oldest first (ties by id, so every worker agrees)."""
+    def _settled_oldest(self, experiment: str, tags: Mapping[str, str]) -> str | None:
+        """The oldest summary run, once no older one can still appear.
+
+        A run's start time is its creator's clock when it asked, so a run created at the same
+        moment by another worker may become visible after a younger one. Every run is visible
+        within :data:`SETTLE_SECONDS` of its start time, so once the oldest visible run is that
+        old, every worker sees the same oldest run and keeps it.
+        """
+        while True:
+            runs = self._summary_runs(experiment, tags)
+            if not runs:
+                return None
+            start_ms, run_id = runs[0]
+            wait = start_ms / 1000 + SETTLE_SECONDS - time.time()
+            if wait <= 0:
+                return run_id
+            time.sleep(wait)
+
+    def _summary_runs(self, experiment: str, tags: Mapping[str, str]) -> list[tuple[int, str]]:
+        """The sequence's summary runs as (start time in ms, id), oldest first (ties by id,
+        so every worker agrees)."""
         runs = self.client.search_runs(
             [experiment],
             filter_string=" and ".join(f"tags.{k} = '{v}'" for k, v in tags.items()),
         )
-        runs.sort(key=lambda run: (run.info.start_time, run.info.run_id))
-        return [run.info.run_id for run in runs]
+        return sorted((run.info.start_time, run.info.run_id) for run in runs)
 
     @property
     def folder(self) -> str:
