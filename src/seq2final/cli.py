@@ -216,7 +216,7 @@ def sweep(**options: Any) -> None:
 
 
 @cli.command("bench")
-@click.option("--sections", default="fit,fused,search", help="Comma list: fit, fused, search.")
+@click.option("--sections", default="fit,fused,search,projection", help="Comma list of sections.")
 @click.option("--quick", is_flag=True, help="Short fit and fused measurements (K <= 8).")
 @click.option(
     "--archs", default="convnet_4,densenet_1,resnet_4", help="Architectures of fit and fused."

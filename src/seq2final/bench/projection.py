@@ -1,0 +1,147 @@
+"""The paper's whole protocol in device-hours, projected from measured per-architecture rates.
+
+What the protocol trains is counted by running it: every method's states and jobs go through the
+project's own recipes on the sequence, with each tuned fit recorded instead of trained (its
+untrained model is handed on, so later stages see the shapes and data they would). A fit's work
+is its grid size × its epochs × (training images per epoch, validation images per epoch). The
+five paper sequences (clr, rcl, rrr, ttt, sss) have the same step sizes (6000, 4000, 6000, 4000
+images), so one of them counts for all five. Epochs are the budget's ``max_epochs`` (100 under
+``paper``): an upper bound, reached by every grid trial of the search section's runs on ``rcl``
+(patience 6 against the previous epoch rarely fires).
+
+Rates are measured here per architecture, on the device: training images/s of one fit and of a
+stack of ``width`` fused trials, and evaluation images/s. Convolutional work per image does not
+depend on which images they are, so random ones do.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from unittest import mock
+
+import torch
+from torch import nn
+
+from seq2final.bench.fit_speed import synchronize, synthetic_split
+from seq2final.bench.fused_speed import trials_of
+from seq2final.data.sequence import ShiftSequence
+from seq2final.data.spec import SequenceSpec
+from seq2final.methods.context import Context
+from seq2final.models import build_model
+from seq2final.runs.planner import plan_run
+from seq2final.runs.recipes import JobRecipe, StateRecipe
+from seq2final.training.engine import Engine, predict_logits
+from seq2final.training.fused import fit_fused
+from seq2final.training.loop import fit
+from seq2final.training.objectives import HyperParameters, Task
+from seq2final.training.search import SearchSpace
+
+PAPER_SEQUENCES = ("clr", "rcl", "rrr", "ttt", "sss")
+
+
+@dataclass(frozen=True)
+class FitWork:
+    """One tuned fit of the protocol: trials, epochs, images per epoch."""
+
+    owner: str
+    stage: str
+    trials: int
+    epochs: int
+    train_images: int  # per trial and epoch
+    valid_images: int  # per trial and epoch (and once before training)
+
+
+def count_fits(
+    spec: SequenceSpec, sequence: ShiftSequence, arch: str, params: Mapping[str, Any],
+    engine: Engine,
+) -> list[FitWork]:  # fmt: skip
+    """Every tuned fit the ``paper`` budget trains for every method on ``arch``."""
+    plan = plan_run(
+        spec, {"method": None, "historical": None, "final": None, "arch": arch, "budget": "paper"},
+        params["budgets"], engine.model_dump(), {"storage": None}, params["historical_modes"],
+        params["final_modes"], params["pretrain_historical"]["step0"], "projection",
+    )  # fmt: skip
+    work: list[FitWork] = []
+
+    def record(
+        ctx: Context, stage: str, space: SearchSpace, make_model: Callable[[], nn.Module],
+        task: Task,
+    ) -> nn.Module:  # fmt: skip
+        batches = max(math.ceil(len(d) / ctx.engine.batch_size) for d in task.domains)
+        images = batches * ctx.engine.batch_size * len(task.domains)
+        trials = space.grid_size() if ctx.budget.sampler == "grid" else ctx.budget.trials or 1
+        work.append(FitWork(ctx.owner_key, stage, trials, ctx.budget.max_epochs, images,
+                            len(task.valid)))  # fmt: skip
+        ctx.fits.append({"stage": stage, "params": {}, "valid_accuracy": 0.0, "best_epoch": 0,
+                         "epochs": 0, "trials": trials, "history": [], "trial_summaries": []})  # fmt: skip
+        model = make_model()
+        model.eval()
+        return model
+
+    with mock.patch.object(Context, "tuned_fit", record):  # the tuner is never asked
+        states: dict[str, Any] = {}
+        for state in plan.states:  # in dependency order: step 0 before the modes it starts
+            states[state.key] = StateRecipe(plan, state, sequence).build(states)
+        for job in plan.jobs:
+            JobRecipe(plan, job, sequence, states.get(job.state_key or "")).run()
+    return work
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Images/s of one architecture on the device."""
+
+    train: float  # one fit's training pass
+    fused_train: float  # model-images/s of a stack of ``width`` trials
+    evaluate: float  # evaluation (validation) pass, per model
+
+
+def measure_rates(arch: str, engine: Engine, width: int, images: int) -> Rates:
+    """Training images/s of one fit and of ``width`` fused (one epoch over ``images`` random
+    images, validation on one image so it costs nothing, after a warm-up), and eval images/s."""
+    device = engine.torch_device()
+    train, tiny = synthetic_split(images, 0), synthetic_split(1, 1)
+    task = Task([train], tiny)
+    never_stops = engine.model_copy(update={"patience": 2})
+
+    def timed(work: Callable[[], object]) -> float:
+        work()  # warm-up
+        synchronize(device)
+        start = time.perf_counter()
+        work()
+        synchronize(device)
+        return time.perf_counter() - start
+
+    def one() -> object:
+        torch.manual_seed(0)
+        model = build_model(arch, 10).to(device)
+        return fit(model, task, HyperParameters(lr=1e-3, weight_decay=1e-4, dropout=0.5),
+                   never_stops, 1, 0)  # fmt: skip
+
+    def stacked() -> object:
+        torch.manual_seed(0)
+        models = [build_model(arch, 10).to(device) for _ in range(width)]
+        return fit_fused(models, task, trials_of(width), never_stops, 1)
+
+    model = build_model(arch, 10).to(device)
+    return Rates(
+        train=images / timed(one),
+        fused_train=width * images / timed(stacked),
+        evaluate=images / timed(lambda: predict_logits(model, train, engine, on_device=True)),
+    )
+
+
+def device_hours(fits: list[FitWork], rates: Rates) -> dict[str, float]:
+    """Hours for ``fits`` one trial at a time and with trials fused (evaluation per model in
+    both: a fused stack evaluates its models under ``vmap``, counted at the single rate)."""
+    train = sum(f.trials * f.epochs * f.train_images for f in fits)
+    valid = sum(f.trials * (f.epochs + 1) * f.valid_images for f in fits)
+    evaluate = valid / rates.evaluate
+    return {
+        "sequential": (train / rates.train + evaluate) / 3600,
+        "fused": (train / rates.fused_train + evaluate) / 3600,
+    }

@@ -1,0 +1,49 @@
+"""The projection: the protocol's fits counted through the real recipes, and hours from rates."""
+
+import math
+
+import pytest
+
+from seq2final.bench.projection import FitWork, Rates, count_fits, device_hours
+from seq2final.data.sampler import build_sequence
+from seq2final.data.spec import resolve_spec
+from seq2final.runs.planner import plan_run
+from seq2final.training.engine import Engine
+from seq2final.training.search import SearchSpace
+
+
+@pytest.mark.parametrize("arch", ["convnet_1", "resnet_1"])
+def test_every_state_and_job_of_the_paper_protocol_is_counted_with_its_grid(
+    source, project_parameters, arch
+):
+    params = project_parameters
+    spec = resolve_spec("source200:rotation100:corruption100", dataset="digits", test_size=50,
+                        oracle_size=100)  # fmt: skip
+    sequence = build_sequence(spec, source)
+    engine = Engine(device="cpu")
+    fits = count_fits(spec, sequence, arch, params, engine)
+    plan = plan_run(
+        spec, {"method": None, "historical": None, "final": None, "arch": arch, "budget": "paper"},
+        params["budgets"], {"device": "cpu"}, {}, params["historical_modes"],
+        params["final_modes"], params["pretrain_historical"]["step0"], "projection",
+    )  # fmt: skip
+    # every state and job trains at least one tuned fit, and nothing else is counted
+    assert {f.owner for f in fits} == {s.key for s in plan.states} | {j.key for j in plan.jobs}
+    step0 = [f for f in fits if f.stage == "step0"]
+    train0 = len(sequence.step(0).split("train")[1])
+    assert len(step0) == 1 and step0[0].trials == SearchSpace.parse(
+        params["pretrain_historical"]["step0"], "s").grid_size() == 8  # fmt: skip
+    assert step0[0].train_images == math.ceil(train0 / 100) * 100 and step0[0].epochs == 100
+    grids = {f.trials for f in fits}
+    assert {8, 24} <= grids  # plain grids and the side modules' (adjacency × the rest)
+    final_train = len(sequence.step(-1).split("train")[1])
+    ft = [f for f in fits if f.owner in {j.key for j in plan.jobs if j.method == "ft"}]
+    assert [(f.trials, f.train_images) for f in ft] == [(8, math.ceil(final_train / 100) * 100)]
+
+
+def test_hours_charge_each_trials_epochs_and_an_extra_validation_before_training():
+    fits = [FitWork("a", "s", trials=2, epochs=3, train_images=100, valid_images=10)]
+    hours = device_hours(fits, Rates(train=10.0, fused_train=20.0, evaluate=5.0))
+    # training 2·3·100 = 600 images; validation 2·(3+1)·10 = 80 images
+    assert hours["sequential"] == pytest.approx((600 / 10 + 80 / 5) / 3600)
+    assert hours["fused"] == pytest.approx((600 / 20 + 80 / 5) / 3600)
