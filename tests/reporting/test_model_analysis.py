@@ -97,3 +97,13 @@ def test_activations_are_per_position_for_convs_and_per_image_for_the_model(data
     assert acts["conv1"].shape == (4 * height * width, channels)
     assert acts["fc"].shape == (4, 10)
     assert acts["model"].shape[0] == 4
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_activations_run_on_the_runs_device(data):
+    model = _model(0)  # loaded on the CPU, as visualize loads stored models
+    on_cpu = layer_activations(model, TensorSplit(data.x[:4], data.y[:4]), ENGINE, None)
+    gpu = ENGINE.model_copy(update={"device": "cuda"})
+    on_gpu = layer_activations(model, TensorSplit(data.x[:4], data.y[:4]), gpu, None)
+    assert next(model.parameters()).is_cuda
+    assert np.allclose(on_cpu["model"], on_gpu["model"], atol=1e-4)

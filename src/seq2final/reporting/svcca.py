@@ -25,9 +25,11 @@ def layer_activations(
     A convolutional output N×C×H×W becomes (N·H·W)×C: each position is a data point of the same C
     neurons (Raghu et al.'s treatment of conv layers), which keeps the neurons few and the points
     many. The head's logits (before softmax) are N×classes. The whole model concatenates, per
-    image, every conv layer's channels averaged over positions and the logits.
+    image, every conv layer's channels averaged over positions and the logits. The model is moved
+    to the engine's device and runs there; the activations come back to the CPU for the SVD.
     """
-    device = next(model.parameters()).device
+    device = engine.torch_device()  # the run's device: the forward passes are the cost here
+    model.to(device)
     was_training = model.training
     model.eval()
     x = scale_images(data.x.to(device), engine)
