@@ -290,3 +290,48 @@ def test_a_fused_objective_that_leaves_a_trial_untold_is_an_error(tmp_path):
     tuner = Tuner(Budget(sampler="grid", max_epochs=1), None, tmp_path, seed=0)
     with pytest.raises(Seq2FinalError, match="neither finished nor pruned"):
         tuner.tune("s", SPACE, Objective(), lambda runs: None, width=2)
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_a_fused_study_killed_after_a_later_trial_finished_resumes_with_the_draws_it_missed(
+    tmp_path, sampler
+):
+    budget = Budget(sampler=sampler, trials=4, startup_trials=4, max_epochs=1)
+    whole = Objective()
+    Tuner(budget, None, tmp_path / "whole", seed=3).tune("s", SPACE, whole,
+                                                         fused_by(whole, []), width=4)  # fmt: skip
+
+    first = Objective()
+
+    def killed_after_the_third(runs):
+        run = runs[2]  # the third model of the stack stops first; then the job is killed
+        run.finish(*first(run.params, run.seed, run.report))
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Tuner(budget, None, tmp_path / "killed", seed=3).tune(
+            "s", SPACE, first, killed_after_the_third, width=4
+        )
+    resumed, widths = Objective(), []
+    tuned = Tuner(budget, None, tmp_path / "killed", seed=3).tune(
+        "s", SPACE, resumed, fused_by(resumed, widths), width=4
+    )
+    assert widths == [3] and tuned.finished_trials == 4
+    # the three missing draws, not the finished one again: the four an uninterrupted run tried
+    tried = sorted(map(str, [*resumed.calls, *first.calls]))
+    assert tried == sorted(map(str, whole.calls)) and len(set(tried)) == 4
+
+
+def test_a_trial_pruned_by_its_own_objective_is_recorded_as_pruned(tmp_path):
+    import optuna
+
+    def objective(params, seed, report):
+        if params["lr"] == 1e-3:
+            raise optuna.TrialPruned()  # an objective may give up on a configuration itself
+        return FitResult(0.5, 1, 1, []), {"w": torch.tensor([0.5])}
+
+    tuned = Tuner(Budget(sampler="grid", max_epochs=1), None, tmp_path, seed=0).tune(
+        "s", SPACE, objective
+    )
+    states = [t["state"] for t in tuned.trials]
+    assert states.count("PRUNED") == 4 and states.count("COMPLETE") == 4

@@ -128,10 +128,11 @@ def measure_rates(arch: str, engine: Engine, width: int, images: int) -> Rates:
         return fit_fused(models, task, trials_of(width), never_stops, 1)
 
     model = build_model(arch, 10).to(device)
+    on_device = train.to(device)  # a fit's validation data stays on the device
     return Rates(
         train=images / timed(one),
         fused_train=width * images / timed(stacked),
-        evaluate=images / timed(lambda: predict_logits(model, train, engine, on_device=True)),
+        evaluate=images / timed(lambda: predict_logits(model, on_device, engine, on_device=True)),
     )
 
 

@@ -132,16 +132,17 @@ class Tuner:
         order = trial.user_attrs.get("order", trial.number)
         trial.set_user_attr("order", order)
         trial.set_user_attr("params", params)
+        trial.set_user_attr("draw", draw)
         seed = derived_seed(self.seed, name, sorted(params.items()))
         return TrialRun(trial, params, seed, order)
 
-    def _batch_size(self, width: int, draw: int, end: int) -> int:
-        """How many trials to ask for at once from draw ``draw`` on: up to ``width``, and under
-        TPE never past the last start-up trial (the model-based draws should see those)."""
-        size = min(width, end - draw)
+    def _batch_size(self, width: int, pending: list[int]) -> int:
+        """How many of the ``pending`` draws to ask for at once: up to ``width``, and under TPE
+        never past the last start-up trial (the model-based draws should see those)."""
+        size = min(width, len(pending))
         startup = self.budget.startup_trials
-        if self.budget.sampler == "tpe" and draw < startup:
-            size = min(size, startup - draw)
+        if self.budget.sampler == "tpe" and pending[0] < startup:
+            size = min(size, sum(draw < startup for draw in pending))
         return max(1, size)
 
     def _study(self, name: str) -> optuna.Study:
@@ -203,10 +204,11 @@ class Tuner:
                 if index not in finished and index not in waiting:
                     study.enqueue_trial(point, user_attrs={"order": index}, skip_if_exists=False)
             remaining = len(points) - len(finished)
+            pending = list(range(len(done), len(done) + remaining))
         else:
-            remaining = max(0, (self.budget.trials or 0) - len(done))
+            pending = _pending_draws(done, self.budget.trials or 0)
         bar = tqdm(
-            total=remaining, desc=name[:40], unit="trial", leave=False, disable=quiet_progress()
+            total=len(pending), desc=name[:40], unit="trial", leave=False, disable=quiet_progress()
         )
         chosen: dict[str, Any] = {} if best is None else best
 
@@ -225,11 +227,10 @@ class Tuner:
             bar.update()
 
         try:
-            draw = len(done)
-            while draw < len(done) + remaining:
-                size = self._batch_size(width, draw, len(done) + remaining)
-                runs = [self._ask(study, name, space, draw + k) for k in range(size)]
-                draw += size
+            while pending:
+                size = self._batch_size(width, pending)
+                runs = [self._ask(study, name, space, draw) for draw in pending[:size]]
+                pending = pending[size:]
                 for run in runs:
                     run.finish = functools.partial(finish, run)
                     run.on_pruned = bar.update
@@ -244,8 +245,12 @@ class Tuner:
                             try:
                                 with _heartbeat(self.storage, run.trial._trial_id):
                                     run.finish(*objective(run.params, run.seed, run.report))
-                            except optuna.TrialPruned:
-                                continue
+                            except optuna.TrialPruned:  # raised outside report: tell it here
+                                if not run.told:
+                                    run.trial.set_user_attr("valid_curve", run.curve)
+                                    study.tell(run.trial, state=trial_state.PRUNED)
+                                    run.told = True
+                                    bar.update()
                     unfinished = [run.trial.number for run in runs if not run.told]
                     if unfinished:
                         raise Seq2FinalError(
@@ -301,6 +306,15 @@ class Tuner:
         for path in self.checkpoints:
             path.unlink(missing_ok=True)
         self.checkpoints.clear()
+
+
+def _pending_draws(done: list[optuna.trial.FrozenTrial], trials: int) -> list[int]:
+    """The draws (0..trials-1) no finished trial has made. Trials of a fused batch finish in any
+    order, so after an interruption the missing draws need not be the last ones; a trial from
+    before draws were recorded made the lowest draw still free (they ran one at a time)."""
+    made = {t.user_attrs["draw"] for t in done if "draw" in t.user_attrs}
+    unrecorded = sum("draw" not in t.user_attrs for t in done)
+    return [draw for draw in range(trials) if draw not in made][unrecorded:]
 
 
 HEARTBEAT_SECONDS = 20
