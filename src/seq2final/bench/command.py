@@ -215,45 +215,39 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+
+
 def _fit_table(rows: list[dict[str, Any]]) -> list[str]:
-    table = [
-        "| architecture | bare loop, images/s | our fit, images/s | ratio |",
-        "|---|---|---|---|",
-    ]
-    table += [
-        f"| `{r['arch']}` | {r['bare_images_per_s']:.0f} | {r['fit_images_per_s']:.0f} | "
-        f"{r['ratio']:.3f} |"
-        for r in rows
-    ]
-    return table
+    return _markdown_table(
+        ["architecture", "bare loop, images/s", "our fit, images/s", "ratio"],
+        [[f"`{r['arch']}`", f"{r['bare_images_per_s']:.0f}", f"{r['fit_images_per_s']:.0f}",
+          f"{r['ratio']:.3f}"] for r in rows],
+    )  # fmt: skip
 
 
 def _fused_table(rows: list[dict[str, Any]]) -> list[str]:
-    table = [
-        "| architecture | K | sequential, model-images/s | fused, model-images/s | ratio |",
-        "|---|---|---|---|---|",
-    ]
-    table += [
-        f"| `{r['arch']}` | {r['width']} | {r['sequential_model_images_per_s']:.0f} | "
-        f"{r['fused_model_images_per_s']:.0f} | {r['ratio']:.3f} |"
-        for r in rows
-    ]
-    return table
+    return _markdown_table(
+        ["architecture", "K", "sequential, model-images/s", "fused, model-images/s", "ratio"],
+        [[f"`{r['arch']}`", str(r["width"]), f"{r['sequential_model_images_per_s']:.0f}",
+          f"{r['fused_model_images_per_s']:.0f}", f"{r['ratio']:.3f}"] for r in rows],
+    )  # fmt: skip
 
 
 def _projection_table(figures: dict[str, Any]) -> list[str]:
-    table = [
-        "| architecture | tuned fits | trials | train images/s | fused (K = "
-        f"{figures['width']}) model-images/s | eval images/s | device-hours, one at a time | "
-        "device-hours, fused |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    table += [
-        f"| `{r['arch']}` | {r['fits']} | {r['trials']} | {r['train_images_per_s']:.0f} | "
-        f"{r['fused_model_images_per_s']:.0f} | {r['eval_images_per_s']:.0f} | "
-        f"{r['sequential_hours']:.1f} | {r['fused_hours']:.1f} |"
-        for r in figures["rows"]
-    ]
+    table = _markdown_table(
+        ["architecture", "tuned fits", "trials", "train images/s",
+         f"fused (K = {figures['width']}) model-images/s", "eval images/s",
+         "device-hours, one at a time", "device-hours, fused"],
+        [[f"`{r['arch']}`", str(r["fits"]), str(r["trials"]), f"{r['train_images_per_s']:.0f}",
+          f"{r['fused_model_images_per_s']:.0f}", f"{r['eval_images_per_s']:.0f}",
+          f"{r['sequential_hours']:.1f}", f"{r['fused_hours']:.1f}"] for r in figures["rows"]],
+    )  # fmt: skip
     table.append(
         f"| **all** | | | | | | **{figures['sequential_hours']:.0f}** | "
         f"**{figures['fused_hours']:.0f}** |"
@@ -262,22 +256,19 @@ def _projection_table(figures: dict[str, Any]) -> list[str]:
 
 
 def _search_table(figures: dict[str, Any]) -> list[str]:
-    table = [
+    return [
         f"Epochs spent until a finished trial came within {figures['margin']} of the paper "
         "grid's best validation accuracy on the same fit (`convnet_4`, the `rcl` final step; "
         "mean over seeds; a budget that never got there is charged all it spent).",
         "",
-        "| fit | budget | epochs to target | fraction of the grid's epochs | seeds reaching it "
-        "| selected valid | selected test |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    table += [
-        f"| {r['fit']} | {r['budget']} | {r['epochs_to_target']:.0f} | "
-        f"{r['fraction_of_grid']:.2f} | {r['reached']}/{r['seeds']} | {r['valid']:.3f} | "
-        f"{r['test']:.3f} |"
-        for r in figures["summary"]
-    ]
-    return table
+        *_markdown_table(
+            ["fit", "budget", "epochs to target", "fraction of the grid's epochs",
+             "seeds reaching it", "selected valid", "selected test"],
+            [[r["fit"], r["budget"], f"{r['epochs_to_target']:.0f}",
+              f"{r['fraction_of_grid']:.2f}", f"{r['reached']}/{r['seeds']}", f"{r['valid']:.3f}",
+              f"{r['test']:.3f}"] for r in figures["summary"]],
+        ),
+    ]  # fmt: skip
 
 
 ABOUT = {

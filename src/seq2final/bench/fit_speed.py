@@ -12,9 +12,10 @@ median of each is kept, so background load hits both alike.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -102,6 +103,17 @@ def our_fit(
     return time.perf_counter() - start
 
 
+def alternating_medians(sides: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+    """Median seconds of each side over ``rounds`` rounds, the sides taking turns to go first
+    (background load and warm caches hit both alike)."""
+    seconds: dict[str, list[float]] = {name: [] for name in sides}
+    for round_number in range(rounds):
+        order = list(sides) if round_number % 2 == 0 else list(reversed(list(sides)))
+        for name in order:
+            seconds[name].append(sides[name]())
+    return {name: statistics.median(values) for name, values in seconds.items()}
+
+
 def measure_fit_speed(
     archs: list[str], engine: Engine, images: int, epochs: int, rounds: int,
     say: Callable[[str], None],
@@ -114,12 +126,12 @@ def measure_fit_speed(
         loops = {"bare": bare_fit, "ours": our_fit}
         for run in loops.values():  # warm-up: allocator, kernels, lazy initialisations
             run(arch, train, valid, engine, 1)
-        seconds: dict[str, list[float]] = {name: [] for name in loops}
-        for round_number in range(rounds):
-            order = list(loops) if round_number % 2 == 0 else list(reversed(loops))
-            for name in order:
-                seconds[name].append(loops[name](arch, train, valid, engine, epochs))
-        speed = {name: images * epochs / statistics.median(s) for name, s in seconds.items()}
+        medians = alternating_medians(
+            {name: functools.partial(run, arch, train, valid, engine, epochs)
+             for name, run in loops.items()},
+            rounds,
+        )  # fmt: skip
+        speed = {name: images * epochs / median for name, median in medians.items()}
         ratio = speed["ours"] / speed["bare"]
         rows.append({"arch": arch, "bare_images_per_s": round(speed["bare"], 1),
                      "fit_images_per_s": round(speed["ours"], 1), "ratio": round(ratio, 3)})  # fmt: skip

@@ -10,14 +10,14 @@ alternate over rounds in one process (which goes first alternates too) and the m
 
 from __future__ import annotations
 
-import statistics
+import functools
 import time
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from seq2final.bench.fit_speed import synchronize, synthetic_split
+from seq2final.bench.fit_speed import alternating_medians, synchronize, synthetic_split
 from seq2final.models import build_model
 from seq2final.training.engine import Engine
 from seq2final.training.fused import FusedTrial, fit_fused
@@ -73,13 +73,10 @@ def measure_fused_speed(
         for run in sides.values():  # warm-up: allocator, kernels, lazy initialisations
             run(arch, 1)
         for width in widths:
-            seconds: dict[str, list[float]] = {name: [] for name in sides}
-            for round_number in range(rounds):
-                order = list(sides) if round_number % 2 == 0 else list(reversed(sides))
-                for name in order:
-                    seconds[name].append(sides[name](arch, width))
-            speed = {name: width * images * epochs / statistics.median(s)
-                     for name, s in seconds.items()}  # fmt: skip
+            medians = alternating_medians(
+                {name: functools.partial(run, arch, width) for name, run in sides.items()}, rounds
+            )
+            speed = {name: width * images * epochs / m for name, m in medians.items()}
             ratio = speed["fused"] / speed["sequential"]
             rows.append({"arch": arch, "width": width,
                          "sequential_model_images_per_s": round(speed["sequential"], 1),
