@@ -19,7 +19,9 @@ from seq2final.models import (
     layer_names,
     set_trainable,
     squared_weight_norm,
+    sum_of_squares,
 )
+from seq2final.models.architectures import foreach_sum_of_squares
 
 ALL_ARCHS = list(ARCHITECTURES)
 
@@ -312,6 +314,58 @@ def test_squared_weight_norm_covers_conv_and_linear_only() -> None:
     with torch.no_grad():
         model.layer1.bn.weight.fill_(3.0)
     torch.testing.assert_close(squared_weight_norm(model), expected)
+
+
+def _penalty_inputs() -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    generator = torch.Generator().manual_seed(0)
+    shapes = [(8, 3, 3, 3), (8,), (10, 8)]
+    tensors = [torch.randn(s, generator=generator, dtype=torch.float64) for s in shapes]
+    minus = [torch.randn(s, generator=generator, dtype=torch.float64) for s in shapes]
+    weights = [torch.rand(s, generator=generator, dtype=torch.float64) for s in shapes]
+    weights[1][:3] = 0.0  # an unimportant parameter: its term and gradient vanish
+    return [t.requires_grad_() for t in tensors], minus, weights
+
+
+@pytest.mark.parametrize("with_minus", [False, True])
+@pytest.mark.parametrize("with_weights", [False, True])
+def test_foreach_sum_of_squares_equals_the_per_tensor_sums_and_their_gradients(
+    with_minus: bool, with_weights: bool
+) -> None:
+    tensors, minus, weights = _penalty_inputs()
+    minus = minus if with_minus else None
+    weights = weights if with_weights else None
+    expected = sum(
+        (
+            (t if minus is None else t - minus[i]).pow(2) * (1 if weights is None else weights[i])
+        ).sum()
+        for i, t in enumerate(tensors)
+    )
+    expected_grads = torch.autograd.grad(expected, tensors)
+    got = foreach_sum_of_squares(tensors, minus, weights)  # the CUDA path, run here on the CPU
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
+    for grad, want in zip(torch.autograd.grad(got, tensors), expected_grads, strict=True):
+        torch.testing.assert_close(grad, want, rtol=1e-12, atol=0)
+    torch.testing.assert_close(
+        sum_of_squares(tensors, minus, weights), expected, rtol=1e-12, atol=0
+    )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_sum_of_squares_on_cuda_agrees_with_the_cpu() -> None:
+    tensors, minus, weights = _penalty_inputs()
+    on_gpu = [[t.detach().cuda() for t in ts] for ts in (tensors, minus, weights)]
+    torch.testing.assert_close(
+        sum_of_squares(*on_gpu).cpu(), sum_of_squares(tensors, minus, weights), rtol=1e-10, atol=0
+    )
+
+
+def test_sum_of_squares_under_vmap_gives_each_models_own_sum() -> None:
+    tensors, minus, weights = _penalty_inputs()
+    stacked = [torch.stack([t.detach(), 2 * t.detach()]) for t in tensors]
+    got = torch.vmap(lambda *ts: sum_of_squares(ts, minus, weights))(*stacked)
+    one = sum_of_squares([t.detach() for t in tensors], minus, weights)
+    two = sum_of_squares([2 * t.detach() for t in tensors], minus, weights)
+    torch.testing.assert_close(got, torch.stack([one, two]))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

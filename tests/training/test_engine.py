@@ -82,11 +82,14 @@ def test_fuse_auto_means_one_trial_at_a_time_on_the_cpu_and_bad_values_are_one_l
 ):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert Engine(device="auto").fuse_width() == 1 and Engine(fuse=6).fuse_width() == 6
+    monkeypatch.setattr(Engine, "torch_device", lambda self: torch.device("cuda"))
+    assert Engine().fuse_width() == 16 and Engine(compile=True).fuse_width() == 1
     params = project_parameters
     for training, message in [
         ({"fuse": 0}, "fuse 0: valid: auto or a number of trials >= 1"),
         ({"fuse": "all"}, "fuse 'all': valid: auto or a number of trials >= 1"),
-        ({"fuse": 4, "channels_last": True}, "fused trials support neither"),
+        ({"fuse": 4, "channels_last": True}, "fused trials support none of them"),
+        ({"fuse": 2, "compile": True}, "fuse 2 with amp fp16, channels_last or compile"),
     ]:
         with pytest.raises(Seq2FinalError, match=f"parameter 'training.*{message}"):
             validate_parameters({**params, "training": training})

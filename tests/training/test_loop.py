@@ -192,6 +192,32 @@ def test_same_seed_same_weights():
     assert all(torch.equal(first[k], second[k]) for k in first)
 
 
+@pytest.mark.xdist_group("compile")
+def test_a_compiled_fit_matches_the_eager_one_and_compiles_once_for_a_whole_study():
+    from torch._dynamo.utils import counters
+
+    task = Task([_data()], _data(seed=1))
+
+    def run(engine, hp):
+        torch.manual_seed(0)
+        model = build_model("convnet_1", 3)
+        return fit(model, task, hp, engine, 2, seed=5), model
+
+    eager, eager_model = run(ENGINE, HyperParameters(lr=1e-3, weight_decay=1e-3))
+    compiled_engine = ENGINE.model_copy(update={"compile": True})
+    compiled, model = run(compiled_engine, HyperParameters(lr=1e-3, weight_decay=1e-3))
+    assert compiled.best_epoch == eager.best_epoch
+    for got, want in zip(compiled.history[1:], eager.history[1:], strict=True):
+        assert got["train_loss"] == pytest.approx(want["train_loss"], rel=1e-4)
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, eager_model.state_dict()[name], rtol=1e-3, atol=1e-4)
+    assert isinstance(model.dropout, float)  # the tensor rate of the compiled step is undone
+    graphs = counters["stats"]["unique_graphs"]
+    # Another trial's values (dropout on, other penalties): the same graph, no recompilation.
+    run(compiled_engine, HyperParameters(lr=5e-3, weight_decay=0.2, dropout=0.3))
+    assert counters["stats"]["unique_graphs"] == graphs
+
+
 def test_bad_hyper_parameters_name_the_valid_values():
     with pytest.raises(ValueError, match="unknown hyper-parameter"):
         HyperParameters.from_dict({"lr": 1.0, "momentum": 0.9})

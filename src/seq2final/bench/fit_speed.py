@@ -114,16 +114,26 @@ def alternating_medians(sides: Mapping[str, Callable[[], float]], rounds: int) -
     return {name: statistics.median(values) for name, values in seconds.items()}
 
 
+def compiled_fit(
+    arch: str, train: TensorSplit, valid: TensorSplit, engine: Engine, epochs: int
+) -> float:
+    """:func:`our_fit` with ``training.compile`` on (timed once compiled: the warm-up compiles)."""
+    return our_fit(arch, train, valid, engine.model_copy(update={"compile": True}), epochs)
+
+
 def measure_fit_speed(
     archs: list[str], engine: Engine, images: int, epochs: int, rounds: int,
-    say: Callable[[str], None],
+    say: Callable[[str], None], compiled: bool = True,
 ) -> list[dict[str, float | str]]:  # fmt: skip
     """Per architecture: images/s of each loop (training images × epochs / seconds, median of
-    ``rounds`` alternating rounds after one warm-up of each) and their ratio."""
+    ``rounds`` alternating rounds after one warm-up of each) and their ratio; with ``compiled``,
+    also our fit under ``training.compile`` against it eager."""
     train, valid = synthetic_split(images, 0), synthetic_split(max(1, images // 4), 1)
     rows = []
     for arch in archs:
         loops = {"bare": bare_fit, "ours": our_fit}
+        if compiled:
+            loops["compiled"] = compiled_fit
         for run in loops.values():  # warm-up: allocator, kernels, lazy initialisations
             run(arch, train, valid, engine, 1)
         medians = alternating_medians(
@@ -133,8 +143,15 @@ def measure_fit_speed(
         )  # fmt: skip
         speed = {name: images * epochs / median for name, median in medians.items()}
         ratio = speed["ours"] / speed["bare"]
-        rows.append({"arch": arch, "bare_images_per_s": round(speed["bare"], 1),
-                     "fit_images_per_s": round(speed["ours"], 1), "ratio": round(ratio, 3)})  # fmt: skip
+        row = {"arch": arch, "bare_images_per_s": round(speed["bare"], 1),
+               "fit_images_per_s": round(speed["ours"], 1), "ratio": round(ratio, 3)}  # fmt: skip
         say(f"fit vs same-work bare loop ratio {arch}: {ratio:.3f} "
             f"({speed['ours']:.0f} vs {speed['bare']:.0f} images/s)")  # fmt: skip
+        if compiled:
+            compile_ratio = speed["compiled"] / speed["ours"]
+            row |= {"compiled_images_per_s": round(speed["compiled"], 1),
+                    "compile_ratio": round(compile_ratio, 3)}  # fmt: skip
+            say(f"compiled fit vs eager fit ratio {arch}: {compile_ratio:.3f} "
+                f"({speed['compiled']:.0f} vs {speed['ours']:.0f} images/s)")  # fmt: skip
+        rows.append(row)
     return rows

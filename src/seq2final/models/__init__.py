@@ -21,6 +21,7 @@ from seq2final.models.architectures import (
     layer_names,
     set_trainable,
     squared_weight_norm,
+    sum_of_squares,
 )
 from seq2final.models.joint import JOINT_MODES, STEM_HEAD_MODES, JointModel
 from seq2final.models.side_modules import (
@@ -57,4 +58,5 @@ __all__ = [
     "set_trainable",
     "side_module_kinds",
     "squared_weight_norm",
+    "sum_of_squares",
 ]

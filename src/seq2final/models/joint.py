@@ -24,7 +24,8 @@ from seq2final.models.architectures import (
     BlockModel,
     apply_dropout,
     build_model,
-    squared_weight_norm,
+    decayed_parameters,
+    sum_of_squares,
 )
 from seq2final.models.side_modules import build_side_module, fresh_copy, side_module_kinds
 
@@ -175,11 +176,12 @@ class JointModel(nn.Module):
         As in the original, the sum runs over steps and layers, taking the module at
         ``module_path[t][layer]``; a module used by several steps is counted once per step.
         """
-        total = torch.zeros((), device=next(self.parameters()).device)
-        for path in self.module_path:
-            for name, index in path.items():
-                total = total + squared_weight_norm(self.layers[name][index]).to(total.device)
-        return total
+        return sum_of_squares([
+            parameter
+            for path in self.module_path
+            for name, index in path.items()
+            for parameter in decayed_parameters(self.layers[name][index])
+        ])  # fmt: skip
 
     def adjacency_norm(self) -> torch.Tensor:
         """Sum over adjacent steps of ||theta_t - theta_{t-1}||^2 for layers whose module changes.
@@ -189,16 +191,17 @@ class JointModel(nn.Module):
         only ``conv1`` and ``fc``, the layers whose new modules are full copies of the old ones.
         """
         names = self.layer_names if self.mode == "separate" else ("conv1", "fc")
-        total = torch.zeros((), device=next(self.parameters()).device)
-        for before, after in zip(self.module_path, self.module_path[1:], strict=False):
-            for name in names:
-                if before[name] == after[name]:
-                    continue
-                old = self.layers[name][before[name]].parameters()
-                new = self.layers[name][after[name]].parameters()
-                for p_old, p_new in zip(old, new, strict=True):
-                    total = total + (p_new - p_old).pow(2).sum()
-        return total
+        changes = [
+            (self.layers[name][before[name]], self.layers[name][after[name]])
+            for before, after in zip(self.module_path, self.module_path[1:], strict=False)
+            for name in names
+            if before[name] != after[name]
+        ]
+        if not changes:
+            return torch.zeros((), device=next(self.parameters()).device)
+        news = [p for _, new in changes for p in new.parameters()]
+        olds = [p for old, _ in changes for p in old.parameters()]
+        return sum_of_squares(news, minus=olds)
 
 
 def _check_config(

@@ -31,7 +31,9 @@ class Engine(StrictModel):
     ``fuse``: how many of a fit's trials train together as one stacked model
     (:mod:`seq2final.training.fused`); ``auto`` fuses on CUDA and not on the CPU, where a
     stack runs slower than its models one after another. It changes how trials are scheduled,
-    not what a fit computes, so it is no part of any key.
+    not what a fit computes, so it is no part of any key. ``compile``: a single fit's training
+    step (forward, loss and penalties) runs through ``torch.compile``; like ``channels_last`` it
+    changes how a fit computes, not what, so it is no part of any key either.
     """
 
     batch_size: int = Field(default=100, ge=1)
@@ -43,6 +45,7 @@ class Engine(StrictModel):
     patience: int = Field(default=6, ge=1)
     freeze_bn_stats: bool = False
     fuse: Literal["auto"] | int = "auto"  # checked first by _fuse_value: one message for all
+    compile: bool = False
 
     @field_validator("fuse", mode="before")
     @classmethod
@@ -53,20 +56,23 @@ class Engine(StrictModel):
 
     @model_validator(mode="after")
     def _fusable(self) -> Engine:
-        if self.fuse != "auto" and self.fuse > 1 and (self.amp == "fp16" or self.channels_last):
+        if self.fuse != "auto" and self.fuse > 1 and not self._can_fuse():
             raise ValueError(
-                f"fuse {self.fuse} with amp fp16 or channels_last: fused trials support neither; "
-                "valid: fuse 1 or auto with those options"
+                f"fuse {self.fuse} with amp fp16, channels_last or compile: fused trials support "
+                "none of them; valid: fuse 1 or auto with those options"
             )
         return self
 
+    def _can_fuse(self) -> bool:
+        return self.amp != "fp16" and not self.channels_last and not self.compile
+
     def fuse_width(self) -> int:
         """How many trials train together: ``fuse``, or for ``auto`` :data:`AUTO_FUSE` on CUDA
-        (1 where fused trials cannot run: fp16 loss scaling, channels_last) and 1 on the CPU."""
+        (1 where fused trials cannot run: fp16 loss scaling, channels_last, compile) and 1 on the
+        CPU."""
         if self.fuse != "auto":
             return int(self.fuse)
-        fusable = self.amp != "fp16" and not self.channels_last
-        return AUTO_FUSE if self.torch_device().type == "cuda" and fusable else 1
+        return AUTO_FUSE if self.torch_device().type == "cuda" and self._can_fuse() else 1
 
     def torch_device(self) -> torch.device:
         """The device fits run on; a device or precision this machine lacks is one line."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -140,6 +140,16 @@ def fit(
     cyclers = [_Cycler(len(d), engine.batch_size, generator) for d in domains]
     batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in domains)
 
+    step_loss, step_hp = objective_loss, hp
+    if engine.compile:
+        # The whole step (forward, loss, penalties) as one graph, with the hyper-parameters and
+        # the dropout rate as tensors: as numbers each would be a guard, and every trial of a
+        # study a recompilation. The last, shorter batch and a joint model's steps compile once.
+        step_loss = torch.compile(objective_loss)
+        step_hp = HyperParameters(
+            **{name: torch.tensor(value, device=device) for name, value in asdict(hp).items()}
+        )
+        model.dropout = step_hp.dropout
     valid_loss, valid_accuracy = _validate(model, valid, task.valid_step, engine)
     history = [_row(0, math.nan, math.nan, valid_loss, valid_accuracy)]
     best_accuracy, best_epoch = valid_accuracy, 0
@@ -163,8 +173,8 @@ def fit(
                     x = scale_images(domain.x[index], engine)
                     batches.append(Batch(x, domain.y[index], weight, step, loss_weight))
                 with autocast(engine, device):
-                    loss, batch_ce, batch_correct, batch_count = objective_loss(
-                        model, batches, task, hp, generator
+                    loss, batch_ce, batch_correct, batch_count = step_loss(
+                        model, batches, task, step_hp, generator
                     )
                 optimizer.zero_grad(set_to_none=True)
                 scaler.scale(loss).backward()
@@ -190,6 +200,7 @@ def fit(
             if stalls >= engine.patience:
                 break
     finally:
+        model.dropout = hp.dropout
         model.load_state_dict(best_state)
         for name, parameter in model.named_parameters():
             parameter.requires_grad_(flags[name])

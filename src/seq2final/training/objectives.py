@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.models import JointModel, squared_weight_norm
+from seq2final.models import JointModel, squared_weight_norm, sum_of_squares
 from seq2final.training.engine import Engine, run_model, scale_images
 from seq2final.training.tensors import TensorSplit
 
@@ -129,12 +129,19 @@ def ewc_penalty(
     model: nn.Module, anchors: Sequence[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]
 ) -> torch.Tensor:
     """Σ_k Σ F_k ⊙ (θ − θ_k)² over every earlier model k (no ½, as in the original)."""
-    total = torch.zeros((), device=next(model.parameters()).device)
-    for name, parameter in model.named_parameters():
-        for values, fisher in anchors:
-            if name in fisher:
-                total = total + (fisher[name] * (parameter - values[name]).pow(2)).sum()
-    return total
+    parameters = dict(model.named_parameters())
+    terms = []
+    for values, fisher in anchors:
+        names = [name for name in parameters if name in fisher]
+        if names:
+            terms.append(sum_of_squares(
+                [parameters[name] for name in names],
+                minus=[values[name] for name in names],
+                weights=[fisher[name] for name in names],
+            ))  # fmt: skip
+    if not terms:
+        return torch.zeros((), device=next(model.parameters()).device)
+    return torch.stack(terms).sum()
 
 
 @dataclass
