@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from seq2final.bench.projection import FitWork, Rates, count_fits, device_hours
+from seq2final.bench.projection import FitWork, Rates, count_fits, device_hours, stack_sizes
 from seq2final.data.sampler import build_sequence
 from seq2final.data.spec import resolve_spec
 from seq2final.runs.planner import plan_run
@@ -43,7 +43,21 @@ def test_every_state_and_job_of_the_paper_protocol_is_counted_with_its_grid(
 
 def test_hours_charge_each_trials_epochs_and_an_extra_validation_before_training():
     fits = [FitWork("a", "s", trials=2, epochs=3, train_images=100, valid_images=10)]
-    hours = device_hours(fits, Rates(train=10.0, fused_train=20.0, evaluate=5.0))
+    hours = device_hours(fits, Rates(train=10.0, fused_train={2: 20.0}, evaluate=5.0), width=4)
     # training 2·3·100 = 600 images; validation 2·(3+1)·10 = 80 images
     assert hours["sequential"] == pytest.approx((600 / 10 + 80 / 5) / 3600)
     assert hours["fused"] == pytest.approx((600 / 20 + 80 / 5) / 3600)
+
+
+def test_fused_hours_charge_full_stacks_the_rest_and_single_trials_at_their_own_rates():
+    assert stack_sizes(10, 4) == [4, 4, 2] and stack_sizes(8, 4) == [4, 4]
+    assert stack_sizes(3, 16) == [3] and stack_sizes(1, 8) == [1]
+    fits = [
+        FitWork("grid", "s", trials=10, epochs=1, train_images=100, valid_images=0),
+        FitWork("one", "s", trials=1, epochs=1, train_images=100, valid_images=0),
+    ]
+    rates = Rates(train=10.0, fused_train={4: 40.0, 2: 16.0}, evaluate=1.0)
+    hours = device_hours(fits, rates, width=4)
+    # two stacks of 4 (800 model-images at 40/s), one of 2 (200 at 16/s), one single fit (100 at 10/s)
+    assert hours["fused"] * 3600 == pytest.approx(800 / 40 + 200 / 16 + 100 / 10)
+    assert hours["sequential"] * 3600 == pytest.approx(1100 / 10)

@@ -23,7 +23,13 @@ from kedro.framework.startup import bootstrap_project
 from seq2final.bench.fit_speed import measure_fit_speed
 from seq2final.bench.fused_speed import measure_fused_speed
 from seq2final.bench.machine import describe_machine
-from seq2final.bench.projection import PAPER_SEQUENCES, count_fits, device_hours, measure_rates
+from seq2final.bench.projection import (
+    PAPER_SEQUENCES,
+    count_fits,
+    device_hours,
+    measure_rates,
+    stack_sizes,
+)
 from seq2final.bench.search import measure_search
 from seq2final.core.errors import Seq2FinalError
 from seq2final.data.sampler import build_sequence
@@ -142,12 +148,14 @@ def _projection(
     rows = []
     for arch in ARCHITECTURES:
         fits = count_fits(spec, sequence, arch, params, engine)
-        rates = measure_rates(arch, engine, width, images)
-        hours = {k: v * len(PAPER_SEQUENCES) for k, v in device_hours(fits, rates).items()}
+        sizes = {width} | {size for f in fits for size in stack_sizes(f.trials, width)}
+        rates = measure_rates(arch, engine, sizes, images)
+        hours = {k: v * len(PAPER_SEQUENCES) for k, v in device_hours(fits, rates, width).items()}
         rows.append({
             "arch": arch, "fits": len(fits), "trials": sum(f.trials for f in fits),
             "train_images_per_s": round(rates.train, 1),
-            "fused_model_images_per_s": round(rates.fused_train, 1),
+            "fused_model_images_per_s": round(rates.stack(width), 1),
+            "stack_images_per_s": {size: round(rate, 1) for size, rate in rates.fused_train.items()},
             "eval_images_per_s": round(rates.evaluate, 1),
             "sequential_hours": round(hours["sequential"], 1),
             "fused_hours": round(hours["fused"], 1),
@@ -303,9 +311,11 @@ ABOUT = {
         "each tuned fit recorded instead of trained (grid size × epochs × images per epoch); "
         "the five sequences have the same step sizes, so `rcl` counts for all. Every trial is "
         "charged its 100 epochs (an upper bound; the grid trials of the search section ran "
-        "them). Rates measured here per architecture: one fit's training pass, a fused stack's, "
-        "and evaluation (counted at the single-model rate in both columns); one epoch over 1,000 "
-        "random images with K = 16 on CUDA, 200 with K = 8 on the CPU."
+        "them). Rates measured here per architecture: one fit's training pass, a fused stack's "
+        "of every size the grids split into (stacks of K, then one of what is left, as the "
+        "tuner runs them; a stack of one is a single fit), and evaluation (counted at the "
+        "single-model rate in both columns); one epoch over 1,000 random images with K = 16 on "
+        "CUDA, 200 with K = 8 on the CPU."
     ),
     "search": (
         "For the baseline's fit (from scratch) and FT's fit (from one fixed ERM model of the "

@@ -9,16 +9,18 @@ images), so one of them counts for all five. Epochs are the budget's ``max_epoch
 ``paper``): an upper bound, reached by every grid trial of the search section's runs on ``rcl``
 (patience 6 against the previous epoch rarely fires).
 
-Rates are measured here per architecture, on the device: training images/s of one fit and of a
-stack of ``width`` fused trials, and evaluation images/s. Convolutional work per image does not
+Rates are measured here per architecture, on the device: training images/s of one fit, of a
+stack of every size the protocol's grids split into (the tuner trains a fit's trials in stacks of
+``width`` and one stack of what is left; a stack of one is a single fit), and evaluation images/s. Convolutional work per image does not
 depend on which images they are, so random ones do.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from unittest import mock
@@ -91,18 +93,29 @@ def count_fits(
     return work
 
 
+def stack_sizes(trials: int, width: int) -> list[int]:
+    """The stacks a fit of ``trials`` trials trains in under ``fuse: width``, as the tuner
+    batches them: full stacks, then one of what is left."""
+    return [width] * (trials // width) + ([trials % width] if trials % width else [])
+
+
 @dataclass(frozen=True)
 class Rates:
     """Images/s of one architecture on the device."""
 
     train: float  # one fit's training pass
-    fused_train: float  # model-images/s of a stack of ``width`` trials
+    fused_train: dict[int, float]  # model-images/s of a stack, per stack size (above 1)
     evaluate: float  # evaluation (validation) pass, per model
 
+    def stack(self, size: int) -> float:
+        """Model-images/s of a stack of ``size`` (a stack of one is a single fit)."""
+        return self.train if size == 1 else self.fused_train[size]
 
-def measure_rates(arch: str, engine: Engine, width: int, images: int) -> Rates:
-    """Training images/s of one fit and of ``width`` fused (one epoch over ``images`` random
-    images, validation on one image so it costs nothing, after a warm-up), and eval images/s."""
+
+def measure_rates(arch: str, engine: Engine, sizes: Iterable[int], images: int) -> Rates:
+    """Training images/s of one fit and of a fused stack of each of ``sizes`` (one epoch over
+    ``images`` random images, validation on one image so it costs nothing, after a warm-up),
+    and eval images/s."""
     device = engine.torch_device()
     train, tiny = synthetic_split(images, 0), synthetic_split(1, 1)
     task = Task([train], tiny)
@@ -122,27 +135,36 @@ def measure_rates(arch: str, engine: Engine, width: int, images: int) -> Rates:
         return fit(model, task, HyperParameters(lr=1e-3, weight_decay=1e-4, dropout=0.5),
                    never_stops, 1, 0)  # fmt: skip
 
-    def stacked() -> object:
+    def stacked(size: int) -> object:
         torch.manual_seed(0)
-        models = [build_model(arch, 10).to(device) for _ in range(width)]
-        return fit_fused(models, task, trials_of(width), never_stops, 1)
+        models = [build_model(arch, 10).to(device) for _ in range(size)]
+        return fit_fused(models, task, trials_of(size), never_stops, 1)
 
     model = build_model(arch, 10).to(device)
     on_device = train.to(device)  # a fit's validation data stays on the device
     return Rates(
         train=images / timed(one),
-        fused_train=width * images / timed(stacked),
+        fused_train={
+            size: size * images / timed(functools.partial(stacked, size))
+            for size in sorted(set(sizes) - {1})
+        },
         evaluate=images / timed(lambda: predict_logits(model, on_device, engine, on_device=True)),
     )
 
 
-def device_hours(fits: list[FitWork], rates: Rates) -> dict[str, float]:
-    """Hours for ``fits`` one trial at a time and with trials fused (evaluation per model in
-    both: a fused stack evaluates its models under ``vmap``, counted at the single rate)."""
+def device_hours(fits: list[FitWork], rates: Rates, width: int) -> dict[str, float]:
+    """Hours for ``fits`` one trial at a time and with trials fused in stacks of at most
+    ``width`` (evaluation per model in both: a fused stack evaluates its models under ``vmap``,
+    counted at the single rate)."""
     train = sum(f.trials * f.epochs * f.train_images for f in fits)
+    fused = sum(
+        size * f.epochs * f.train_images / rates.stack(size)
+        for f in fits
+        for size in stack_sizes(f.trials, width)
+    )
     valid = sum(f.trials * (f.epochs + 1) * f.valid_images for f in fits)
     evaluate = valid / rates.evaluate
     return {
         "sequential": (train / rates.train + evaluate) / 3600,
-        "fused": (train / rates.fused_train + evaluate) / 3600,
+        "fused": (fused + evaluate) / 3600,
     }
