@@ -256,3 +256,48 @@ def test_every_registered_block_shifts_a_sequence(block, source_factory):
     sequence = build_sequence(spec, source)
     assert sequence.manifest["steps"][1]["name"] == block
     assert sequence.content_hash == build_sequence(spec, source).content_hash
+
+
+def test_the_protocol_options_leave_a_sequence_built_without_them_unchanged(source):
+    plain = resolve_spec("source100:label_flip100:rotation100", dataset="digits", test_size=50)
+    assert set(plain.to_dict()) == {
+        "name", "dataset", "data_path", "steps", "test_size", "oracle_size", "seed", "natural"
+    }  # fmt: skip
+    tested = resolve_spec(
+        "source100:label_flip100:rotation100", dataset="digits", test_size=50, step_tests=True
+    )
+    assert tested.key != plain.key and tested.to_dict()["step_tests"] is True
+    a, b = build_sequence(plain, source), build_sequence(tested, source)
+    for index in range(3):  # the same train and valid images; the final step's test too
+        for name, array in a.step(index).arrays.items():
+            assert np.array_equal(array, b.step(index).arrays[name]), (index, name)
+
+
+def test_step_tests_draw_every_step_a_shifted_test_split_from_the_test_pool(source):
+    spec = resolve_spec(
+        "source100:label_flip100:rotation100", dataset="digits", test_size=50, step_tests=True
+    )
+    sequence = build_sequence(spec, source)
+    assert [s["sizes"]["test"] for s in sequence.manifest["steps"]] == [50, 50, 50]
+    step0, step1 = sequence.step(0), sequence.step(1)
+    for step in (step0, step1):
+        index = step.arrays["idx_test"]
+        assert len(np.unique(index)) == 50
+        assert np.array_equal(np.bincount(source.y_test[index]), [5] * 10)  # per class, as sampled
+    assert np.array_equal(step0.arrays["x_test"], source.x_test[step0.arrays["idx_test"]])
+    assert np.array_equal(step0.arrays["y_test"], source.y_test[step0.arrays["idx_test"]])
+    # step 1 flips labels: its test split carries the flip, as its training split does
+    assert np.array_equal(step1.arrays["y_test"], 9 - source.y_test[step1.arrays["idx_test"]])
+    assert not np.array_equal(step0.arrays["idx_test"], step1.arrays["idx_test"])
+    again = build_sequence(spec, source)
+    assert again.content_hash == sequence.content_hash
+
+
+def test_train_fraction_splits_each_step_and_bad_shares_are_one_line(source):
+    spec = resolve_spec("source100:rotation100", dataset="digits", test_size=50,
+                        train_fraction=0.9)  # fmt: skip
+    sequence = build_sequence(spec, source)
+    assert sequence.manifest["steps"][0]["sizes"] == {"train": 90, "valid": 10}
+    for bad in (0.0, 1.0, 1.5):
+        with pytest.raises(Seq2FinalError, match=f"train_fraction {bad}: valid: a share"):
+            resolve_spec("source100:rotation100", dataset="digits", train_fraction=bad)

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.seeds import derived_seed
 from seq2final.data.effects import CLASS_WEIGHTS, SUBPOPULATIONS, ShiftState
 from seq2final.data.sequence import ShiftSequence, Step
 from seq2final.data.shifts import advance
 from seq2final.data.sources import SourceData, with_subpopulations
-from seq2final.data.spec import SequenceSpec
+from seq2final.data.spec import TRAIN_FRACTION, SequenceSpec
 
-TRAIN_FRACTION = 0.8
 PORTRAITS_FINAL_SPLIT = (0.4, 0.5)  # cumulative: train 40 %, valid 10 %, test 50 %
 
 
@@ -48,7 +48,9 @@ class _Unit:
     test: int
 
 
-def plan_units(state: ShiftState, size: int, test_size: int) -> list[_Unit]:
+def plan_units(
+    state: ShiftState, size: int, test_size: int, train_fraction: float = TRAIN_FRACTION
+) -> list[_Unit]:
     """How many train/valid/test images each (class, sub-class) gives at this step."""
     class_weights = state[CLASS_WEIGHTS].weights
     subpopulations = state[SUBPOPULATIONS].weights
@@ -72,7 +74,7 @@ def plan_units(state: ShiftState, size: int, test_size: int) -> list[_Unit]:
                 )
             )
         for sub, count, count_test in parts:
-            train = int(TRAIN_FRACTION * count)
+            train = int(train_fraction * count)
             units.append(_Unit(label, sub, train, count - train, count_test))
     return units
 
@@ -114,12 +116,13 @@ def check_feasible(
     or one so small that its train or valid split would be empty."""
     for index, (step, state) in enumerate(zip(spec.steps, states, strict=True)):
         final = index == spec.num_targets
+        tested = final or spec.step_tests
         variants = [(step.size, "")] + (
             [(spec.oracle_size, " (oracle)")] if final and spec.oracle_size else []
         )
         for size, label in variants:
-            units = plan_units(state, size, spec.test_size if final else 0)
-            for split in ("train", "valid") + (("test",) if final else ()):
+            units = plan_units(state, size, spec.test_size if tested else 0, spec.train_fraction)
+            for split in ("train", "valid") + (("test",) if tested else ()):
                 if sum(getattr(unit, split) for unit in units) == 0:
                     raise Seq2FinalError(
                         f"sequence '{spec.name}' step {index}{label} (size {size}) leaves its "
@@ -164,10 +167,11 @@ def _sample_step(
     test_size: int,
     seed: int,
     name: str,
+    train_fraction: float = TRAIN_FRACTION,
 ) -> Step:
     """Draw one step in the original random-number order, then apply its shift state."""
     rng = np.random.RandomState(seed)
-    units = plan_units(state, size, test_size)
+    units = plan_units(state, size, test_size, train_fraction)
     picked: dict[str, list[np.ndarray]] = {"train": [], "valid": [], "test": []}
     for unit in units:
         candidates = pools.get("train", unit.label, unit.sub).copy()
@@ -201,6 +205,27 @@ def _sample_step(
     return Step(name, arrays)
 
 
+def _sample_test(
+    source: SourceData, pools: _Pools, state: ShiftState, test_size: int, seed: int
+) -> dict[str, np.ndarray]:
+    """A test split for a step that the paper's protocol never tests (the temporal protocols
+    test every step): drawn from the source's test pool per class as the final step's is, with a
+    generator of its own, so the step's train and valid images are those it has without one."""
+    rng = np.random.RandomState(derived_seed(seed, "test"))
+    chosen = []
+    for unit in plan_units(state, 0, test_size):
+        candidates = pools.get("test", unit.label, unit.sub).copy()
+        rng.shuffle(candidates)
+        chosen.append(candidates[: unit.test])
+    indices = np.concatenate(chosen).astype(np.int64)
+    indices = indices[rng.permutation(len(indices))]
+    ((x, y),) = state.apply([(source.x_test[indices], source.y_test[indices])], rng)
+    arrays = {"x_test": x, "y_test": y, "idx_test": indices}
+    if source.sub_test is not None:
+        arrays["sub_test"] = source.sub_test[indices]
+    return arrays
+
+
 def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
     """Split a source that is a sequence by itself (Portraits) per natural time step.
 
@@ -216,7 +241,7 @@ def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
         rng.shuffle(order)
         n = len(order)
         if position < len(periods) - 1:
-            cuts = [int(TRAIN_FRACTION * n), n]
+            cuts = [int(spec.train_fraction * n), n]
         else:
             cuts = [int(PORTRAITS_FINAL_SPLIT[0] * n), int(PORTRAITS_FINAL_SPLIT[1] * n), n]
         arrays, start = {}, 0
@@ -248,14 +273,17 @@ def build_sequence(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
     for index, (step, state, seed) in enumerate(zip(spec.steps, states, seeds, strict=True)):
         final = index == spec.num_targets
         name = "source" if index == 0 else "+".join(step.blocks)
-        steps.append(
-            _sample_step(
-                source, pools, state, step.size, spec.test_size if final else 0, seed, name
-            )
-        )
+        drawn = _sample_step(
+            source, pools, state, step.size, spec.test_size if final else 0, seed, name,
+            spec.train_fraction,
+        )  # fmt: skip
+        if spec.step_tests and not final:
+            drawn.arrays.update(_sample_test(source, pools, state, spec.test_size, seed))
+        steps.append(drawn)
     oracle = None
     if spec.oracle_size:
         oracle = _sample_step(
-            source, pools, states[-1], spec.oracle_size, spec.test_size, seeds[-1], "oracle"
-        )
+            source, pools, states[-1], spec.oracle_size, spec.test_size, seeds[-1], "oracle",
+            spec.train_fraction,
+        )  # fmt: skip
     return ShiftSequence.from_steps(spec, source, steps, list(states), oracle)

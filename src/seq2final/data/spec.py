@@ -30,6 +30,9 @@ from seq2final.data.sizes import PAPER_SIZES, DefaultSizes
 from seq2final.data.sources import SOURCES
 
 STEP_SEED_HIGH = 10000
+TRAIN_FRACTION = 0.8
+"""The share of a step's images that trains (the rest validates), as the original samples."""
+_LATER_OPTIONS: dict[str, Any] = {"step_tests": False, "train_fraction": TRAIN_FRACTION}
 
 
 @dataclass(frozen=True)
@@ -52,13 +55,22 @@ class SequenceSpec:
     oracle_size: int | None
     seed: int
     natural: bool = False
+    step_tests: bool = False
+    train_fraction: float = TRAIN_FRACTION
 
     @property
     def num_targets(self) -> int:
         return len(self.steps) - 1
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The spec as stored in manifests and hashed into keys. The options the temporal
+        protocols added appear only when set, so every sequence built without them keeps its
+        key and manifest byte for byte."""
+        values = asdict(self)
+        for name, default in _LATER_OPTIONS.items():
+            if values[name] == default:
+                del values[name]
+        return values
 
     @property
     def key(self) -> str:
@@ -122,12 +134,20 @@ def resolve_spec(
     seed: int | None = None,
     test_size: int | None = None,
     oracle_size: int | None = None,
+    step_tests: bool = False,
+    train_fraction: float = TRAIN_FRACTION,
 ) -> SequenceSpec:
     """Turn the user's run parameters into a full :class:`SequenceSpec` (no data is read).
 
     ``sequence`` is a preset name or a spec string; ``dataset`` overrides a preset's dataset and
     defaults to ``digits`` for spec strings; sizes not given come from the dataset's defaults.
+    ``step_tests`` gives every step a test split (the temporal protocols test on earlier and later
+    steps), ``train_fraction`` the share of a step's train+valid images that trains.
     """
+    if not 0.0 < train_fraction < 1.0:
+        raise Seq2FinalError(
+            f"train_fraction {train_fraction}: valid: a share strictly between 0 and 1"
+        )
     preset = PRESETS.get(sequence)
     if (
         preset is None
@@ -165,4 +185,6 @@ def resolve_spec(
         else oracle_size or (preset.oracle_size if preset and preset.oracle_size else sizes.oracle),
         seed=preset.seed if seed is None and preset else (1007 if seed is None else seed),
         natural=natural,
+        step_tests=step_tests,
+        train_fraction=train_fraction,
     )

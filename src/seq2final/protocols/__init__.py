@@ -1,0 +1,31 @@
+"""Protocols: the questions asked of a sequence (the paper's final step, Wild-Time's and NED's
+streams), each posed as Seq-to-Final problems on views of the sequence."""
+
+from seq2final.protocols import builtin  # noqa: F401  (registers the built-in protocols)
+from seq2final.protocols.base import (
+    PROTOCOLS,
+    STEP_SPLITS,
+    WILD_TIME_TRAIN_FRACTION,
+    Protocol,
+    ProtocolOptions,
+    StepAccuracies,
+    View,
+    prefix,
+    protocol,
+    split_step,
+    stream_times,
+)
+
+__all__ = [
+    "PROTOCOLS",
+    "STEP_SPLITS",
+    "WILD_TIME_TRAIN_FRACTION",
+    "Protocol",
+    "ProtocolOptions",
+    "StepAccuracies",
+    "View",
+    "prefix",
+    "protocol",
+    "split_step",
+    "stream_times",
+]

@@ -1,0 +1,133 @@
+"""What a protocol is: the Seq-to-Final problems it trains, and how it scores their models.
+
+Every protocol reduces to the one problem the project already solves, adapting to the last step
+of a sequence, posed on *views* of the built sequence: the steps 0..t of it (the model a method
+has at time t, the view's last step playing the final step), or those steps with their training
+data mixed across the whole sequence (Wild-Time's diagnostic). Every method, historical state,
+key, tuner and store works on a view as it does on a sequence, and views that two protocols share
+(``eval_fix`` at its split step and ``eval_stream`` at the same step) are trained once.
+
+A protocol's score reads each view's result record, which holds the accuracy of the view's final
+model on every step of the whole sequence (:data:`STEP_SPLITS`), so scoring needs no model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.registry import Registry
+from seq2final.core.schema import StrictModel
+
+STEP_SPLITS = ("train", "test")
+"""The splits of every step a view's model is evaluated on: ``test`` (the step's held-out
+images) for the Wild-Time protocols, ``train`` (what the stream trains on next) for
+test-then-train."""
+
+WILD_TIME_TRAIN_FRACTION = 0.9
+"""The share of a step's images that trains under the temporal protocols (Wild-Time splits each
+step 90 % train, 10 % in-distribution held-out)."""
+
+
+@dataclass(frozen=True)
+class View:
+    """One Seq-to-Final problem: ``steps`` of the sequence (the last one is its final step),
+    their training and validation data drawn at random from every step when ``mixed``."""
+
+    name: str
+    steps: tuple[int, ...]
+    mixed: bool = False
+
+    @property
+    def last(self) -> int:
+        return self.steps[-1]
+
+
+def prefix(t: int) -> View:
+    """Steps 0..t: what a learner has seen at time t (shared by every protocol that needs it)."""
+    return View(f"0-{t}", tuple(range(t + 1)))
+
+
+class ProtocolOptions(StrictModel):
+    """The ``protocol_options`` block: the split step and the stream window.
+
+    ``split_step``: ``eval_fix`` (and the mixed diagnostic) train on steps 0..split_step and test
+    on the later ones; ``None`` means the middle step. ``window``: ``eval_stream`` tests the model
+    of time t on steps t+1..t+window.
+    """
+
+    split_step: int | None = None
+    window: int = Field(default=2)
+
+
+StepAccuracies = Mapping[int, Mapping[str, float]]
+"""Per step of the sequence: accuracy on each of :data:`STEP_SPLITS`, and ``test_size``."""
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A registered protocol: the views it trains for a sequence of ``num_steps`` steps, and its
+    score from each view's per-step accuracies (keyed by view name)."""
+
+    name: str
+    description: str
+    views: Callable[[int, ProtocolOptions], list[View]]
+    score: Callable[[Mapping[str, StepAccuracies], int, ProtocolOptions], dict[str, Any]]
+    reports: tuple[str, ...]
+    temporal: bool = True
+
+
+PROTOCOLS: Registry[Protocol] = Registry("protocol")
+
+
+def protocol(
+    name: str,
+    description: str,
+    views: Callable[[int, ProtocolOptions], list[View]],
+    reports: tuple[str, ...],
+    temporal: bool = True,
+) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
+    """Register the decorated scoring function as protocol ``name``."""
+
+    def register(score: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        PROTOCOLS.add(name, Protocol(name, description, views, score, reports, temporal))
+        return score
+
+    return register
+
+
+def split_step(num_steps: int, options: ProtocolOptions) -> int:
+    """The split step: the given one, checked, or the middle of the sequence.
+
+    It must leave history before it and at least one step after it: 1..T−1 for steps 0..T.
+    """
+    last = num_steps - 1
+    if last < 2:
+        raise Seq2FinalError(
+            f"a sequence of {num_steps} steps is too short for a split step; valid: sequences "
+            "of at least 3 steps"
+        )
+    step = options.split_step if options.split_step is not None else last // 2
+    if not 1 <= step <= last - 1:
+        raise Seq2FinalError(
+            f"protocol_options.split_step {step} is outside the sequence (steps 0..{last}); "
+            f"valid: 1..{last - 1}, so that steps before and after it exist"
+        )
+    return step
+
+
+def stream_times(num_steps: int, options: ProtocolOptions) -> range:
+    """The times t a stream scores (t+1..t+window must exist): 1..T−window."""
+    last = num_steps - 1
+    if not 1 <= options.window <= last - 1:
+        raise Seq2FinalError(
+            f"protocol_options.window {options.window} is past the end of the sequence (steps "
+            f"0..{last}, the stream starting at step 1); valid: 1..{max(1, last - 1)}"
+            if options.window >= 1
+            else f"protocol_options.window {options.window}: valid: 1..{max(1, last - 1)}"
+        )
+    return range(1, last - options.window + 1)

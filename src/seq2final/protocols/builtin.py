@@ -1,0 +1,151 @@
+"""The registered protocols: the paper's ``final``, Wild-Time's Eval-Fix and Eval-Stream, NED's
+test-then-train and Wild-Time's mixed-split diagnostic.
+
+Scores follow the two papers: Wild-Time's in-distribution accuracy is one accuracy over the pooled
+held-out images of the training steps, its out-of-distribution average an unweighted mean over
+later steps and its worst their minimum; a stream's average and worst are taken per time over
+its window and then averaged over time. NED's stream accuracy is the mean over the stream of
+predictions made before training on what is predicted.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from seq2final.protocols.base import (
+    ProtocolOptions,
+    StepAccuracies,
+    View,
+    prefix,
+    protocol,
+    split_step,
+    stream_times,
+)
+
+
+def _no_views(num_steps: int, options: ProtocolOptions) -> list[View]:
+    return []
+
+
+@protocol(
+    "final",
+    "the paper's: adapt to the final step, test on its held-out images (the sequence itself, "
+    "no views)",
+    _no_views,
+    reports=("test_accuracy",),
+    temporal=False,
+)
+def _final(
+    accuracies: Mapping[str, StepAccuracies], num_steps: int, options: ProtocolOptions
+) -> dict[str, Any]:
+    return {}  # the job records' own test accuracy is the score
+
+
+def later_steps(accuracies: StepAccuracies, after: int, until: int) -> dict[int, float]:
+    """Test accuracy on each step after ``after`` up to ``until`` (inclusive)."""
+    return {step: accuracies[step]["test"] for step in range(after + 1, until + 1)}
+
+
+def pooled_accuracy(accuracies: StepAccuracies, steps: range) -> float:
+    """One accuracy over the pooled test images of ``steps`` (each step weighted by its size)."""
+    sizes = [accuracies[s]["test_size"] for s in steps]
+    return sum(accuracies[s]["test"] * n for s, n in zip(steps, sizes, strict=True)) / sum(sizes)
+
+
+def _fix_views(num_steps: int, options: ProtocolOptions) -> list[View]:
+    return [prefix(split_step(num_steps, options))]
+
+
+@protocol(
+    "eval_fix",
+    "Wild-Time's Eval-Fix: train on steps 0..split_step, test on every later step",
+    _fix_views,
+    reports=("id_accuracy", "ood_average", "ood_worst"),
+)
+def _eval_fix(
+    accuracies: Mapping[str, StepAccuracies], num_steps: int, options: ProtocolOptions
+) -> dict[str, Any]:
+    split = split_step(num_steps, options)
+    steps = accuracies[prefix(split).name]
+    ood = later_steps(steps, split, num_steps - 1)
+    return {
+        "split_step": split,
+        "id_accuracy": pooled_accuracy(steps, range(split + 1)),
+        "ood_average": statistics.mean(ood.values()),
+        "ood_worst": min(ood.values()),
+        "ood_per_step": ood,
+    }
+
+
+def _stream_views(num_steps: int, options: ProtocolOptions) -> list[View]:
+    return [prefix(t) for t in stream_times(num_steps, options)]
+
+
+@protocol(
+    "eval_stream",
+    "Wild-Time's Eval-Stream: the model of each time t tested on steps t+1..t+window",
+    _stream_views,
+    reports=("average", "worst"),
+)
+def _eval_stream(
+    accuracies: Mapping[str, StepAccuracies], num_steps: int, options: ProtocolOptions
+) -> dict[str, Any]:
+    per_time = []
+    for t in stream_times(num_steps, options):
+        window = later_steps(accuracies[prefix(t).name], t, t + options.window)
+        per_time.append({"time": t, "average": statistics.mean(window.values()),
+                         "worst": min(window.values()), "per_step": window})  # fmt: skip
+    return {
+        "window": options.window,
+        "average": statistics.mean(row["average"] for row in per_time),
+        "worst": statistics.mean(row["worst"] for row in per_time),
+        "per_time": per_time,
+    }
+
+
+def _test_then_train_views(num_steps: int, options: ProtocolOptions) -> list[View]:
+    return [prefix(t) for t in range(1, num_steps - 1)]
+
+
+@protocol(
+    "test_then_train",
+    "NED's: each step predicted by the model trained on the steps before it, then trained on",
+    _test_then_train_views,
+    reports=("stream_accuracy",),
+)
+def _test_then_train(
+    accuracies: Mapping[str, StepAccuracies], num_steps: int, options: ProtocolOptions
+) -> dict[str, Any]:
+    # The stream starts once there is a model with history: step 2 is predicted by steps 0..1's.
+    curve = {t: accuracies[prefix(t - 1).name][t]["train"] for t in range(2, num_steps)}
+    return {"stream_accuracy": statistics.mean(curve.values()), "curve": curve}
+
+
+def mixed_view(split: int) -> View:
+    """Steps 0..split with their training and validation images drawn from every step."""
+    return View(f"mixed-0-{split}", tuple(range(split + 1)), mixed=True)
+
+
+def _mixed_views(num_steps: int, options: ProtocolOptions) -> list[View]:
+    return [mixed_view(split_step(num_steps, options))]
+
+
+@protocol(
+    "mixed_split",
+    "Wild-Time's diagnostic: Eval-Fix's test steps, training images mixed from all steps",
+    _mixed_views,
+    reports=("ood_average", "ood_worst"),
+)
+def _mixed_split(
+    accuracies: Mapping[str, StepAccuracies], num_steps: int, options: ProtocolOptions
+) -> dict[str, Any]:
+    split = split_step(num_steps, options)
+    ood = later_steps(accuracies[mixed_view(split).name], split, num_steps - 1)
+    return {
+        "split_step": split,
+        "ood_average": statistics.mean(ood.values()),
+        "ood_worst": min(ood.values()),
+        "ood_per_step": ood,
+    }

@@ -1,0 +1,111 @@
+"""Each protocol's views and its score, computed by hand on scripted per-step accuracies."""
+
+import pytest
+
+from seq2final.core.errors import Seq2FinalError, UnknownNameError
+from seq2final.protocols import PROTOCOLS, ProtocolOptions, View, prefix
+
+STEPS = 6  # steps 0..5
+
+
+def scripted(view_accuracies: dict[int, tuple[float, float]], sizes=None):
+    """Per step: (train accuracy, test accuracy), test sizes 100 unless given."""
+    sizes = sizes or {}
+    return {
+        step: {"train": train, "test": test, "test_size": sizes.get(step, 100)}
+        for step, (train, test) in view_accuracies.items()
+    }
+
+
+def test_eval_fix_reports_pooled_id_and_the_unweighted_mean_and_minimum_of_later_steps():
+    options = ProtocolOptions(split_step=2)
+    eval_fix = PROTOCOLS["eval_fix"]
+    assert eval_fix.views(STEPS, options) == [View("0-2", (0, 1, 2))]
+    steps = scripted(
+        {0: (1.0, 0.9), 1: (1.0, 0.6), 2: (1.0, 0.8), 3: (0.5, 0.7), 4: (0.5, 0.4), 5: (0.5, 0.55)},
+        sizes={0: 100, 1: 300, 2: 100, 3: 100, 4: 900, 5: 100},
+    )
+    score = eval_fix.score({"0-2": steps}, STEPS, options)
+    assert score["id_accuracy"] == pytest.approx((90 + 180 + 80) / 500)  # pooled, by size
+    assert score["ood_per_step"] == {3: 0.7, 4: 0.4, 5: 0.55}
+    assert score["ood_average"] == pytest.approx((0.7 + 0.4 + 0.55) / 3)  # sizes do not weigh
+    assert score["ood_worst"] == 0.4
+
+
+def test_eval_fix_splits_in_the_middle_by_default():
+    assert PROTOCOLS["eval_fix"].views(STEPS, ProtocolOptions()) == [prefix(2)]
+    assert PROTOCOLS["eval_fix"].views(9, ProtocolOptions()) == [prefix(4)]
+
+
+def test_eval_stream_scores_each_time_over_its_window_then_averages_over_time():
+    options = ProtocolOptions(window=2)
+    stream = PROTOCOLS["eval_stream"]
+    assert [v.name for v in stream.views(STEPS, options)] == ["0-1", "0-2", "0-3"]
+    test = {
+        "0-1": {2: 0.8, 3: 0.6},
+        "0-2": {3: 0.7, 4: 0.5},
+        "0-3": {4: 0.9, 5: 0.3},
+    }
+    accuracies = {
+        view: scripted(
+            {s: (0.0, 0.0) for s in range(STEPS)} | {s: (0.0, a) for s, a in row.items()}
+        )
+        for view, row in test.items()
+    }
+    score = stream.score(accuracies, STEPS, options)
+    assert [(r["time"], r["average"], r["worst"]) for r in score["per_time"]] == [
+        (1, pytest.approx(0.7), 0.6), (2, pytest.approx(0.6), 0.5), (3, pytest.approx(0.6), 0.3)
+    ]  # fmt: skip
+    assert score["average"] == pytest.approx((0.7 + 0.6 + 0.6) / 3)
+    assert score["worst"] == pytest.approx((0.6 + 0.5 + 0.3) / 3)
+
+
+def test_test_then_train_scores_each_step_by_the_model_trained_before_it():
+    stream = PROTOCOLS["test_then_train"]
+    assert [v.name for v in stream.views(STEPS, ProtocolOptions())] == ["0-1", "0-2", "0-3", "0-4"]
+    accuracies = {}
+    for t in range(1, 5):
+        # each view's model fits its own steps perfectly (train 1.0) and the next one at 0.1·t
+        row = {s: (1.0 if s <= t else 0.1 * t, 0.0) for s in range(STEPS)}
+        accuracies[prefix(t).name] = scripted(row)
+    score = PROTOCOLS["test_then_train"].score(accuracies, STEPS, ProtocolOptions())
+    assert score["curve"] == {2: pytest.approx(0.1), 3: pytest.approx(0.2),
+                              4: pytest.approx(0.3), 5: pytest.approx(0.4)}  # fmt: skip
+    assert score["stream_accuracy"] == pytest.approx(0.25)
+
+
+def test_the_mixed_split_tests_eval_fixs_steps_with_mixed_training_data():
+    options = ProtocolOptions(split_step=3)
+    (view,) = PROTOCOLS["mixed_split"].views(STEPS, options)
+    assert view.mixed and view.steps == (0, 1, 2, 3) and view.name != prefix(3).name
+    steps = scripted({s: (1.0, 0.5 + 0.1 * s) for s in range(STEPS)})
+    score = PROTOCOLS["mixed_split"].score({view.name: steps}, STEPS, options)
+    assert score["ood_per_step"] == {4: pytest.approx(0.9), 5: pytest.approx(1.0)}
+    assert score["ood_worst"] == pytest.approx(0.9)
+
+
+def test_final_trains_the_sequence_itself():
+    final = PROTOCOLS["final"]
+    assert not final.temporal and final.views(STEPS, ProtocolOptions()) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "message"),
+    [
+        ("eval_fix", {"split_step": 5}, r"split_step 5 is outside the sequence \(steps 0..5\); valid: 1..4"),
+        ("eval_fix", {"split_step": 0}, r"split_step 0 is outside .* valid: 1..4"),
+        ("mixed_split", {"split_step": 9}, r"split_step 9 is outside .* valid: 1..4"),
+        ("eval_stream", {"window": 0}, r"window 0: valid: 1..4"),
+        ("eval_stream", {"window": 5}, r"window 5 is past the end .* valid: 1..4"),
+    ],
+)  # fmt: skip
+def test_bad_options_are_one_line_naming_the_value_and_the_valid_range(name, options, message):
+    with pytest.raises(Seq2FinalError, match=message):
+        PROTOCOLS[name].views(STEPS, ProtocolOptions(**options))
+
+
+def test_an_unknown_protocol_lists_the_valid_ones():
+    with pytest.raises(
+        UnknownNameError, match="unknown protocol 'eval_fixed'; valid: final, eval_fix"
+    ):
+        PROTOCOLS["eval_fixed"]
