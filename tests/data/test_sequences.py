@@ -301,3 +301,53 @@ def test_train_fraction_splits_each_step_and_bad_shares_are_one_line(source):
     for bad in (0.0, 1.0, 1.5):
         with pytest.raises(Seq2FinalError, match=f"train_fraction {bad}: valid: a share"):
             resolve_spec("source100:rotation100", dataset="digits", train_fraction=bad)
+
+
+def _tested_sequence(source):
+    spec = resolve_spec("source100:label_flip100:rotation100:corruption100", dataset="digits",
+                        test_size=50, step_tests=True)  # fmt: skip
+    return build_sequence(spec, source)
+
+
+def test_a_view_is_a_sequence_of_the_chosen_steps_whose_last_is_its_final_step(source):
+    sequence = _tested_sequence(source)
+    view = sequence.view("0-2", [0, 1, 2])
+    assert view.num_steps == 3 and view.key == f"{sequence.key}~0-2"
+    for position in range(3):
+        for name, array in sequence.step(position).arrays.items():
+            assert np.array_equal(view.step(position).arrays[name], array)
+    assert view.step(-1).name == sequence.step(2).name
+    assert view.content_hash != sequence.content_hash
+    assert view.content_hash == sequence.view("0-2", [0, 1, 2]).content_hash
+    with pytest.raises(Seq2FinalError, match=r"names steps \[0, 7\]; valid: 0..3"):
+        sequence.view("bad", [0, 7])
+
+
+def test_a_mixed_view_draws_training_images_from_every_step_and_keeps_the_test_splits(source):
+    sequence = _tested_sequence(source)
+    mixed = sequence.view("mixed-0-1", [0, 1], mixed_seed=5)
+    every = {
+        (x.tobytes(), int(y))
+        for step in sequence.steps()
+        for x, y in zip(*step.split("train"), strict=True)
+    }
+    drawn = [
+        (x.tobytes(), int(y))
+        for t in range(2)
+        for x, y in zip(*mixed.step(t).split("train"), strict=True)
+    ]
+    assert set(drawn) <= every
+    # drawn from later steps too: some images carry the rotation or corruption of steps 2 and 3
+    later = {
+        (x.tobytes(), int(y))
+        for t in (2, 3)
+        for x, y in zip(*sequence.step(t).split("train"), strict=True)
+    }
+    assert set(drawn) & later
+    for t in range(2):
+        assert len(mixed.step(t).split("train")[1]) == len(sequence.step(t).split("train")[1])
+        assert len(mixed.step(t).split("valid")[1]) == len(sequence.step(t).split("valid")[1])
+        assert np.array_equal(mixed.step(t).split("test")[0], sequence.step(t).split("test")[0])
+    again = sequence.view("mixed-0-1", [0, 1], mixed_seed=5)
+    assert again.content_hash == mixed.content_hash
+    assert sequence.view("mixed-0-1", [0, 1], mixed_seed=6).content_hash != mixed.content_hash

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,3 +125,53 @@ class ShiftSequence:
     def steps(self) -> Iterator[Step]:
         """Steps 0..T in order (the oracle variant excluded)."""
         return (self.step(i) for i in range(self.num_steps))
+
+    def view(self, name: str, steps: Sequence[int], mixed_seed: int | None = None) -> ShiftSequence:
+        """Steps ``steps`` of this sequence as a sequence of their own, the last one its final
+        step: what a learner has seen at some time, for the temporal protocols.
+
+        With ``mixed_seed``, every step of the view keeps its test split but its train and valid
+        images are drawn afresh (as many as it had, without replacement) from those of *every*
+        step of this sequence: Wild-Time's control, where the training data span the whole
+        sequence and what is left of a later step's error is its difficulty, not the shift.
+        """
+        if not steps or any(not 0 <= s < self.num_steps for s in steps):
+            raise Seq2FinalError(
+                f"view '{name}' of sequence '{self.key}' names steps {list(steps)}; "
+                f"valid: 0..{self.num_steps - 1}"
+            )
+        chosen = [self.step(s) for s in steps] if mixed_seed is not None else []
+        if mixed_seed is not None:
+            chosen = _mixed(list(self.steps()), chosen, np.random.RandomState(mixed_seed))
+            hashes = {str(j): step.content_hash() for j, step in enumerate(chosen)}
+        else:
+            hashes = {str(j): self.manifest["step_hashes"][str(s)] for j, s in enumerate(steps)}
+        manifest = {
+            **self.manifest,
+            "key": f"{self.key}~{name}",
+            "view": {"of": self.key, "name": name, "steps": list(steps), "mixed_seed": mixed_seed},
+            "steps": [self.manifest["steps"][s] for s in steps],
+            "has_oracle": False,
+            "step_hashes": hashes,
+            "content_hash": hashlib.sha256("".join(hashes.values()).encode()).hexdigest(),
+        }
+        if chosen:
+            return ShiftSequence(manifest, {str(j): step for j, step in enumerate(chosen)})
+        return ShiftSequence(manifest, _loader=lambda position: self.step(steps[int(position)]))
+
+
+def _mixed(every: list[Step], chosen: list[Step], rng: np.random.RandomState) -> list[Step]:
+    """``chosen`` with train and valid images drawn from the pooled splits of ``every`` step."""
+    pooled = {
+        split: tuple(np.concatenate([step.arrays[f"{name}_{split}"] for step in every])
+                     for name in ("x", "y"))
+        for split in ("train", "valid")
+    }  # fmt: skip
+    mixed = []
+    for step in chosen:
+        arrays = {k: v for k, v in step.arrays.items() if k.endswith("_test")}
+        for split, (x, y) in pooled.items():
+            picked = rng.choice(len(y), size=len(step.arrays[f"y_{split}"]), replace=False)
+            arrays[f"x_{split}"], arrays[f"y_{split}"] = x[picked], y[picked]
+        mixed.append(Step(f"mixed({step.name})", arrays))
+    return mixed
