@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from seq2final.config.checks import sequence_spec, validate_parameters
-from seq2final.pipelines.adapt_final.nodes import RESULT_COLUMNS, result_rows, result_title
+from seq2final.pipelines.adapt_final.nodes import run_table
 from seq2final.pipelines.visualize import create_pipeline as visualize_pipeline
 from seq2final.reporting.tables import report_folder
 from seq2final.tracking.mlflow_io import ui_url
@@ -50,13 +50,13 @@ class RunSummaryHook:
     @hook_impl
     def after_node_run(self, node: Node, inputs: dict[str, Any]) -> None:
         if node.name == "report_results":
-            plan, results = inputs["job_plan"], inputs["adapt_results"]
+            title, columns, rows = run_table(inputs["adapt_results"], inputs["job_plan"])
             table = Table()
-            for column in RESULT_COLUMNS:
+            for column in columns:
                 table.add_column(column, justify="left" if column == "method" else "right")
-            for row in result_rows(results, plan):
+            for row in rows:
                 table.add_row(*row)
-            self._tables.append((result_title(plan), table))
+            self._tables.append((title, table))
 
     @hook_impl
     def after_pipeline_run(

@@ -52,10 +52,14 @@ def test_paper_budget_evaluates_exactly_the_papers_grids(project_parameters):
     )
     assert _grid(h["sequential_side_1"]) == _grid(h["sequential_side_b"]) == 24
     finals = {name: _grid(block) for name, block in f.items()}
-    assert finals == {
+    papers = {
         "scratch": 8, "scratch_oracle": 8, "all_erm": 8, "all_irm": 8, "all_dro": 8, "ft": 8,
         "lp_ft": 8, "side_1": 24, "side_b": 24, "joint": 3, "joint_side_1": 1, "joint_side_b": 1,
     }  # fmt: skip
+    assert {name: finals[name] for name in papers} == papers
+    # Wild-Time's modes: the standard grid, their λ fixed at Wild-Time's Yearbook values
+    wild_time = ("coral_t", "irm_t", "dro_t", "mixup", "lisa")
+    assert {finals[f"all_{n}"] for n in wild_time} == {_grid(h[n]) for n in wild_time} == {8}
     assert _grid(f["lp_ft"], "head_space") == 8
     # SFT: all six schedules; `none` tunes lr (8 per step), the others fix it (4 per step).
     schedules = selected_schedules(h["sequential"], "paper")

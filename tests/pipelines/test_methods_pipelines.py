@@ -196,7 +196,7 @@ def test_a_corrupt_or_foreign_historical_state_stops_before_training(project, st
         from seq2final.pipelines.pretrain_historical.nodes import plan_jobs
 
         p = context.params
-        spec = resolve_sequence(p["sequence"], None, None, None, p["build_sequences"])
+        spec = resolve_sequence(p["sequence"], None, None, None, p["build_sequences"], "final")
         sequence = stores_of(project).sequences[spec.key]
         plan = plan_jobs(spec, sequence, "ft", None, None, "convnet_2", "smoke", False,
                          p["budgets"],
@@ -281,7 +281,10 @@ def test_every_method_trains_its_trials_fused_when_asked(project, stores_of, mon
     stores = stores_of(project)
     records = [stores.results[key] for key in stores.results]
     assert {name for r in records for name in (r["method"], *r["aliases"])} == set(METHODS)
-    fits = [fit for r in records for fit in r["fits"]]
-    fits += [fit for key in stores.states for fit in stores.states[key].fits]
+    # CORAL's moments and the mixing modes' draws are not written for vmap: one at a time
+    alone = {"all_coral_t", "all_mixup", "all_lisa", "coral_t", "mixup", "lisa"}
+    fits = [fit for r in records if r["final"] not in alone for fit in r["fits"]]
+    states = [stores.states[key] for key in stores.states]
+    fits += [fit for state in states if state.mode not in alone for fit in state.fits]
     assert all(fit["trials"] == 2 for fit in fits)
     assert stacks and set(stacks) == {2} and len(stacks) == len(fits)

@@ -18,8 +18,9 @@ from seq2final.core.plugins import load_plugins, plugin_paths
 from seq2final.core.schema import one_line
 from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
-from seq2final.methods.requests import resolve_request
+from seq2final.methods.requests import requested_jobs, resolve_request
 from seq2final.methods.schedules import check_schedules
+from seq2final.protocols import PROTOCOLS, runnable, sequence_options
 from seq2final.training.objectives import HyperParameters
 from seq2final.training.search import SearchSpace, get_budget
 
@@ -39,6 +40,7 @@ def validate_parameters(parameters: Mapping[str, Any]) -> RunParameters:
         raise Seq2FinalError(one_line(error, RunParameters)) from None
     spec = sequence_spec(run)
     _check_methods(run, spec.num_targets)
+    _check_protocol(run, spec)
     try:  # even when every job will be reused: a setting this machine cannot honour is a typo
         run.training.torch_device()
     except Seq2FinalError as error:
@@ -55,6 +57,7 @@ def sequence_spec(run: RunParameters) -> SequenceSpec:
         run.seed,
         run.build_sequences.test_size,
         run.build_sequences.oracle_size,
+        **sequence_options(run.protocol),
     )
 
 
@@ -80,6 +83,22 @@ def _check_methods(run: RunParameters, final_step: int) -> None:
             final_step,
             run.budget,
         )
+
+
+def _check_protocol(run: RunParameters, spec: SequenceSpec) -> None:
+    """The protocol's options fit the sequence (a split step inside it, a window before its
+    end), checked before anything is built or trained. Natural sequences are checked when built
+    (their length is the data's)."""
+    if not PROTOCOLS[run.protocol].temporal:
+        return
+    asked = requested_jobs(run.method, run.historical, run.final, run.arch)
+    runnable(asked, run.protocol, run.method or run.final)
+    if spec.natural:
+        return
+    try:
+        PROTOCOLS[run.protocol].views(len(spec.steps), run.protocol_options)
+    except Seq2FinalError as error:
+        raise Seq2FinalError(f"parameter 'protocol': {error}") from None
 
 
 def check_mode_configs(
@@ -118,6 +137,8 @@ def check_mode_configs(
                 if key not in block:
                     raise Seq2FinalError(f"{where}.{name} needs '{key}'; it has {', '.join(block)}")
                 check_space(block[key], f"{where}.{name}.{key}")
+            if mode.check is not None:
+                mode.check(block, f"{where}.{name}")
             weight = block.get("final_weight", 1.0)
             if not isinstance(weight, int | float) or weight <= 0:
                 raise Seq2FinalError(

@@ -15,6 +15,7 @@ from seq2final.core.schema import StrictModel
 from seq2final.data.sources import SOURCES
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES, METHODS
 from seq2final.models import ARCHITECTURES
+from seq2final.protocols import PROTOCOLS, ProtocolOptions
 from seq2final.training.engine import Engine
 
 MethodName = Annotated[str, AfterValidator(METHODS.validate)]
@@ -91,6 +92,8 @@ class RunParameters(StrictModel):
     final: Annotated[str | None, AfterValidator(FINAL_MODES.validate)] = None
     budget: str = "default"
     force: bool = False
+    protocol: Annotated[str, AfterValidator(PROTOCOLS.validate)] = "final"
+    protocol_options: ProtocolOptions = ProtocolOptions()
     build_sequences: BuildOptions = BuildOptions()
     quantify_shift: QuantifyOptions = QuantifyOptions()
     training: Engine = Engine()

@@ -32,7 +32,11 @@ from seq2final.data.sources import SOURCES
 STEP_SEED_HIGH = 10000
 TRAIN_FRACTION = 0.8
 """The share of a step's images that trains (the rest validates), as the original samples."""
-_LATER_OPTIONS: dict[str, Any] = {"step_tests": False, "train_fraction": TRAIN_FRACTION}
+_LATER_OPTIONS: dict[str, Any] = {
+    "step_tests": False,
+    "train_fraction": TRAIN_FRACTION,
+    "view": None,
+}
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class SequenceSpec:
     natural: bool = False
     step_tests: bool = False
     train_fraction: float = TRAIN_FRACTION
+    view: str | None = None  # a protocol's view of the sequence (its steps are the view's)
 
     @property
     def num_targets(self) -> int:

@@ -4,7 +4,12 @@ What a new method needs is importable from here: the registries and their decora
 mode returns, the :class:`Context` it trains in, and the helpers the built-in modes use.
 """
 
-from seq2final.methods import catalogue, final, historical  # noqa: F401  (registers the built-ins)
+from seq2final.methods import (  # noqa: F401  (registers the built-ins)
+    catalogue,
+    final,
+    historical,
+    wild_time,
+)
 from seq2final.methods.base import (
     FINAL_MODES,
     HISTORICAL_MODES,

@@ -94,6 +94,9 @@ class FinalOutcome:
     candidates: dict[str, tuple[nn.Module, float]] = field(default_factory=dict)
 
 
+ConfigCheck = Callable[[Mapping[str, Any], str], None]
+"""Checks a mode's settings beyond its search spaces (its YAML block and where it is), raising one
+line on a bad value; run with every other check, before any work."""
 StepZero = Callable[[], nn.Module]
 """Loads the shared step-0 model (for modes with ``uses_step0``)."""
 HistoricalTrainer = Callable[[Context, Mapping[str, Any], StepZero | None], dict[str, ModelChain]]
@@ -118,6 +121,7 @@ class HistoricalMode:
     uses_step0: bool = False
     block_equivalent: str | None = None
     config_keys: tuple[str, ...] = ("space",)
+    check: ConfigCheck | None = None
 
     def __post_init__(self) -> None:
         if self.leaves not in LEAVES:
@@ -131,7 +135,9 @@ class HistoricalMode:
 class FinalMode:
     """A way to fit the final step; ``continues_from`` lists what historical modes it follows.
 
-    ``side_module`` and ``block_equivalent`` as for :class:`HistoricalMode`.
+    ``side_module`` and ``block_equivalent`` as for :class:`HistoricalMode`. ``uses_oracle``:
+    it trains on the final step's oracle-size draw, which only a whole sequence has (the views
+    the temporal protocols train on have none).
     """
 
     name: str
@@ -141,6 +147,8 @@ class FinalMode:
     side_module: str | None = None
     block_equivalent: str | None = None
     config_keys: tuple[str, ...] = ("space",)
+    uses_oracle: bool = False
+    check: ConfigCheck | None = None
 
     def __post_init__(self) -> None:
         unknown = [kind for kind in self.continues_from if kind not in LEAVES]

@@ -23,7 +23,7 @@ from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.models import build_model
 from seq2final.training.engine import Engine
-from seq2final.training.fused import FusedTrial, fit_fused
+from seq2final.training.fused import FusedTrial, fit_fused, fusable
 from seq2final.training.loop import FitResult, fit
 from seq2final.training.objectives import HyperParameters, Task
 from seq2final.training.search import Budget, SearchSpace
@@ -105,9 +105,8 @@ class Context:
             models = [make_model() for _ in runs]
             fit_fused(models, task, trials, self.engine, self.budget.max_epochs)
 
-        tuned = self.tuner.tune(
-            f"{self.owner_key}/{stage}", space, objective, fused, self.engine.fuse_width()
-        )
+        width = self.engine.fuse_width() if fusable(task) else 1
+        tuned = self.tuner.tune(f"{self.owner_key}/{stage}", space, objective, fused, width)
         model = make_model()
         model.load_state_dict(tuned.state_dict)
         model.dropout = float(tuned.params.get("dropout", 0.0))

@@ -72,9 +72,12 @@ def _scratch_on(step: int | str) -> FinalRunner:
 
 
 final_mode("scratch", "train from scratch on the final step only", ("nothing",))(_scratch_on(-1))
-final_mode("scratch_oracle", "train from scratch on the final step at oracle size", ("nothing",))(
-    _scratch_on("oracle")
-)
+final_mode(
+    "scratch_oracle",
+    "train from scratch on the final step at oracle size",
+    ("nothing",),
+    uses_oracle=True,
+)(_scratch_on("oracle"))
 
 
 def _all_steps(objective: str) -> FinalRunner:

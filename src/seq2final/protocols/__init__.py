@@ -12,6 +12,8 @@ from seq2final.protocols.base import (
     View,
     prefix,
     protocol,
+    runnable,
+    sequence_options,
     split_step,
     stream_times,
 )
@@ -26,6 +28,8 @@ __all__ = [
     "View",
     "prefix",
     "protocol",
+    "runnable",
+    "sequence_options",
     "split_step",
     "stream_times",
 ]

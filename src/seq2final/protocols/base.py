@@ -22,6 +22,7 @@ from pydantic import Field
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.registry import Registry
 from seq2final.core.schema import StrictModel
+from seq2final.methods import FINAL_MODES, RequestedJob
 
 STEP_SPLITS = ("train", "test")
 """The splits of every step a view's model is evaluated on: ``test`` (the step's held-out
@@ -100,17 +101,23 @@ def protocol(
     return register
 
 
+def long_enough(num_steps: int) -> int:
+    """The last step T of a sequence long enough for a temporal protocol: a model with history
+    (steps 0..1) and a later step to test it on need steps 0..2 at least."""
+    if num_steps < 3:
+        raise Seq2FinalError(
+            f"a sequence of {num_steps} steps is too short for a temporal protocol; valid: "
+            "sequences of at least 3 steps (source and two shifted steps)"
+        )
+    return num_steps - 1
+
+
 def split_step(num_steps: int, options: ProtocolOptions) -> int:
     """The split step: the given one, checked, or the middle of the sequence.
 
     It must leave history before it and at least one step after it: 1..T−1 for steps 0..T.
     """
-    last = num_steps - 1
-    if last < 2:
-        raise Seq2FinalError(
-            f"a sequence of {num_steps} steps is too short for a split step; valid: sequences "
-            "of at least 3 steps"
-        )
+    last = long_enough(num_steps)
     step = options.split_step if options.split_step is not None else last // 2
     if not 1 <= step <= last - 1:
         raise Seq2FinalError(
@@ -122,12 +129,34 @@ def split_step(num_steps: int, options: ProtocolOptions) -> int:
 
 def stream_times(num_steps: int, options: ProtocolOptions) -> range:
     """The times t a stream scores (t+1..t+window must exist): 1..T−window."""
-    last = num_steps - 1
+    last = long_enough(num_steps)
     if not 1 <= options.window <= last - 1:
         raise Seq2FinalError(
             f"protocol_options.window {options.window} is past the end of the sequence (steps "
-            f"0..{last}, the stream starting at step 1); valid: 1..{max(1, last - 1)}"
+            f"0..{last}, the stream starting at step 1); valid: 1..{last - 1}"
             if options.window >= 1
-            else f"protocol_options.window {options.window}: valid: 1..{max(1, last - 1)}"
+            else f"protocol_options.window {options.window}: valid: 1..{last - 1}"
         )
     return range(1, last - options.window + 1)
+
+
+def sequence_options(protocol: str) -> dict[str, Any]:
+    """How a protocol's sequences are built: a test split for every step and Wild-Time's
+    90 % train share under the temporal protocols; nothing different under ``final``."""
+    if not PROTOCOLS[protocol].temporal:
+        return {}
+    return {"step_tests": True, "train_fraction": WILD_TIME_TRAIN_FRACTION}
+
+
+def runnable(wanted: list[RequestedJob], protocol: str, named: str | None) -> list[RequestedJob]:
+    """The requested jobs a temporal protocol's views can train: a final mode that needs the
+    oracle draw cannot. Asked for by name (``named``), such a job is refused in one line; among
+    all methods, it is left out."""
+    kept = [job for job in wanted if not FINAL_MODES[job.final].uses_oracle]
+    if named and len(kept) < len(wanted):
+        raise Seq2FinalError(
+            f"method '{named}' cannot run under protocol '{protocol}': it trains on the final "
+            "step's oracle-size draw, which the views a temporal protocol trains on do not have; "
+            "valid: any method but the oracle, or protocol final"
+        )
+    return kept

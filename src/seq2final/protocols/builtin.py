@@ -18,6 +18,7 @@ from seq2final.protocols.base import (
     ProtocolOptions,
     StepAccuracies,
     View,
+    long_enough,
     prefix,
     protocol,
     split_step,
@@ -106,7 +107,7 @@ def _eval_stream(
 
 
 def _test_then_train_views(num_steps: int, options: ProtocolOptions) -> list[View]:
-    return [prefix(t) for t in range(1, num_steps - 1)]
+    return [prefix(t) for t in range(1, long_enough(num_steps))]
 
 
 @protocol(

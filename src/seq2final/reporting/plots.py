@@ -227,3 +227,37 @@ def result_heatmap(means: pd.DataFrame, title: str) -> Figure:
     axis.set_title(_wrapped(title, 55), fontsize=8)
     figure.tight_layout()
     return figure
+
+
+def protocol_figure(rows: list[dict], protocol: str, title: str) -> Figure:
+    """One line per method over time, means over seeds: for ``eval_stream`` each time's window
+    average with the band down to its worst step shaded; for ``test_then_train`` the accuracy on
+    each step before training on it; for ``eval_fix`` and ``mixed_split`` the accuracy on each
+    later step."""
+    figure, axis = plt.subplots(figsize=(6.4, 3.8))
+    methods = [m for m in paper_columns() if any(r["method"] == m for r in rows)]
+    methods += sorted({r["method"] for r in rows} - set(methods))
+    for method in methods:
+        mine = [r for r in rows if r["method"] == method]
+        if protocol == "eval_stream":
+            frame = pd.DataFrame([t for r in mine for t in r["per_time"]])
+            means = frame.groupby("time")[["average", "worst"]].mean()
+            x, y = means.index, means["average"]
+            axis.fill_between(x, means["worst"], y, color=_method_colour(method), alpha=0.15)
+        else:
+            column = "curve" if protocol == "test_then_train" else "ood_per_step"
+            frame = pd.DataFrame([{"step": int(s), "accuracy": a} for r in mine
+                                  for s, a in r[column].items()])  # fmt: skip
+            means = frame.groupby("step")["accuracy"].mean()
+            x, y = means.index, means
+        axis.plot(x, y, marker="o", markersize=3, color=_method_colour(method), label=method)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    xlabel = {"eval_stream": "time t (model of steps 0..t)",
+              "test_then_train": "step t (predicted by the model of steps 0..t-1)"}  # fmt: skip
+    axis.set(xlabel=xlabel.get(protocol, "later step"), ylabel="accuracy", ylim=(0, 1))
+    if protocol == "eval_stream":
+        axis.set_title("window average (line) down to the window's worst step (band)", fontsize=8)
+    axis.legend(fontsize="small", ncol=2, loc="best")
+    figure.suptitle(_wrapped(title), fontsize=10)
+    figure.tight_layout()
+    return figure

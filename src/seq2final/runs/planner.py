@@ -11,12 +11,17 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from pydantic import ValidationError
+
 from seq2final.config.checks import check_mode_configs
 from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
+from seq2final.core.schema import one_line
+from seq2final.core.seeds import derived_seed
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import HISTORICAL_MODES, HistoricalState, requested_jobs
+from seq2final.protocols import PROTOCOLS, ProtocolOptions, runnable
 from seq2final.runs.keys import job_key, key_base, state_key, step0_key
-from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan
+from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan, ViewPlan
 from seq2final.training.engine import Engine
 from seq2final.training.search import get_budget
 
@@ -35,6 +40,9 @@ def plan_run(
     """Resolve the run parameters into keyed states and jobs (no training, no data loading).
 
     ``data`` is the content hash of the stored sequence (its manifest's ``content_hash``).
+    Under a temporal protocol (``request["protocol"]``) every view it trains is planned as a
+    sequence of its own: its states and jobs are keyed by the view, so views that protocols share
+    are trained once, and the step-0 model is shared by every view that starts at step 0 as it is.
     """
     budget_name = request["budget"]
     budget = get_budget(budgets, budget_name).results_key()
@@ -44,31 +52,45 @@ def plan_run(
     except Seq2FinalError as error:
         raise Seq2FinalError(f"parameter 'training': {error}") from None
     arch = request["arch"]
-    check_mode_configs(historical_modes, final_modes, step0_space, spec.num_targets, budget_name)
-    base = key_base(spec, arch, budget, engine.results_key(), data)
-    shared_step0 = step0_key(base, budget_name, step0_space)
+    name = request.get("protocol", "final")
+    options = dict(request.get("protocol_options") or {})
+    problems = _problems(spec, name, options)
+    wanted = requested_jobs(request["method"], request["historical"], request["final"], arch)
+    if problems[0][1] is not None:
+        wanted = runnable(wanted, name, request["method"] or request["final"])
     states: dict[str, StatePlan] = {}
     jobs: dict[str, JobPlan] = {}
     requested = []
-    for job in requested_jobs(request["method"], request["historical"], request["final"], arch):
-        state = None
-        if job.historical != "none":
-            # a mode with no settings (config_keys empty) may have no YAML block
-            config = dict(historical_modes.get(job.historical, {}))
-            depends = shared_step0 if HISTORICAL_MODES[job.historical].uses_step0 else None
-            if depends and depends not in states:
-                states[depends] = StatePlan(depends, STEP0, {"space": dict(step0_space)})
-            state = state_key(base, budget_name, job.historical, config, depends)
-            states.setdefault(state, StatePlan(state, job.historical, config, depends))
-        final_config = dict(final_modes.get(job.final, {}))
-        key = job_key(spec, base, budget_name, job.historical, job.final, state, final_config)
-        if key in jobs:
-            jobs[key] = replace(jobs[key], requested=(*jobs[key].requested, job.requested))
-        else:
-            jobs[key] = JobPlan(
-                key, job.method, (job.requested,), job.historical, job.final, state, final_config
-            )
-        requested.append((job.requested, key))
+    whole = key_base(spec, arch, budget, engine.results_key(), data)
+    for problem, view in problems:
+        check_mode_configs(
+            historical_modes, final_modes, step0_space, problem.num_targets, budget_name
+        )
+        base = key_base(problem, arch, budget, engine.results_key(), data)
+        # step 0 of a view is the sequence's own unless the view mixes its training images
+        step0_view = view if view is not None and view.mixed_seed is not None else None
+        shared_step0 = step0_key(base if step0_view else whole, budget_name, step0_space)
+        for job in wanted:
+            state = None
+            if job.historical != "none":
+                # a mode with no settings (config_keys empty) may have no YAML block
+                config = dict(historical_modes.get(job.historical, {}))
+                depends = shared_step0 if HISTORICAL_MODES[job.historical].uses_step0 else None
+                if depends and depends not in states:
+                    states[depends] = StatePlan(
+                        depends, STEP0, {"space": dict(step0_space)}, view=step0_view
+                    )
+                state = state_key(base, budget_name, job.historical, config, depends)
+                states.setdefault(state, StatePlan(state, job.historical, config, depends, view))
+            final_config = dict(final_modes.get(job.final, {}))
+            key = job_key(problem, base, budget_name, job.historical, job.final, state,
+                          final_config)  # fmt: skip
+            if key in jobs:
+                jobs[key] = replace(jobs[key], requested=(*jobs[key].requested, job.requested))
+            else:
+                jobs[key] = JobPlan(key, job.method, (job.requested,), job.historical, job.final,
+                                    state, final_config, view)  # fmt: skip
+            requested.append((job.requested, key))
     return RunPlan(
         sequence_key=spec.key,
         sequence_name=spec.name,
@@ -84,7 +106,40 @@ def plan_run(
         states=list(states.values()),
         jobs=list(jobs.values()),
         requested=requested,
+        protocol=name,
+        protocol_options=options,
     )
+
+
+def _problems(
+    spec: SequenceSpec, protocol: str, options: Mapping[str, Any]
+) -> list[tuple[SequenceSpec, ViewPlan | None]]:
+    """The Seq-to-Final problems a protocol trains: the sequence itself, or each of its views
+    as a spec of its own (the view's steps, its name in the key)."""
+    chosen = PROTOCOLS[protocol]
+    try:
+        parsed = ProtocolOptions.model_validate(options)
+    except ValidationError as error:
+        raise Seq2FinalError(one_line(error, ProtocolOptions, "protocol_options")) from None
+    views = chosen.views(len(spec.steps), parsed)
+    if not chosen.temporal:
+        return [(spec, None)]
+    if not spec.step_tests:
+        raise Seq2FinalError(
+            f"protocol '{protocol}' tests on every step, and sequence '{spec.key}' was built "
+            "without step test splits; build it under the same protocol"
+        )
+    return [
+        (
+            replace(spec, steps=tuple(spec.steps[s] for s in view.steps), view=view.name),
+            ViewPlan(
+                view.name,
+                view.steps,
+                derived_seed(spec.seed, "mixed", view.name) if view.mixed else None,
+            ),
+        )  # fmt: skip
+        for view in views
+    ]
 
 
 def load_states(plan: RunPlan, store: Mapping[str, HistoricalState]) -> dict[str, HistoricalState]:

@@ -18,6 +18,17 @@ STEP0 = "step0"
 
 
 @dataclass(frozen=True)
+class ViewPlan:
+    """The view of the sequence a state or job trains on under a temporal protocol: its name,
+    the sequence's steps it holds (the last is its final step) and, for a view whose training
+    images are mixed from every step, the seed of that draw."""
+
+    name: str
+    steps: tuple[int, ...]
+    mixed_seed: int | None = None
+
+
+@dataclass(frozen=True)
 class StatePlan:
     """One historical state to train (or reuse): a mode, or the shared step-0 model."""
 
@@ -25,6 +36,7 @@ class StatePlan:
     mode: str
     config: dict[str, Any]
     step0_key: str | None = None
+    view: ViewPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,7 @@ class JobPlan:
     final: str
     state_key: str | None
     config: dict[str, Any]
+    view: ViewPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,8 @@ class RunPlan:
     states: list[StatePlan]
     jobs: list[JobPlan]
     requested: list[tuple[str, str]] = field(default_factory=list)
+    protocol: str = "final"
+    protocol_options: dict[str, Any] = field(default_factory=dict)
 
     def engine_options(self) -> Engine:
         """The engine the plan's fits run with."""
@@ -77,9 +92,19 @@ class RunPlan:
             "dataset": self.dataset,
         }
         params.update({"data_path": self.data_path} if self.data_path else {})
+        if self.protocol != "final":
+            params.update(protocol=self.protocol, protocol_options=dict(self.protocol_options))
         return {**params, **what, "arch": self.arch, "budget": self.budget_name}
 
     def command(self, pipeline: str, job: JobPlan) -> str:
         """The command that runs ``pipeline`` for ``job`` with this plan's sequence and settings."""
-        params = ",".join(f"{k}:{v}" for k, v in self.job_params(job).items())
+        params = ",".join(
+            f"{key}:{value}"
+            for name, given in self.job_params(job).items()
+            for key, value in (
+                ((f"{name}.{k}", v) for k, v in given.items() if v is not None)
+                if isinstance(given, dict)
+                else ((name, given),)
+            )
+        )
         return f"kedro run --pipeline {pipeline} --params {params}"

@@ -28,7 +28,8 @@ from seq2final.methods import (
 )
 from seq2final.methods.historical import train_step0
 from seq2final.models import count_parameters
-from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan
+from seq2final.protocols import STEP_SPLITS
+from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan, ViewPlan
 from seq2final.runs.result_store import ResultStore
 from seq2final.runs.state_store import HistoricalStore
 from seq2final.training.engine import Engine, predict_logits
@@ -63,6 +64,31 @@ def chain_accuracies(
     }
 
 
+def problem_sequence(sequence: ShiftSequence, view: ViewPlan | None) -> ShiftSequence:
+    """What a state or job trains on: the sequence, or the protocol's view of it."""
+    if view is None:
+        return sequence
+    return sequence.view(view.name, view.steps, view.mixed_seed)
+
+
+def step_accuracies(
+    model: nn.Module, sequence: ShiftSequence, engine: Engine, step: int | None
+) -> dict[str, dict[str, float]]:
+    """The model's accuracy on every step of the whole sequence, on each of
+    :data:`~seq2final.protocols.STEP_SPLITS`, with each test split's size: what every protocol
+    scores a view's model by (keys are step indices as strings, as JSON keeps them)."""
+    table: dict[str, dict[str, float]] = {}
+    for index in range(sequence.num_steps):
+        row: dict[str, float] = {}
+        for split in STEP_SPLITS:
+            data = TensorSplit.from_arrays(*sequence.step(index).split(split))
+            row[split] = _test_metrics(model, data, engine, step)["accuracy"]
+            if split == "test":
+                row["test_size"] = len(data)
+        table[str(index)] = row
+    return table
+
+
 def _context(plan: RunPlan, sequence: ShiftSequence, owner_key: str) -> Context:
     engine = plan.engine_options()
     budget = get_budget({plan.budget_name: plan.budget}, plan.budget_name)
@@ -91,7 +117,8 @@ class StateRecipe:
 
     def build(self, store: Mapping[str, HistoricalState]) -> HistoricalState:
         started = time.perf_counter()
-        ctx = self._context = _context(self.plan, self.sequence, self.state.key)
+        sequence = problem_sequence(self.sequence, self.state.view)
+        ctx = self._context = _context(self.plan, sequence, self.state.key)
         if self.state.mode == STEP0:
             model = train_step0(ctx, SearchSpace.parse(self.state.config["space"], "step0"))
             chains = {"main": ModelChain([model])}
@@ -152,7 +179,8 @@ class JobRecipe:
 
     def run(self) -> JobOutcome:
         started = time.perf_counter()
-        ctx = self._context = _context(self.plan, self.sequence, self.job.key)
+        sequence = problem_sequence(self.sequence, self.job.view)
+        ctx = self._context = _context(self.plan, sequence, self.job.key)
         state = None if self.state is None else self.state.to(ctx.device)
         outcome = FINAL_MODES[self.job.final].run(ctx, self.job.config, state)
         test = ctx.split(-1, "test")
@@ -196,6 +224,12 @@ class JobRecipe:
             "engine": self.plan.engine,
             "fits": [{k: v for k, v in f.items() if k != "history"} for f in ctx.fits],
         }
+        if self.job.view is not None:  # scored by a temporal protocol: every step's accuracy
+            record["view"] = {"name": self.job.view.name, "steps": list(self.job.view.steps),
+                              "mixed_seed": self.job.view.mixed_seed}  # fmt: skip
+            record["step_accuracies"] = step_accuracies(
+                outcome.model, self.sequence, ctx.engine, outcome.step
+            )
         curves = [{"stage": f["stage"], **row} for f in ctx.fits for row in f["history"]]
         return JobOutcome(record, outcome.model, curves)
 

@@ -193,7 +193,9 @@ def plans_of(
     data = stores.sequences[work.spec.key].content_hash if work.built else UNBUILT
     plans = []
     for arch, ask in itertools.product(request.archs, request.asks()):
-        run_request = {**ask, "arch": arch, "budget": params["budget"], "force": False}
+        run_request = {**ask, "arch": arch, "budget": params["budget"], "force": False,
+                       "protocol": params.get("protocol", "final"),
+                       "protocol_options": params.get("protocol_options") or {}}  # fmt: skip
         plans.append(
             plan_run(
                 work.spec,

@@ -33,6 +33,7 @@ from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunT
 
 from seq2final.config.parameters import MlflowOptions
 from seq2final.methods import METHODS
+from seq2final.protocols import STEP_SPLITS
 from seq2final.reporting.plots import learning_curves
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.recipes import JobOutcome, JobRecipe
@@ -104,7 +105,9 @@ class JobTracker:
         )
 
     def names(self, job: JobPlan) -> JobNames:
-        return JobNames.of(self.options, **plan_fields(self.plan, job.method))
+        # a temporal protocol's view is a model of its own: its name says which view
+        method = job.method if job.view is None else f"{job.method}.{job.view.name}"
+        return JobNames.of(self.options, **plan_fields(self.plan, method))
 
     def _experiment_id(self, job: JobPlan) -> str:
         name = self.names(job).experiment
@@ -225,6 +228,9 @@ class JobTracker:
             tags["aliases"] = ",".join(aliases)
         if self.kedro_run_id:
             tags["kedro_run_id"] = self.kedro_run_id
+        if job.view is not None:  # one of a temporal protocol's views of the sequence
+            tags["view"] = job.view.name
+            tags["view_steps"] = ",".join(map(str, job.view.steps))
         return tags
 
     def _log_params(self, run_id: str, job: JobPlan) -> None:
@@ -259,6 +265,9 @@ class JobTracker:
         }  # fmt: skip
         summary["parameter_count"] = record["parameters"]
         metrics = [Metric(k, float(v), now, 0) for k, v in summary.items()]
+        for step, row in record.get("step_accuracies", {}).items():  # a protocol's view
+            metrics += [Metric(f"steps/{split}_accuracy", float(row[split]), now, int(step))
+                        for split in STEP_SPLITS]  # fmt: skip
         final_stage = _final_stage(record)
         stages = list(dict.fromkeys(curves["stage"]))
         for stage, rows in curves.groupby("stage", sort=False):
@@ -403,7 +412,8 @@ def plan_fields(plan: RunPlan, method: str) -> dict[str, Any]:
 
 
 def _run_name(plan: RunPlan, job: JobPlan) -> str:
-    return f"{job.method} · {plan.arch} · seed {plan.seed} · {plan.budget_name}"
+    view = f" · steps {job.view.name}" if job.view is not None else ""
+    return f"{job.method}{view} · {plan.arch} · seed {plan.seed} · {plan.budget_name}"
 
 
 def _final_stage(record: Mapping[str, Any]) -> str:

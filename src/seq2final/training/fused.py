@@ -161,6 +161,15 @@ class _Objective(nn.Module):
         return loss, ce_sum, correct
 
 
+FUSABLE_OBJECTIVES = ("erm", "irm", "dro", "joint")
+
+
+def fusable(task: Task) -> bool:
+    """Whether a fit's trials can train as one stack: not with batch mixing or CORAL (their
+    draws and moments are not written for ``vmap``); such fits train one trial at a time."""
+    return task.objective in FUSABLE_OBJECTIVES and task.mixing is None
+
+
 def fit_fused(
     models: list[nn.Module],
     task: Task,
@@ -174,6 +183,12 @@ def fit_fused(
     if len(models) != len(trials) or not models:
         raise Seq2FinalError(
             f"fit_fused needs one trial per model, got {len(trials)} for {len(models)} model(s)"
+        )
+    if not fusable(task):
+        raise Seq2FinalError(
+            f"fused fits cannot train objective '{task.objective}'"
+            + (f" with {task.mixing}" if task.mixing else "")
+            + "; train its trials one at a time (training.fuse: 1)"
         )
     if engine.amp == "fp16" or engine.channels_last:
         raise Seq2FinalError(

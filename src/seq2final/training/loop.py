@@ -40,6 +40,7 @@ from seq2final.training.engine import (
     predict_logits,
     scale_images,
 )
+from seq2final.training.mixing import Mixer
 from seq2final.training.objectives import Batch, HyperParameters, Task, objective_loss
 from seq2final.training.tensors import TensorSplit
 
@@ -138,6 +139,9 @@ def fit(
     weights = task.step_weights or [1.0] * len(domains)
     valid = task.valid.to(device)  # on the device once, not once per epoch
     cyclers = [_Cycler(len(d), engine.batch_size, generator) for d in domains]
+    mixers = [
+        Mixer(task.mixing, task.mix_alpha, d, engine) if task.mixing else None for d in domains
+    ]
     batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in domains)
 
     step_loss, step_hp = objective_loss, hp
@@ -165,13 +169,16 @@ def fit(
             count = 0
             for _ in range(batches_per_epoch):
                 batches = []
-                for domain, cycler, step, loss_weight in zip(
-                    domains, cyclers, steps, weights, strict=True
+                for domain, cycler, step, loss_weight, mixer in zip(
+                    domains, cyclers, steps, weights, mixers, strict=True
                 ):
                     index = cycler.next()
                     weight = None if domain.weight is None else domain.weight[index]
-                    x = scale_images(domain.x[index], engine)
-                    batches.append(Batch(x, domain.y[index], weight, step, loss_weight))
+                    x, y = scale_images(domain.x[index], engine), domain.y[index]
+                    mixed_y = mix = None
+                    if mixer is not None:
+                        x, mixed_y, mix = mixer(x, y, generator)
+                    batches.append(Batch(x, y, weight, step, loss_weight, None, mixed_y, mix))
                 with autocast(engine, device):
                     loss, batch_ce, batch_correct, batch_count = step_loss(
                         model, batches, task, step_hp, generator

@@ -20,7 +20,8 @@ from seq2final.models import JointModel, squared_weight_norm, sum_of_squares
 from seq2final.training.engine import Engine, run_model, scale_images
 from seq2final.training.tensors import TensorSplit
 
-OBJECTIVES = ("erm", "irm", "dro", "joint")
+OBJECTIVES = ("erm", "irm", "dro", "joint", "coral")
+MIXINGS = ("mixup", "lisa")
 
 
 @dataclass
@@ -42,12 +43,16 @@ class Task:
     anchors: list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = field(
         default_factory=list
     )
+    mixing: str | None = None
+    mix_alpha: float = 2.0
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
             raise Seq2FinalError(
                 f"unknown objective '{self.objective}'; valid: {', '.join(OBJECTIVES)}"
             )
+        if self.mixing is not None and self.mixing not in MIXINGS:
+            raise Seq2FinalError(f"unknown mixing '{self.mixing}'; valid: {', '.join(MIXINGS)}")
         if not self.domains or any(len(d) == 0 for d in self.domains) or len(self.valid) == 0:
             raise Seq2FinalError("a fit needs non-empty training domains and validation set")
 
@@ -62,6 +67,7 @@ class HyperParameters:
     irm_penalty: float = 1.0
     ewc_lambda: float = 0.0
     adjacency: float = 0.0
+    coral: float = 0.0
 
     @classmethod
     def from_dict(cls, values: dict[str, float]) -> HyperParameters:
@@ -144,10 +150,31 @@ def ewc_penalty(
     return torch.stack(terms).sum()
 
 
+def coral_penalty(features: Sequence[torch.Tensor]) -> torch.Tensor:
+    """CORAL between every pair of domains, averaged over the pairs: the mean squared difference
+    of their means plus that of their (unbiased) covariances, computed on the outputs as
+    Wild-Time's CORAL does."""
+    moments = []
+    for output in features:
+        output = at_least_float32(output)
+        mean = output.mean(0)
+        centred = output - mean
+        moments.append((mean, centred.T @ centred / max(1, len(output) - 1)))
+    pairs = [
+        (moments[i], moments[j]) for i in range(len(moments)) for j in range(i + 1, len(moments))
+    ]
+    if not pairs:
+        return torch.zeros((), device=features[0].device)
+    return torch.stack([
+        (m1 - m2).pow(2).mean() + (c1 - c2).pow(2).mean() for (m1, c1), (m2, c2) in pairs
+    ]).mean()  # fmt: skip
+
+
 @dataclass
 class Batch:
     """One domain's batch: scaled images, labels, sample weights, the time step a joint model runs
-    it at, and its weight in the joint loss (the paper's c_t; 1 elsewhere)."""
+    it at, and its weight in the joint loss (the paper's c_t; 1 elsewhere). A mixup batch also
+    carries the labels of the images mixed in and the mixing weight of the first ones."""
 
     x: torch.Tensor
     y: torch.Tensor
@@ -155,6 +182,8 @@ class Batch:
     step: int | None
     loss_weight: float
     irm_order: torch.Tensor | None = None  # IRM's permutation, when drawn outside (fused fits)
+    mixed_y: torch.Tensor | None = None
+    mix: torch.Tensor | None = None
 
 
 def objective_loss(
@@ -171,9 +200,14 @@ def objective_loss(
     ce_sum = torch.zeros((), dtype=torch.float64, device=device)  # double, as a Python sum was
     correct = torch.zeros((), dtype=torch.int64, device=device)
     penalties = torch.zeros((), device=device)
+    outputs = []
     for batch in batches:
         logits = run_model(model, batch.x, batch.step)
+        outputs.append(logits)
         losses = F.cross_entropy(at_least_float32(logits), batch.y, reduction="none")  # once
+        if batch.mixed_y is not None:  # mixup: the loss of each label, by its share of the image
+            other = F.cross_entropy(at_least_float32(logits), batch.mixed_y, reduction="none")
+            losses = batch.mix * losses + (1 - batch.mix) * other
         ce = (losses if batch.weight is None else losses * batch.weight).mean()
         if task.objective == "irm":
             penalty = irm_penalty(logits, batch.y, generator, batch.irm_order)
@@ -188,6 +222,8 @@ def objective_loss(
         data_loss = torch.stack(ce_terms).max()
     elif task.objective == "joint":
         data_loss = torch.stack(ce_terms).sum() / len(ce_terms)
+    elif task.objective == "coral":  # the domains' mean loss, their outputs' moments aligned
+        data_loss = torch.stack(ce_terms).mean() + hp.coral * coral_penalty(outputs)
     else:
         data_loss = torch.stack(ce_terms).sum()
     if _active(hp.weight_decay):

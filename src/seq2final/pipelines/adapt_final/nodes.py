@@ -10,6 +10,9 @@ from seq2final.config.parameters import MlflowOptions
 from seq2final.core.plugins import plugin_paths
 from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import HistoricalState
+from seq2final.protocols import PROTOCOLS, ProtocolOptions
+from seq2final.reporting.protocols import protocol_scores
+from seq2final.reporting.tables import shown_name
 from seq2final.runs.planner import load_states
 from seq2final.runs.plans import RunPlan
 from seq2final.runs.recipes import JobRecipe
@@ -74,16 +77,49 @@ def result_rows(results: Mapping[str, dict[str, Any]], plan: RunPlan) -> list[tu
     return rows
 
 
+def protocol_rows(
+    results: Mapping[str, dict[str, Any]], plan: RunPlan
+) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """Under a temporal protocol: one row per method, the protocol's numbers over its views."""
+    chosen = PROTOCOLS[plan.protocol]
+    records = [results[job.key] for job in plan.jobs]
+    scores = protocol_scores(records, plan.protocol, ProtocolOptions(**plan.protocol_options))
+    columns = ("method", *chosen.reports, "seconds")
+    seconds: dict[str, float] = {}
+    for record in records:
+        seconds[shown_name(record)] = seconds.get(shown_name(record), 0.0) + record["wall_seconds"]
+    rows = [
+        (row["method"], *(f"{row[m]:.3f}" for m in chosen.reports), f"{seconds[row['method']]:.1f}")
+        for row in scores
+    ]
+    return columns, rows
+
+
+def run_table(
+    results: Mapping[str, dict[str, Any]], plan: RunPlan
+) -> tuple[str, tuple[str, ...], list[tuple[str, ...]]]:
+    """The run's table: its title, columns and rows (the final step's numbers per method, or
+    under a temporal protocol the protocol's)."""
+    if PROTOCOLS[plan.protocol].temporal:
+        columns, rows = protocol_rows(results, plan)
+        return f"{result_title(plan)} · protocol {plan.protocol}", columns, rows
+    return result_title(plan), RESULT_COLUMNS, result_rows(results, plan)
+
+
 def report_results(results: Mapping[str, dict[str, Any]], plan: RunPlan) -> dict[str, str]:
     """The run's result table as Markdown, kept under ``result_reports`` (the terminal shows it
     as a table when the run ends: :class:`seq2final.hooks.RunSummaryHook`)."""
+    title, columns, rows = run_table(results, plan)
+    name = f"{plan.sequence_key}/{plan.arch}-{plan.budget_name}"
+    if PROTOCOLS[plan.protocol].temporal:
+        name += f"-{plan.protocol}"
     lines = [
-        f"# {result_title(plan)}",
+        f"# {title}",
         "",
         f"Sequence {plan.sequence_key}, seed {plan.seed}.",
         "",
-        "| " + " | ".join(RESULT_COLUMNS) + " |",
-        "|" + "---|" * len(RESULT_COLUMNS),
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
     ]
-    lines += ["| " + " | ".join(row) + " |" for row in result_rows(results, plan)]
-    return {f"{plan.sequence_key}/{plan.arch}-{plan.budget_name}": "\n".join(lines) + "\n"}
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return {name: "\n".join(lines) + "\n"}

@@ -14,6 +14,7 @@ from seq2final.data.sampler import build_sequence
 from seq2final.data.sequence import ShiftSequence
 from seq2final.data.sources import SourceData, load_source
 from seq2final.data.spec import SequenceSpec, resolve_spec
+from seq2final.protocols import sequence_options
 from seq2final.reporting import plots
 
 
@@ -23,11 +24,14 @@ def resolve_sequence(
     data_path: str | None,
     seed: int | None,
     options: dict[str, Any],
+    protocol: str,
 ) -> SequenceSpec:
-    """The full specification of the sequence the run parameters name."""
+    """The full specification of the sequence the run parameters name (under a temporal
+    protocol, with a test split for every step)."""
     return resolve_spec(
-        sequence, dataset, data_path, seed, options.get("test_size"), options.get("oracle_size")
-    )
+        sequence, dataset, data_path, seed, options.get("test_size"), options.get("oracle_size"),
+        **sequence_options(protocol),
+    )  # fmt: skip
 
 
 def load_source_data(spec: SequenceSpec, options: dict[str, Any]) -> SourceData:

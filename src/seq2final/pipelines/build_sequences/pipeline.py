@@ -17,6 +17,7 @@ def resolve_sequence_node() -> Node:
             "params:data_path",
             "params:seed",
             "params:build_sequences",
+            "params:protocol",
         ],
         outputs="sequence_spec",
         name="resolve_sequence",

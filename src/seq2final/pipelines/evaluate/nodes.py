@@ -13,7 +13,9 @@ import pandas as pd
 from seq2final.core.errors import Seq2FinalError
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import ORACLE, paper_columns
+from seq2final.protocols import PROTOCOLS, ProtocolOptions
 from seq2final.reporting.comparisons import paired_comparison
+from seq2final.reporting.protocols import protocol_scores, protocol_tables
 from seq2final.reporting.tables import (
     ResultTable,
     arch_sort_key,
@@ -56,8 +58,9 @@ def gather_results(spec: SequenceSpec, results: Mapping[str, dict[str, Any]]) ->
                 "delete the file", where, type(error).__name__, error,
             )  # fmt: skip
             continue
-        if not ours:
-            continue
+        if not ours or ("view" in record) != spec.step_tests:
+            continue  # another protocol's results (built with or without step tests)
+        cell = (*cell, record["view"]["name"]) if "view" in record else cell
         if record["sequence_key"] != expected:
             raise Seq2FinalError(
                 f"result {key} is for sequence '{record['sequence_key']}', not '{expected}': "
@@ -84,18 +87,26 @@ def gather_results(spec: SequenceSpec, results: Mapping[str, dict[str, Any]]) ->
 
 
 def tabulate_results(
-    records: list[dict[str, Any]], spec: SequenceSpec, options: Mapping[str, Any]
+    records: list[dict[str, Any]],
+    spec: SequenceSpec,
+    options: Mapping[str, Any],
+    protocol: str = "final",
+    protocol_options: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, pd.DataFrame], dict[str, str], dict[str, str]]:
     """Per budget: Tables 8–13 (per architecture), the Table 2 summary and the paired
-    comparisons, as CSV and Markdown (the tables also as LaTeX).
+    comparisons, as CSV and Markdown (the tables also as LaTeX); under a temporal protocol, its
+    numbers as tables of the same layout instead.
 
     Budgets are never mixed in one table: a ``quick`` and a ``default`` result are different
     experiments.
     """
+    folder = report_folder(spec.name, spec.dataset)
+    if PROTOCOLS[protocol].temporal:
+        rows = protocol_scores(records, protocol, ProtocolOptions(**(protocol_options or {})))
+        return protocol_tables(rows, protocol, f"{spec.name} ({spec.dataset})", folder)
     csv: dict[str, pd.DataFrame] = {}
     markdown: dict[str, str] = {}
     latex: dict[str, str] = {}
-    folder = report_folder(spec.name, spec.dataset)
     for budget in sorted({r["budget"] for r in records}):
         group = [r for r in records if r["budget"] == budget]
         table = ResultTable.from_cells(cells(group))
@@ -206,7 +217,11 @@ def choose_best_models(
     order = {name: index for index, name in enumerate(paper_columns())}
     rows = []
     for arch in sorted({r["arch"] for r in records}, key=arch_sort_key):
-        candidates = [r for r in records if r["arch"] == arch and shown_name(r) != ORACLE]
+        # a temporal protocol's views are not adapted final models: they do not compete
+        candidates = [
+            r for r in records
+            if r["arch"] == arch and shown_name(r) != ORACLE and "view" not in r
+        ]  # fmt: skip
         if not candidates:
             continue
         best = max(

@@ -25,7 +25,13 @@ def create_pipeline(**kwargs) -> Pipeline:
             gather_results_node(),
             Node(
                 nodes.tabulate_results,
-                inputs=["sequence_results", "sequence_spec", "params:evaluate"],
+                inputs=[
+                    "sequence_results",
+                    "sequence_spec",
+                    "params:evaluate",
+                    "params:protocol",
+                    "params:protocol_options",
+                ],
                 outputs=["result_tables", "result_table_reports", "result_table_latex"],
                 name="tabulate_results",
             ),

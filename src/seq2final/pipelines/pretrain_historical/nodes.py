@@ -26,6 +26,8 @@ def plan_jobs(
     historical_modes: dict[str, Any],
     final_modes: dict[str, Any],
     options: dict[str, Any],
+    protocol: str = "final",
+    protocol_options: dict[str, Any] | None = None,
 ) -> RunPlan:
     """Which jobs the run parameters ask for, and the keyed historical states they need.
 
@@ -41,6 +43,8 @@ def plan_jobs(
         "arch": arch,
         "budget": budget,
         "force": force,
+        "protocol": protocol,
+        "protocol_options": protocol_options or {},
     }
     return plan_run(
         spec, request, budgets, training, tuning, historical_modes, final_modes, options["step0"],

@@ -27,6 +27,8 @@ def plan_jobs_node() -> Node:
             "historical_modes": "params:historical_modes",
             "final_modes": "params:final_modes",
             "options": "params:pretrain_historical",
+            "protocol": "params:protocol",
+            "protocol_options": "params:protocol_options",
         },
         outputs="job_plan",
         name="plan_jobs",

@@ -21,9 +21,11 @@ from torch import nn
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import ORACLE, HistoricalState
 from seq2final.models import JointModel
+from seq2final.protocols import PROTOCOLS, ProtocolOptions
 from seq2final.reporting import plots
 from seq2final.reporting.interpolation import interpolation_path, path_ends, path_key
 from seq2final.reporting.projection import weight_projection
+from seq2final.reporting.protocols import protocol_scores
 from seq2final.reporting.svcca import svcca_similarity
 from seq2final.reporting.tables import ResultTable, cells, report_folder, shown_name
 from seq2final.training.engine import Engine
@@ -42,6 +44,8 @@ def _groups(records: list[dict[str, Any]]) -> dict[Group, dict[str, dict[str, An
     """Records by (budget, arch, seed), each keyed by the name the tables show it under."""
     groups: dict[Group, dict[str, dict[str, Any]]] = defaultdict(dict)
     for record in records:
+        if "view" in record:  # a temporal protocol's view: drawn by plot_protocol
+            continue
         groups[(record["budget"], record["arch"], record["seed"])][shown_name(record)] = record
     return dict(sorted(groups.items()))
 
@@ -324,6 +328,27 @@ def plot_learning_curves(
         ] = plots.learning_curves(
             results.learning_curves(record["job_key"]),
             f"{name} · {record['arch']} · seed {record['seed']} · {record['budget']}",
+        )
+    return _formats(figures)
+
+
+def plot_protocol(
+    records: list[dict[str, Any]],
+    spec: SequenceSpec,
+    protocol: str,
+    protocol_options: Mapping[str, Any],
+) -> tuple[dict[str, Figure], dict[str, Figure]]:
+    """Under a temporal protocol, per budget and architecture: every method's accuracy over
+    time (the stream figure; nothing under ``final``)."""
+    if not PROTOCOLS[protocol].temporal:
+        return {}, {}
+    rows = protocol_scores(records, protocol, ProtocolOptions(**protocol_options))
+    figures = {}
+    for budget, arch in sorted({(r["budget"], r["arch"]) for r in rows}):
+        mine = [r for r in rows if (r["budget"], r["arch"]) == (budget, arch)]
+        title = f"{spec.name} ({spec.dataset}), {arch}, budget {budget}: {protocol}"
+        figures[f"{_folder(spec)}/{protocol}/{budget}-{arch}"] = plots.protocol_figure(
+            mine, protocol, title
         )
     return _formats(figures)
 

@@ -69,6 +69,17 @@ def create_pipeline(**kwargs) -> Pipeline:
                 name="plot_heatmaps",
             ),
             Node(
+                nodes.plot_protocol,
+                inputs=[
+                    "sequence_results",
+                    "sequence_spec",
+                    "params:protocol",
+                    "params:protocol_options",
+                ],
+                outputs=["protocol_figures", "protocol_figures_pdf"],
+                name="plot_protocol",
+            ),
+            Node(
                 nodes.plot_learning_curves,
                 inputs=["sequence_results", "adapt_results", "sequence_spec"],
                 outputs=["learning_curve_figures", "learning_curve_figures_pdf"],

@@ -1,0 +1,143 @@
+"""Wild-Time's methods (Yao et al., 2022) as modes: the invariant objectives over time windows,
+and mixup and LISA, each on the final step's view of all steps or on the historical steps.
+
+Wild-Time's "-T" variants treat *windows of time* as the domains of CORAL, GroupDRO and IRM:
+``count`` windows of ``length`` consecutive steps, the first ending at the present step and each
+next one ``1`` step earlier (overlapping, the default) or ``length`` steps earlier. Its code
+builds nested windows that all end at the present; the windows here are the paper's description,
+each of ``length`` steps (shorter only where it reaches step 0), which ``time_windows`` lists.
+Every mode is registered beside the paper's, so it runs under every protocol and combines with
+every final mode that continues a model (``historical:coral_t,final:ft``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import Field, ValidationError
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.schema import StrictModel, one_line
+from seq2final.methods.base import (
+    FinalOutcome,
+    FinalRunner,
+    HistoricalState,
+    HistoricalTrainer,
+    ModelChain,
+    StepZero,
+    final_mode,
+    historical_mode,
+    method,
+)
+from seq2final.methods.context import Context, space_of
+from seq2final.training.objectives import Task
+from seq2final.training.tensors import TensorSplit
+
+
+class Windows(StrictModel):
+    """A ``-T`` mode's ``windows`` block (Wild-Time's Yearbook setting: 10 windows of 5 steps)."""
+
+    count: int = Field(default=10, ge=1)
+    length: int = Field(default=5, ge=1)
+    overlapping: bool = True
+
+
+def time_windows(present: int, windows: Windows) -> list[tuple[int, ...]]:
+    """The steps of each time window at step ``present``, latest first: window g ends at
+    ``present − g·stride`` (stride 1 when overlapping, else ``length``) and holds up to
+    ``length`` steps; windows that would start before step 0 are cut there, and repeats (once
+    cut, two windows can be the same) are dropped."""
+    stride = 1 if windows.overlapping else windows.length
+    listed: list[tuple[int, ...]] = []
+    for g in range(windows.count):
+        end = present - g * stride
+        if end < 0:
+            break
+        window = tuple(range(max(0, end - windows.length + 1), end + 1))
+        if window not in listed:
+            listed.append(window)
+    return listed
+
+
+def windows_of(config: Mapping[str, Any], where: str) -> Windows:
+    """A mode's ``windows`` block, checked (one line naming the bad key or value)."""
+    try:
+        return Windows.model_validate(config.get("windows", {}))
+    except ValidationError as error:
+        raise Seq2FinalError(one_line(error, Windows, f"{where}.windows")) from None
+
+
+def mix_alpha(config: Mapping[str, Any], where: str) -> float:
+    """A mixing mode's Beta concentration α (Wild-Time: 2, so λ ~ Beta(2, 2))."""
+    alpha = config.get("mix_alpha", 2.0)
+    if not isinstance(alpha, int | float) or alpha <= 0:
+        raise Seq2FinalError(f"{where}.mix_alpha {alpha!r}: valid: a positive number")
+    return float(alpha)
+
+
+def _task(
+    ctx: Context, config: Mapping[str, Any], kind: str, last: int, valid: TensorSplit, where: str
+) -> Task:
+    """The task of a Wild-Time mode over steps 0..``last``, validated on ``valid``."""
+    if kind in ("coral", "irm", "dro"):
+        domains = [
+            TensorSplit.concat([ctx.split(t, "train") for t in window])
+            for window in time_windows(last, windows_of(config, where))
+        ]
+        return Task(domains, valid, objective=kind)
+    pooled = TensorSplit.concat([ctx.split(t, "train") for t in range(last + 1)])
+    return Task([pooled], valid, mixing=kind, mix_alpha=mix_alpha(config, where))
+
+
+def _check(kind: str):  # noqa: ANN202 - a checker of one mode's block
+    def check(config: Mapping[str, Any], where: str) -> None:
+        if kind in ("coral", "irm", "dro"):
+            windows_of(config, where)
+        else:
+            mix_alpha(config, where)
+
+    return check
+
+
+def _final(kind: str) -> FinalRunner:
+    def run(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
+        where = f"final_modes.all_{_NAMES[kind]}"
+        task = _task(ctx, config, kind, ctx.final_index, ctx.split(-1, "valid"), where)
+        space = space_of(config, "space", "final_modes")
+        return FinalOutcome(
+            ctx.tuned_fit("final", space, lambda: ctx.new_model("final"), task), None
+        )
+
+    return run
+
+
+def _historical(kind: str) -> HistoricalTrainer:
+    def train(
+        ctx: Context, config: Mapping[str, Any], step0: StepZero | None
+    ) -> dict[str, ModelChain]:
+        where = f"historical_modes.{_NAMES[kind]}"
+        task = _task(ctx, config, kind, ctx.final_index - 1, ctx.history("valid"), where)
+        space = space_of(config, "space", where)
+        model = ctx.tuned_fit(_NAMES[kind], space, lambda: ctx.new_model(_NAMES[kind]), task)
+        return {"main": ModelChain([model])}
+
+    return train
+
+
+_NAMES = {"coral": "coral_t", "irm": "irm_t", "dro": "dro_t", "mixup": "mixup", "lisa": "lisa"}
+_TEXTS = {
+    "coral": ("CORAL between time windows", "CORAL-T", "Sun & Saenko 2016; over time, Yao et al. 2022"),
+    "irm": ("IRM with time windows as environments", "IRM-T", "Arjovsky et al. 2019; over time, Yao et al. 2022"),
+    "dro": ("worst-window DRO over time windows", "GroupDRO-T", "Sagawa et al. 2020; over time, Yao et al. 2022"),
+    "mixup": ("ERM on mixup batches", "mixup", "Zhang et al. 2018"),
+    "lisa": ("ERM on images mixed with same-label images (LISA, intra-label)", "LISA", "Yao et al. 2022"),
+}  # fmt: skip
+
+for _kind, (_text, _column, _citation) in _TEXTS.items():
+    _name = _NAMES[_kind]
+    historical_mode(_name, f"{_text}, on steps 0..T−1", check=_check(_kind))(_historical(_kind))
+    final_mode(f"all_{_name}", f"{_text}, on all steps 0..T", ("nothing",), check=_check(_kind))(
+        _final(_kind)
+    )
+    method(_name, "none", f"all_{_name}", _column, None, _citation)

@@ -1,0 +1,86 @@
+"""A temporal protocol's scores from result records, and its tables.
+
+The jobs of a temporal protocol are one per view (a method trained on steps 0..t, say), each
+record holding the accuracy of its model on every step of the sequence. A method's score under the
+protocol needs all the views the protocol asks for, at one architecture, seed and budget: those
+records are grouped, the protocol scores them, and each reported number becomes a table of
+methods × architectures like the paper's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pandas as pd
+
+from seq2final.protocols import PROTOCOLS, ProtocolOptions, StepAccuracies
+from seq2final.reporting.tables import ResultTable, cells, render, shown_name, to_csv_frame
+
+log = logging.getLogger(__name__)
+
+LABELS = {
+    "id_accuracy": "in-distribution accuracy (pooled held-out images of steps 0..split)",
+    "ood_average": "out-of-distribution accuracy, mean over the later steps",
+    "ood_worst": "out-of-distribution accuracy, worst later step",
+    "average": "accuracy over each time's window, mean over times",
+    "worst": "worst step of each time's window, mean over times",
+    "stream_accuracy": "accuracy on each step before training on it, mean over the stream",
+}
+
+
+def step_table(record: Mapping[str, Any]) -> StepAccuracies:
+    """A record's per-step accuracies with integer step keys (JSON keeps them as strings)."""
+    return {int(step): row for step, row in record["step_accuracies"].items()}
+
+
+def protocol_scores(
+    records: Iterable[Mapping[str, Any]], protocol: str, options: ProtocolOptions
+) -> list[dict[str, Any]]:
+    """One row per (budget, architecture, method, seed) whose records cover every view the
+    protocol asks for: the keys of the group and the protocol's score. A group missing views is
+    left out with a warning naming them (its runs are not finished)."""
+    chosen = PROTOCOLS[protocol]
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for record in records:
+        if "view" not in record:
+            continue
+        cell = (record["budget"], record["arch"], shown_name(record), record["seed"])
+        group = groups.setdefault(cell, {"views": {}, "num_steps": len(record["step_accuracies"])})
+        group["views"][record["view"]["name"]] = step_table(record)
+    rows = []
+    for (budget, arch, method, seed), group in sorted(groups.items(), key=str):
+        wanted = [view.name for view in chosen.views(group["num_steps"], options)]
+        missing = [name for name in wanted if name not in group["views"]]
+        if missing:
+            log.warning(
+                "%s on %s (budget %s, seed %d) has no result for view(s) %s of protocol %s; "
+                "it is left out of the tables until they are run",
+                method, arch, budget, seed, ", ".join(missing), protocol,
+            )  # fmt: skip
+            continue
+        score = chosen.score(group["views"], group["num_steps"], options)
+        rows.append({"budget": budget, "arch": arch, "method": method, "aliases": [],
+                     "seed": seed, **score})  # fmt: skip
+    return rows
+
+
+def protocol_tables(
+    rows: list[dict[str, Any]], protocol: str, title: str, folder: str
+) -> tuple[dict[str, pd.DataFrame], dict[str, str], dict[str, str]]:
+    """Per budget and reported number: methods × architectures as CSV, Markdown and LaTeX, with
+    the paper's emphasis (bold within 0.02 of the best method)."""
+    csv: dict[str, pd.DataFrame] = {}
+    markdown: dict[str, str] = {}
+    latex: dict[str, str] = {}
+    for budget in sorted({row["budget"] for row in rows}):
+        group = [row for row in rows if row["budget"] == budget]
+        for metric in PROTOCOLS[protocol].reports:
+            table = ResultTable.from_cells(cells(group, metric))
+            name = f"{folder}/{protocol}/{budget}-{metric}"
+            csv[name] = to_csv_frame(table)
+            heading = f"# {title}, budget {budget}, protocol {protocol}: {LABELS[metric]}\n\n"
+            markdown[name] = heading + render(table, "markdown")
+            latex[name] = render(table, "latex")
+    return csv, markdown, latex

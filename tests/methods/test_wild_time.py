@@ -1,0 +1,114 @@
+"""Wild-Time's methods: time windows, CORAL, mixup and LISA against their definitions."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.methods.wild_time import Windows, time_windows, windows_of
+from seq2final.training.engine import Engine, scale_images
+from seq2final.training.mixing import Mixer
+from seq2final.training.objectives import (
+    Batch,
+    HyperParameters,
+    Task,
+    coral_penalty,
+    objective_loss,
+)
+from seq2final.training.tensors import TensorSplit
+
+
+def test_overlapping_windows_slide_back_one_step_and_are_cut_at_step_zero():
+    windows = Windows(count=4, length=3, overlapping=True)
+    assert time_windows(9, windows) == [(7, 8, 9), (6, 7, 8), (5, 6, 7), (4, 5, 6)]
+    assert time_windows(2, windows) == [(0, 1, 2), (0, 1), (0,)]
+
+
+def test_non_overlapping_windows_slide_back_a_whole_window():
+    windows = Windows(count=4, length=3, overlapping=False)
+    assert time_windows(9, windows) == [(7, 8, 9), (4, 5, 6), (1, 2, 3), (0,)]
+    assert time_windows(4, windows) == [(2, 3, 4), (0, 1)]
+
+
+def test_wild_times_yearbook_setting_is_the_default_and_bad_blocks_are_one_line():
+    assert Windows() == Windows(count=10, length=5, overlapping=True)
+    assert len(time_windows(40, Windows())) == 10
+    with pytest.raises(Seq2FinalError, match=r"final_modes.all_coral_t.windows 'length' = 0"):
+        windows_of({"windows": {"length": 0}}, "final_modes.all_coral_t")
+    with pytest.raises(
+        Seq2FinalError, match=r"unknown key 'size'; valid: count, length, overlapping"
+    ):
+        windows_of({"windows": {"size": 3}}, "final_modes.all_coral_t")
+
+
+def test_coral_is_the_mean_over_domain_pairs_of_mean_and_covariance_differences():
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(20, 3, generator=g, dtype=torch.float64) + i for i in range(3))
+
+    def distance(x, y):
+        cx, cy = torch.cov(x.T), torch.cov(y.T)  # unbiased, as the definition
+        return (x.mean(0) - y.mean(0)).pow(2).mean() + (cx - cy).pow(2).mean()
+
+    expected = (distance(a, b) + distance(a, c) + distance(b, c)) / 3
+    torch.testing.assert_close(coral_penalty([a, b, c]), expected)
+    assert coral_penalty([a, a.clone()]).item() == pytest.approx(0.0)
+
+
+def test_the_coral_objective_adds_lambda_times_the_penalty_to_the_domains_mean_loss():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
+    xs = [torch.randn(8, 3, 2, 2) for _ in range(2)]
+    ys = [torch.arange(8) % 3 for _ in range(2)]
+    batches = [Batch(x, y, None, None, 1.0) for x, y in zip(xs, ys, strict=True)]
+    task = Task([TensorSplit(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), torch.zeros(1).long())],
+                TensorSplit(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), torch.zeros(1).long()),
+                objective="coral")  # fmt: skip
+    loss, *_ = objective_loss(model, batches, task, HyperParameters(lr=1e-3, coral=0.9), None)
+    outputs = [model(x) for x in xs]
+    ce = (F.cross_entropy(outputs[0], ys[0]) + F.cross_entropy(outputs[1], ys[1])) / 2
+    torch.testing.assert_close(loss, ce + 0.9 * coral_penalty(outputs))
+
+
+def _domain(images=60, classes=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 256, (images, 3, 4, 4), dtype=torch.uint8, generator=g)
+    return TensorSplit(x, torch.randint(0, classes, (images,), generator=g))
+
+
+def test_lisa_mixes_every_image_only_with_images_of_its_own_label():
+    domain, engine = _domain(), Engine()
+    mixer = Mixer("lisa", 2.0, domain, engine)
+    generator = torch.Generator().manual_seed(1)
+    index = torch.arange(20)
+    y = domain.y[index]
+    partners = mixer.partners(y, generator)
+    assert torch.equal(domain.y[partners], y)  # same label, always
+    assert len(set(partners.tolist())) > 10  # drawn across the domain, not the batch
+    torch.manual_seed(0)
+    x = scale_images(domain.x[index], engine)
+    mixed, mixed_y, mix = mixer(x, y, torch.Generator().manual_seed(1))
+    assert mixed_y is None and mix is None  # the label stays
+    torch.manual_seed(0)
+    lam = mixer.beta.sample((20,)).view(-1, 1, 1, 1)
+    torch.testing.assert_close(
+        mixed, lam * x + (1 - lam) * scale_images(domain.x[partners], engine)
+    )
+
+
+def test_mixup_mixes_a_batch_with_its_permutation_and_keeps_both_labels():
+    domain, engine = _domain(), Engine()
+    mixer = Mixer("mixup", 2.0, domain, engine)
+    x, y = scale_images(domain.x[:10], engine), domain.y[:10]
+    torch.manual_seed(3)
+    mixed, mixed_y, mix = mixer(x, y, torch.Generator().manual_seed(2))
+    order = torch.randperm(10, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(mixed_y, y[order]) and 0 < float(mix) < 1
+    torch.testing.assert_close(mixed, mix * x + (1 - mix) * x[order])
+
+
+def test_lambda_follows_beta_2_2():
+    mixer = Mixer("lisa", 2.0, _domain(), Engine())
+    torch.manual_seed(0)
+    draws = mixer.beta.sample((20000,))
+    assert float(draws.mean()) == pytest.approx(0.5, abs=0.01)
+    assert float(draws.var()) == pytest.approx(1 / 20, abs=0.003)  # Beta(2,2): 1/20

@@ -1,0 +1,207 @@
+"""The temporal protocols end to end: views trained through the pipelines, scored per step."""
+
+import mlflow
+import pytest
+import torch
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.methods.context import Context
+from seq2final.training import Engine, TensorSplit, predict_logits
+
+TINY = {
+    "sequence": "source100:rotation60:corruption100:label_flip60",  # steps 0..3
+    "build_sequences": {"test_size": 50, "oracle_size": 120},
+    "budget": "smoke",
+    "mlflow": {"enabled": False},
+}
+PIPELINES = ["build_sequences", "pretrain_historical", "adapt_final"]
+
+
+def _run(project, pipelines=PIPELINES, **params):
+    while mlflow.active_run():
+        mlflow.end_run()
+    bootstrap_project(project)
+    runtime = {**TINY, **params}
+    with KedroSession.create(project_path=project, env="test", runtime_params=runtime) as session:
+        return session.run(pipeline_names=pipelines)
+
+
+@pytest.fixture
+def fits_seen(monkeypatch):
+    """Every tuned fit of the run: its owner, stage, the view it trains on and the steps of the
+    sequence its training images come from (matched by image bytes)."""
+    seen = []
+    tuned_fit = Context.tuned_fit
+
+    def spy(self, stage, space, make_model, task):
+        view = self.sequence.manifest.get("view")
+        steps = view["steps"] if view else list(range(self.sequence.num_steps))
+        images = {x.tobytes() for domain in task.domains for x in domain.x.numpy()}
+        from_steps = [
+            original
+            for position, original in enumerate(steps)
+            if {x.tobytes() for x in self.sequence.step(position).split("train")[0]} & images
+        ]
+        seen.append({"owner": self.owner_key, "stage": stage,
+                     "view": view["name"] if view else None, "steps": from_steps})  # fmt: skip
+        return tuned_fit(self, stage, space, make_model, task)
+
+    monkeypatch.setattr(Context, "tuned_fit", spy)
+    return seen
+
+
+def test_eval_stream_trains_each_family_on_the_steps_it_should_see(project, fits_seen, stores_of):
+    _run(project, method="erm", protocol="eval_stream", protocol_options={"window": 1})
+    _run(project, ["pretrain_historical", "adapt_final"], method="sft", protocol="eval_stream",
+         protocol_options={"window": 1})  # fmt: skip
+    views = {"0-1": 1, "0-2": 2}  # window 1 on steps 0..3: times 1 and 2
+    erm = [f for f in fits_seen if f["owner"].startswith("source") and "all_erm" in f["owner"]]
+    # pooled: every step up to t, in one fit
+    assert sorted((f["view"], f["steps"]) for f in erm) == [("0-1", [0, 1]), ("0-2", [0, 1, 2])]
+    # continual (SFT): each fit on one step, the last one on step t itself
+    sft_final = [f for f in fits_seen if "sequential+ft" in f["owner"]]
+    assert sorted((f["view"], f["steps"]) for f in sft_final) == [("0-1", [1]), ("0-2", [2])]
+    chains = [f for f in fits_seen if f["owner"].startswith("sequential-")]
+    assert all(len(f["steps"]) == 1 for f in chains)
+    stores = stores_of(project)
+    records = [stores.results[k] for k in stores.results]
+    assert {(r["method"], r["view"]["name"]) for r in records} == {
+        (m, v) for m in ("erm", "sft") for v in views
+    }
+    (key,) = list(stores.sequences)
+    sequence = stores.sequences[key]
+    for record in records:
+        # every step's accuracy is the stored model's, recomputed here
+        model, engine = stores.results.model(record["job_key"]), Engine(**record["engine"])
+        for step in range(4):
+            for split in ("train", "test"):
+                data = TensorSplit.from_arrays(*sequence.step(step).split(split))
+                logits = predict_logits(model, data, engine, record["eval_step"])
+                accuracy = float((logits.argmax(1) == data.y).float().mean())
+                assert record["step_accuracies"][str(step)][split] == accuracy
+        # the view's own test accuracy is its last step's
+        last = record["view"]["steps"][-1]
+        assert record["test_accuracy"] == record["step_accuracies"][str(last)]["test"]
+
+
+def test_eval_fix_and_the_stream_share_the_view_at_the_split_step(project, stores_of, caplog):
+    _run(project, method="baseline", protocol="eval_fix", protocol_options={"split_step": 2})
+    stores = stores_of(project)
+    (first,) = [stores.results[k] for k in stores.results]
+    assert first["view"] == {"name": "0-2", "steps": [0, 1, 2], "mixed_seed": None}
+    caplog.clear()
+    _run(project, ["adapt_final"], method="baseline", protocol="eval_stream",
+         protocol_options={"window": 1})  # fmt: skip
+    assert "finished earlier; reusing it" in caplog.text  # the view 0-2 is eval_fix's
+    assert {stores.results[k]["view"]["name"] for k in stores.results} == {"0-1", "0-2"}
+
+
+def test_the_mixed_split_trains_on_images_of_later_steps(project, fits_seen, stores_of):
+    _run(project, method="erm", protocol="mixed_split")
+    (fit,) = fits_seen
+    assert fit["view"] == "mixed-0-1"
+    stores = stores_of(project)
+    (sequence,) = [stores.sequences[k] for k in stores.sequences]
+    mixed = sequence.view("mixed-0-1", [0, 1], mixed_seed=stores.results[
+        next(iter(stores.results))]["view"]["mixed_seed"])  # fmt: skip
+    later = {x.tobytes() for t in (2, 3) for x in sequence.step(t).split("train")[0]}
+    drawn = {x.tobytes() for t in (0, 1) for x in mixed.step(t).split("train")[0]}
+    assert drawn & later
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"method": "oracle", "protocol": "eval_fix"},
+         "method 'oracle' cannot run under protocol 'eval_fix': it trains on the final step's "
+         "oracle-size draw"),
+        ({"protocol": "eval_fix", "protocol_options": {"split_step": 3}},
+         r"split_step 3 is outside the sequence \(steps 0..3\); valid: 1..2"),
+        ({"protocol": "eval_stream", "protocol_options": {"window": 0}}, "window 0: valid: 1..2"),
+        ({"protocol": "eval_stream", "protocol_options": {"window": 3}},
+         "window 3 is past the end"),
+        ({"protocol": "eval_fixed"}, "unknown protocol 'eval_fixed'; valid: final, eval_fix"),
+    ],
+)  # fmt: skip
+def test_bad_protocol_input_stops_before_any_work_in_one_line(project, params, message):
+    with pytest.raises(Seq2FinalError, match=message) as error:
+        _run(project, **params)
+    assert "\n" not in str(error.value)
+    assert not any((project / "data/03_primary/sequences").glob("*/manifest.json"))
+
+
+def test_a_model_memorising_what_it_trained_on_scores_nothing_before_training_on_a_step(
+    source,
+):
+    """Test-then-train predicts step t with the model of steps 0..t-1: a model that only knows
+    the images it trained on scores zero, although it would score 1.0 on steps it has seen."""
+    from seq2final.data.sampler import build_sequence
+    from seq2final.data.spec import resolve_spec
+    from seq2final.protocols import PROTOCOLS, ProtocolOptions
+    from seq2final.runs.recipes import step_accuracies
+
+    spec = resolve_spec("source100:rotation100:corruption100:label_flip100", dataset="digits",
+                        test_size=20, step_tests=True)  # fmt: skip
+    sequence = build_sequence(spec, source)
+    protocol = PROTOCOLS["test_then_train"]
+    records = {}
+    for view in protocol.views(sequence.num_steps, ProtocolOptions()):
+        memory = {
+            x.tobytes(): int(y)
+            for t in view.steps
+            for x, y in zip(*sequence.step(t).split("train"), strict=True)
+        }
+        model = _Memoriser(memory)
+        records[view.name] = {
+            int(step): row for step, row in step_accuracies(model, sequence, Engine(), None).items()
+        }
+        assert records[view.name][view.last]["train"] == 1.0  # it knows what it trained on
+    score = protocol.score(records, sequence.num_steps, ProtocolOptions())
+    assert score["curve"] == {2: 0.0, 3: 0.0} and score["stream_accuracy"] == 0.0
+
+
+class _Memoriser(torch.nn.Module):
+    """Answers the label of an image it memorised, and an eleventh class, never a label, for
+    any other image."""
+
+    def __init__(self, memory):
+        super().__init__()
+        self.memory = memory
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        raw = (x * 255).round().to(torch.uint8).numpy()
+        logits = torch.zeros(len(x), 11)
+        for row, image in enumerate(raw):
+            logits[row, self.memory.get(image.tobytes(), 10)] = 1.0
+        return logits + 0 * self.anchor
+
+
+def test_evaluate_and_visualize_report_the_protocol_beside_the_final_protocols_results(
+    project, stores_of
+):
+    stream = {"protocol": "eval_stream", "protocol_options": {"window": 1}}
+    _run(project, method="erm", **stream)
+    _run(project, ["build_sequences", "adapt_final"], method="baseline")  # the paper's protocol
+    _run(project, ["evaluate", "visualize"], **stream)
+    _run(project, ["evaluate"])  # the final protocol's tables ignore the views' records
+    reports = project / "data/08_reporting"
+    stores = stores_of(project)
+    records = [stores.results[k] for k in stores.results]
+    views = {r["view"]["name"]: r for r in records if "view" in r}
+    assert set(views) == {"0-1", "0-2"}
+    # the table's number is the protocol's score of the two views, by hand
+    expected = (views["0-1"]["step_accuracies"]["2"]["test"]
+                + views["0-2"]["step_accuracies"]["3"]["test"]) / 2  # fmt: skip
+    (average,) = reports.glob("*_tables/*/eval_stream/smoke-average.csv")
+    table = __import__("pandas").read_csv(average)
+    cell = table[(table["arch"] == "convnet_4") & (table["method"] == "erm")]
+    assert cell["mean"].item() == pytest.approx(expected)
+    markdown = next(reports.glob("*/*/eval_stream/smoke-worst.md")).read_text()
+    assert "protocol eval_stream" in markdown and "| arch | erm |" in markdown  # methods: columns
+    (figure,) = reports.glob("protocol_figures/*/eval_stream/smoke-convnet_4.png")
+    assert figure.stat().st_size > 10_000
+    final_table = next(reports.glob("*_tables/*/smoke-per_arch.csv")).read_text()
+    assert "baseline" in final_table and "erm" not in final_table
