@@ -336,7 +336,7 @@ def test_a_mixed_view_draws_training_images_from_every_step_and_keeps_the_test_s
         for t in range(2)
         for x, y in zip(*mixed.step(t).split("train"), strict=True)
     ]
-    assert set(drawn) <= every
+    assert set(drawn) <= every and len(set(drawn)) == len(drawn)  # no image twice in the view
     # drawn from later steps too: some images carry the rotation or corruption of steps 2 and 3
     later = {
         (x.tobytes(), int(y))

@@ -112,3 +112,31 @@ def test_lambda_follows_beta_2_2():
     draws = mixer.beta.sample((20000,))
     assert float(draws.mean()) == pytest.approx(0.5, abs=0.01)
     assert float(draws.var()) == pytest.approx(1 / 20, abs=0.003)  # Beta(2,2): 1/20
+
+
+def test_the_mixup_loss_weighs_each_labels_loss_by_its_share_of_the_image():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
+    x, y, other = torch.randn(6, 3, 2, 2), torch.arange(6) % 3, (torch.arange(6) + 1) % 3
+    mix = torch.tensor(0.3)
+    task = Task([TensorSplit(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), torch.zeros(1).long())],
+                TensorSplit(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), torch.zeros(1).long()))  # fmt: skip
+    batch = Batch(x, y, None, None, 1.0, None, other, mix)
+    loss, *_ = objective_loss(model, [batch], task, HyperParameters(lr=1e-3), None)
+    logits = model(x)
+    expected = 0.3 * F.cross_entropy(logits, y) + 0.7 * F.cross_entropy(logits, other)
+    torch.testing.assert_close(loss, expected)
+
+
+def test_a_bad_windows_or_mix_alpha_block_is_refused_before_any_work(project_parameters):
+    from seq2final.config.checks import validate_parameters
+
+    params = dict(project_parameters)
+    bad = {**params["final_modes"], "all_coral_t": {**params["final_modes"]["all_coral_t"],
+                                                    "windows": {"count": 0}}}  # fmt: skip
+    with pytest.raises(Seq2FinalError, match=r"final_modes.all_coral_t.windows 'count' = 0"):
+        validate_parameters({**params, "final_modes": bad})
+    bad = {**params["historical_modes"], "lisa": {**params["historical_modes"]["lisa"],
+                                                  "mix_alpha": -1}}  # fmt: skip
+    with pytest.raises(Seq2FinalError, match=r"historical_modes.lisa.mix_alpha -1: valid"):
+        validate_parameters({**params, "historical_modes": bad})

@@ -30,26 +30,28 @@ def _run(project, pipelines=PIPELINES, **params):
 
 @pytest.fixture
 def fits_seen(monkeypatch):
-    """Every tuned fit of the run: its owner, stage, the view it trains on and the steps of the
-    sequence its training images come from (matched by image bytes)."""
+    """Every tuned fit of the run: its owner, stage, the view it trains on and its training
+    images (as bytes); :func:`steps_of` says which steps of the whole sequence they come from."""
     seen = []
     tuned_fit = Context.tuned_fit
 
     def spy(self, stage, space, make_model, task):
         view = self.sequence.manifest.get("view")
-        steps = view["steps"] if view else list(range(self.sequence.num_steps))
         images = {x.tobytes() for domain in task.domains for x in domain.x.numpy()}
-        from_steps = [
-            original
-            for position, original in enumerate(steps)
-            if {x.tobytes() for x in self.sequence.step(position).split("train")[0]} & images
-        ]
         seen.append({"owner": self.owner_key, "stage": stage,
-                     "view": view["name"] if view else None, "steps": from_steps})  # fmt: skip
+                     "view": view["name"] if view else None, "images": images})  # fmt: skip
         return tuned_fit(self, stage, space, make_model, task)
 
     monkeypatch.setattr(Context, "tuned_fit", spy)
     return seen
+
+
+def steps_of(images, sequence):
+    """The steps of the whole sequence whose training images are among ``images``."""
+    return [
+        t for t in range(sequence.num_steps)
+        if {x.tobytes() for x in sequence.step(t).split("train")[0]} & images
+    ]  # fmt: skip
 
 
 def test_eval_stream_trains_each_family_on_the_steps_it_should_see(project, fits_seen, stores_of):
@@ -57,21 +59,25 @@ def test_eval_stream_trains_each_family_on_the_steps_it_should_see(project, fits
     _run(project, ["pretrain_historical", "adapt_final"], method="sft", protocol="eval_stream",
          protocol_options={"window": 1})  # fmt: skip
     views = {"0-1": 1, "0-2": 2}  # window 1 on steps 0..3: times 1 and 2
-    erm = [f for f in fits_seen if f["owner"].startswith("source") and "all_erm" in f["owner"]]
-    # pooled: every step up to t, in one fit
+    stores = stores_of(project)
+    (key,) = list(stores.sequences)
+    sequence = stores.sequences[key]
+    for fit in fits_seen:
+        fit["steps"] = steps_of(fit["images"], sequence)  # against the whole sequence
+    erm = [f for f in fits_seen if "all_erm" in f["owner"]]
+    # pooled: every step up to t, in one fit, and none after
     assert sorted((f["view"], f["steps"]) for f in erm) == [("0-1", [0, 1]), ("0-2", [0, 1, 2])]
     # continual (SFT): each fit on one step, the last one on step t itself
     sft_final = [f for f in fits_seen if "sequential+ft" in f["owner"]]
     assert sorted((f["view"], f["steps"]) for f in sft_final) == [("0-1", [1]), ("0-2", [2])]
     chains = [f for f in fits_seen if f["owner"].startswith("sequential-")]
-    assert all(len(f["steps"]) == 1 for f in chains)
-    stores = stores_of(project)
+    assert chains and all(len(f["steps"]) == 1 for f in chains)
+    # one step-0 model for both views: they start at step 0 as it is
+    assert sum(key.startswith("step0") for key in stores.states) == 1
     records = [stores.results[k] for k in stores.results]
     assert {(r["method"], r["view"]["name"]) for r in records} == {
         (m, v) for m in ("erm", "sft") for v in views
     }
-    (key,) = list(stores.sequences)
-    sequence = stores.sequences[key]
     for record in records:
         # every step's accuracy is the stored model's, recomputed here
         model, engine = stores.results.model(record["job_key"]), Engine(**record["engine"])
@@ -104,11 +110,10 @@ def test_the_mixed_split_trains_on_images_of_later_steps(project, fits_seen, sto
     assert fit["view"] == "mixed-0-1"
     stores = stores_of(project)
     (sequence,) = [stores.sequences[k] for k in stores.sequences]
-    mixed = sequence.view("mixed-0-1", [0, 1], mixed_seed=stores.results[
-        next(iter(stores.results))]["view"]["mixed_seed"])  # fmt: skip
-    later = {x.tobytes() for t in (2, 3) for x in sequence.step(t).split("train")[0]}
-    drawn = {x.tobytes() for t in (0, 1) for x in mixed.step(t).split("train")[0]}
-    assert drawn & later
+    # the fit's own images come from later steps too, each image once
+    assert {2, 3} & set(steps_of(fit["images"], sequence))
+    (record,) = [stores.results[k] for k in stores.results]
+    assert record["view"]["mixed_seed"] is not None
 
 
 @pytest.mark.parametrize(
@@ -123,6 +128,10 @@ def test_the_mixed_split_trains_on_images_of_later_steps(project, fits_seen, sto
         ({"protocol": "eval_stream", "protocol_options": {"window": 3}},
          "window 3 is past the end"),
         ({"protocol": "eval_fixed"}, "unknown protocol 'eval_fixed'; valid: final, eval_fix"),
+        ({"protocol": "eval_stream", "protocol_options": {"window": 1}, "protocol_view": "0-3"},
+         "protocol_view '0-3' is not a view protocol 'eval_stream' trains here; valid: 0-1, 0-2"),
+        ({"sequence": "portraits", "protocol": "eval_fix"},
+         "natural sequences \\('portraits'\\) do not have yet; valid with them: final"),
     ],
 )  # fmt: skip
 def test_bad_protocol_input_stops_before_any_work_in_one_line(project, params, message):

@@ -109,3 +109,29 @@ def test_an_unknown_protocol_lists_the_valid_ones():
         UnknownNameError, match="unknown protocol 'eval_fixed'; valid: final, eval_fix"
     ):
         PROTOCOLS["eval_fixed"]
+
+
+def test_a_plan_for_one_view_holds_only_that_views_states_and_jobs(project_parameters):
+    from seq2final.data.spec import resolve_spec
+    from seq2final.runs.planner import plan_run
+
+    params = project_parameters
+    spec = resolve_spec("source100:rotation60:corruption100:label_flip60", dataset="digits",
+                        test_size=50, step_tests=True, train_fraction=0.9)  # fmt: skip
+
+    def plan(**extra):
+        request = {"method": "sft", "historical": None, "final": None, "arch": "convnet_1",
+                   "budget": "smoke", "protocol": "eval_stream",
+                   "protocol_options": {"window": 1}, **extra}  # fmt: skip
+        return plan_run(spec, request, params["budgets"], {"device": "cpu"}, {},
+                        params["historical_modes"], params["final_modes"],
+                        params["pretrain_historical"]["step0"], "data")  # fmt: skip
+
+    every, one = plan(), plan(protocol_view="0-2")
+    assert sorted(job.view.name for job in every.jobs) == ["0-1", "0-2"]
+    assert [job.view.name for job in one.jobs] == ["0-2"]
+    assert {job.key for job in one.jobs} <= {job.key for job in every.jobs}  # the same keys
+    (job,) = one.jobs
+    assert one.job_params(job)["protocol_view"] == "0-2"
+    assert "protocol_view:0-2" in one.command("adapt_final", job)
+    assert "protocol_options.window:1" in one.command("adapt_final", job)

@@ -20,7 +20,7 @@ from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
 from seq2final.methods.requests import requested_jobs, resolve_request
 from seq2final.methods.schedules import check_schedules
-from seq2final.protocols import PROTOCOLS, runnable, sequence_options
+from seq2final.protocols import PROTOCOLS, chosen_views, runnable, sequence_options
 from seq2final.training.objectives import HyperParameters
 from seq2final.training.search import SearchSpace, get_budget
 
@@ -87,16 +87,20 @@ def _check_methods(run: RunParameters, final_step: int) -> None:
 
 def _check_protocol(run: RunParameters, spec: SequenceSpec) -> None:
     """The protocol's options fit the sequence (a split step inside it, a window before its
-    end), checked before anything is built or trained. Natural sequences are checked when built
-    (their length is the data's)."""
+    end) and the requested methods can run on its views, checked before anything is built or
+    trained."""
     if not PROTOCOLS[run.protocol].temporal:
         return
     asked = requested_jobs(run.method, run.historical, run.final, run.arch)
     runnable(asked, run.protocol, run.method or run.final)
     if spec.natural:
-        return
+        raise Seq2FinalError(
+            f"parameter 'protocol': {run.protocol} needs a test split on every step, which "
+            f"natural sequences ('{run.sequence}') do not have yet; valid with them: final"
+        )
     try:
-        PROTOCOLS[run.protocol].views(len(spec.steps), run.protocol_options)
+        views = PROTOCOLS[run.protocol].views(len(spec.steps), run.protocol_options)
+        chosen_views(views, run.protocol_view, run.protocol)
     except Seq2FinalError as error:
         raise Seq2FinalError(f"parameter 'protocol': {error}") from None
 

@@ -94,6 +94,7 @@ class RunParameters(StrictModel):
     force: bool = False
     protocol: Annotated[str, AfterValidator(PROTOCOLS.validate)] = "final"
     protocol_options: ProtocolOptions = ProtocolOptions()
+    protocol_view: str | None = None
     build_sequences: BuildOptions = BuildOptions()
     quantify_shift: QuantifyOptions = QuantifyOptions()
     training: Engine = Engine()

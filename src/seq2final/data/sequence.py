@@ -131,8 +131,8 @@ class ShiftSequence:
         step: what a learner has seen at some time, for the temporal protocols.
 
         With ``mixed_seed``, every step of the view keeps its test split but its train and valid
-        images are drawn afresh (as many as it had, without replacement) from those of *every*
-        step of this sequence: Wild-Time's control, where the training data span the whole
+        images are drawn afresh (as many as it had, no image twice in the view) from those of
+        *every* step of this sequence: Wild-Time's control, where the training data span the whole
         sequence and what is left of a later step's error is its difficulty, not the shift.
         """
         if not steps or any(not 0 <= s < self.num_steps for s in steps):
@@ -167,11 +167,16 @@ def _mixed(every: list[Step], chosen: list[Step], rng: np.random.RandomState) ->
                      for name in ("x", "y"))
         for split in ("train", "valid")
     }  # fmt: skip
+    # one shuffle per split, each step taking the next slice: no image twice in the view
+    orders = {split: rng.permutation(len(y)) for split, (_, y) in pooled.items()}
+    taken = dict.fromkeys(pooled, 0)
     mixed = []
     for step in chosen:
         arrays = {k: v for k, v in step.arrays.items() if k.endswith("_test")}
         for split, (x, y) in pooled.items():
-            picked = rng.choice(len(y), size=len(step.arrays[f"y_{split}"]), replace=False)
+            size = len(step.arrays[f"y_{split}"])
+            picked = orders[split][taken[split] : taken[split] + size]
+            taken[split] += size
             arrays[f"x_{split}"], arrays[f"y_{split}"] = x[picked], y[picked]
         mixed.append(Step(f"mixed({step.name})", arrays))
     return mixed

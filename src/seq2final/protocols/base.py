@@ -160,3 +160,17 @@ def runnable(wanted: list[RequestedJob], protocol: str, named: str | None) -> li
             "valid: any method but the oracle, or protocol final"
         )
     return kept
+
+
+def chosen_views(views: list[View], only: str | None, protocol: str) -> list[View]:
+    """``views``, or only the one named ``only`` (a sweep runs each view as a task of its own);
+    a name the protocol does not train is one line listing those it does."""
+    if only is None:
+        return views
+    picked = [view for view in views if view.name == only]
+    if not picked:
+        raise Seq2FinalError(
+            f"protocol_view '{only}' is not a view protocol '{protocol}' trains here; valid: "
+            + ", ".join(view.name for view in views)
+        )
+    return picked

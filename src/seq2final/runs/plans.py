@@ -94,6 +94,8 @@ class RunPlan:
         params.update({"data_path": self.data_path} if self.data_path else {})
         if self.protocol != "final":
             params.update(protocol=self.protocol, protocol_options=dict(self.protocol_options))
+        if job.view is not None:  # the one view of the protocol this job trains
+            params["protocol_view"] = job.view.name
         return {**params, **what, "arch": self.arch, "budget": self.budget_name}
 
     def command(self, pipeline: str, job: JobPlan) -> str:

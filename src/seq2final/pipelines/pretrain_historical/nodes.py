@@ -28,6 +28,7 @@ def plan_jobs(
     options: dict[str, Any],
     protocol: str = "final",
     protocol_options: dict[str, Any] | None = None,
+    protocol_view: str | None = None,
 ) -> RunPlan:
     """Which jobs the run parameters ask for, and the keyed historical states they need.
 
@@ -45,6 +46,7 @@ def plan_jobs(
         "force": force,
         "protocol": protocol,
         "protocol_options": protocol_options or {},
+        "protocol_view": protocol_view,
     }
     return plan_run(
         spec, request, budgets, training, tuning, historical_modes, final_modes, options["step0"],

@@ -29,6 +29,7 @@ def plan_jobs_node() -> Node:
             "options": "params:pretrain_historical",
             "protocol": "params:protocol",
             "protocol_options": "params:protocol_options",
+            "protocol_view": "params:protocol_view",
         },
         outputs="job_plan",
         name="plan_jobs",

@@ -122,6 +122,8 @@ def interpolation_recipes(
     points = int(options["interpolation_points"])
     recipes = {}
     for record in records:
+        if "view" in record:  # a temporal protocol's view: no path of the paper's figures
+            continue
 
         def make(record: dict[str, Any] = record) -> pd.DataFrame | None:
             data = models.test_data(record)
@@ -299,8 +301,12 @@ def _trial_value(trial: Mapping[str, Any]) -> float | None:
 def plot_heatmaps(
     records: list[dict[str, Any]], spec: SequenceSpec, budget: str
 ) -> tuple[dict[str, Figure], dict[str, Figure], go.Figure]:
-    """Test accuracy, methods × architectures, one heat-map per budget (plotly: the run's)."""
+    """Test accuracy, methods × architectures, one heat-map per budget (plotly: the run's); none
+    for a temporal protocol's views, whose numbers are its own (``plot_protocol``)."""
     figures, tables = {}, {}
+    records = [r for r in records if "view" not in r]
+    if not records:
+        return {}, {}, go.Figure()
     for run_budget in sorted({r["budget"] for r in records}):
         table = ResultTable.from_cells(cells([r for r in records if r["budget"] == run_budget]))
         tables[run_budget] = table.means
@@ -323,11 +329,13 @@ def plot_learning_curves(
     figures = {}
     for record in records:
         name = shown_name(record)
+        view = f"-steps{record['view']['name']}" if "view" in record else ""
         figures[
-            f"{_folder(spec)}/curves/{record['budget']}-{record['arch']}-seed{record['seed']}-{name}"
+            f"{_folder(spec)}/curves/{record['budget']}-{record['arch']}-seed{record['seed']}-{name}{view}"
         ] = plots.learning_curves(
             results.learning_curves(record["job_key"]),
-            f"{name} · {record['arch']} · seed {record['seed']} · {record['budget']}",
+            f"{name}{view.replace('-steps', ' · steps ')} · {record['arch']} · seed {record['seed']} "
+            f"· {record['budget']}",
         )
     return _formats(figures)
 
