@@ -15,6 +15,7 @@ from kedro.framework.startup import bootstrap_project
 from seq2final.cli import cli
 from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
 from seq2final.methods import HISTORICAL_MODES, METHODS, requested_jobs
+from seq2final.models import forward_macs
 from seq2final.training import Engine, TensorSplit, predict_logits
 from seq2final.training.tuner import open_storage
 
@@ -75,6 +76,17 @@ def test_all_methods_end_to_end(project, stores_of, arch, caplog):
         assert record["budget"] == "smoke" and record["arch"] == arch and record["trials"] >= 1
         curves = results.learning_curves(record["job_key"])
         assert list(curves["epoch"][:3]) == [0, 1, 2]
+        # compute: the job's own fits, every trial; its shared state's, shown once, as shared
+        assert record["train_flops"] == sum(f["train_flops"] for f in record["fits"]) > 0
+        assert record["eval_flops"] == sum(f["eval_flops"] for f in record["fits"]) > 0
+        if record["historical_state"] is not None:
+            state = states[record["historical_state"]]
+            assert record["historical_flops"] == {
+                "state": record["historical_state"], "shared": True,
+                "train_flops": sum(f["train_flops"] for f in state.fits),
+            }  # fmt: skip
+        if record["eval_step"] is None:  # a plain model: the zoo's count of its forward pass
+            assert record["inference_flops_per_image"] == 2 * forward_macs(model)
 
     # FT, LP-FT, ST-1 and ST-B share one ERM model; SFT, EWC and SST-* share one step-0 model.
     prefixes = sorted(key.split("-")[0] for key in states)

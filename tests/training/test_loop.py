@@ -192,7 +192,6 @@ def test_same_seed_same_weights():
     assert all(torch.equal(first[k], second[k]) for k in first)
 
 
-@pytest.mark.xdist_group("compile")
 def test_a_compiled_fit_matches_the_eager_one_and_compiles_once_for_a_whole_study():
     from torch._dynamo.utils import counters
 

@@ -79,7 +79,8 @@ def count_fits(
         work.append(FitWork(ctx.owner_key, stage, trials, ctx.budget.max_epochs, images,
                             len(task.valid)))  # fmt: skip
         ctx.fits.append({"stage": stage, "params": {}, "valid_accuracy": 0.0, "best_epoch": 0,
-                         "epochs": 0, "trials": trials, "history": [], "trial_summaries": []})  # fmt: skip
+                         "epochs": 0, "trials": trials, "train_flops": 0, "eval_flops": 0,
+                         "history": [], "trial_summaries": []})  # fmt: skip
         model = make_model()
         model.eval()
         return model

@@ -23,6 +23,7 @@ from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.models import build_model
 from seq2final.training.engine import Engine
+from seq2final.training.flops import fit_cost
 from seq2final.training.fused import FusedTrial, fit_fused, fusable
 from seq2final.training.loop import FitResult, fit
 from seq2final.training.objectives import HyperParameters, Task
@@ -108,6 +109,7 @@ class Context:
         width = self.engine.fuse_width() if fusable(task) else 1
         tuned = self.tuner.tune(f"{self.owner_key}/{stage}", space, objective, fused, width)
         model = make_model()
+        cost = fit_cost(model, task, HyperParameters.from_dict(tuned.params), self.engine)
         model.load_state_dict(tuned.state_dict)
         model.dropout = float(tuned.params.get("dropout", 0.0))
         model.eval()
@@ -119,6 +121,7 @@ class Context:
                 "best_epoch": tuned.fit.best_epoch,
                 "epochs": tuned.fit.epochs,
                 "trials": tuned.finished_trials,
+                **cost.of_trials(tuned.trials),  # every trial's epochs, pruned ones included
                 "history": tuned.fit.history,
                 "trial_summaries": tuned.trials,
             }

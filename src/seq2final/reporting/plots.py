@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import MaxNLocator, NullFormatter
 
 from seq2final.methods import paper_columns
 
@@ -258,6 +258,32 @@ def protocol_figure(rows: list[dict], protocol: str, title: str) -> Figure:
     if protocol == "eval_stream":
         axis.set_title("window average (line) down to the window's worst step (band)", fontsize=8)
     axis.legend(fontsize="small", ncol=2, loc="best")
+    figure.suptitle(_wrapped(title), fontsize=10)
+    figure.tight_layout()
+    return figure
+
+
+def compute_pareto(points: pd.DataFrame, title: str) -> Figure:
+    """Test accuracy against total training FLOPs (log scale), one point per method, with the
+    Pareto front (no other method both cheaper and more accurate) joined by a line, as NED plots
+    accuracy against compute. ``points``: method, train_flops, test_accuracy."""
+    figure, axis = plt.subplots(figsize=(6.4, 4.2))
+    for row in points.itertuples():
+        axis.scatter(row.train_flops, row.test_accuracy, color=_method_colour(row.method), s=24)
+        axis.annotate(row.method, (row.train_flops, row.test_accuracy), fontsize=7,
+                      xytext=(3, 3), textcoords="offset points")  # fmt: skip
+    ordered = points.sort_values(["train_flops", "test_accuracy"], ascending=[True, False])
+    front, best = [], -np.inf
+    for row in ordered.itertuples():
+        if row.test_accuracy > best:
+            front.append((row.train_flops, row.test_accuracy))
+            best = row.test_accuracy
+    if front:
+        axis.plot(*zip(*front, strict=True), "--", color="grey", linewidth=1, label="Pareto front")
+        axis.legend(fontsize="small", loc="lower right")
+    axis.set(xscale="log", xlabel="training FLOPs (historical state included, every trial)",
+             ylabel="test accuracy")  # fmt: skip
+    axis.xaxis.set_minor_formatter(NullFormatter())  # decades only: minor labels collide
     figure.suptitle(_wrapped(title), fontsize=10)
     figure.tight_layout()
     return figure

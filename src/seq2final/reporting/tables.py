@@ -69,6 +69,13 @@ def shown_name(record: Mapping[str, Any]) -> str:
     return next((n for n in paper_columns() if n in names), record["method"])
 
 
+def total_train_flops(record: Mapping[str, Any]) -> int:
+    """A job's training FLOPs with those of the historical state it continues (shared by the
+    methods that continue it, counted in full for each: what reproducing the method costs)."""
+    shared = record.get("historical_flops") or {}
+    return record["train_flops"] + shared.get("train_flops", 0)
+
+
 def arch_sort_key(arch: str) -> tuple[int, int, str]:
     """Rows grouped by family in the order families were registered, and within a family in
     registry order (ConvNet, DenseNet, ResNet, each by depth, as the paper's rows run);

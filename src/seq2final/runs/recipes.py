@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from seq2final.data.sequence import ShiftSequence
@@ -32,7 +33,8 @@ from seq2final.protocols import STEP_SPLITS
 from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan, ViewPlan
 from seq2final.runs.result_store import ResultStore
 from seq2final.runs.state_store import HistoricalStore
-from seq2final.training.engine import Engine, predict_logits
+from seq2final.training.engine import Engine, predict_logits, run_model, scale_images
+from seq2final.training.flops import counted_flops
 from seq2final.training.metrics import classification_metrics
 from seq2final.training.search import SearchSpace, get_budget
 from seq2final.training.tensors import TensorSplit
@@ -62,6 +64,14 @@ def chain_accuracies(
         }
         for name, (model, valid) in outcome.candidates.items()
     }
+
+
+def inference_flops(model: nn.Module, test: TensorSplit, step: int | None) -> int:
+    """FLOPs of the model's forward pass on one test image (at time ``step`` for a joint model)."""
+    device = next(model.parameters()).device
+    image = scale_images(test.x[:1].to(device), Engine())
+    with torch.no_grad():
+        return counted_flops(lambda: run_model(model, image, step))
 
 
 def problem_sequence(sequence: ShiftSequence, view: ViewPlan | None) -> ShiftSequence:
@@ -223,6 +233,18 @@ class JobRecipe:
             "eval_step": outcome.step,
             "engine": self.plan.engine,
             "fits": [{k: v for k, v in f.items() if k != "history"} for f in ctx.fits],
+            # compute: this job's own fits, every trial included; a historical state is shared by
+            # the methods that continue it, so it is charged once, to the state, and shown here
+            "train_flops": sum(f["train_flops"] for f in ctx.fits),
+            "eval_flops": sum(f["eval_flops"] for f in ctx.fits),
+            "inference_flops_per_image": inference_flops(outcome.model, test, outcome.step),
+            "historical_flops": None
+            if self.state is None
+            else {
+                "state": self.job.state_key,
+                "shared": True,
+                "train_flops": sum(f.get("train_flops", 0) for f in self.state.fits),
+            },
         }
         if self.job.view is not None:  # scored by a temporal protocol: every step's accuracy
             record["view"] = {"name": self.job.view.name, "steps": list(self.job.view.steps),

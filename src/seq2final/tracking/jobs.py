@@ -264,6 +264,9 @@ class JobTracker:
             )
         }  # fmt: skip
         summary["parameter_count"] = record["parameters"]
+        for name in ("train_flops", "eval_flops", "inference_flops_per_image"):
+            if name in record:  # compute, as the record counts it (records from before lack it)
+                summary[name] = record[name]
         metrics = [Metric(k, float(v), now, 0) for k, v in summary.items()]
         for step, row in record.get("step_accuracies", {}).items():  # a protocol's view
             metrics += [Metric(f"steps/{split}_accuracy", float(row[split]), now, int(step))

@@ -26,6 +26,7 @@ from seq2final.reporting.tables import (
     shown_name,
     table2_styles,
     to_csv_frame,
+    total_train_flops,
 )
 from seq2final.runs.result_store import ResultStore
 
@@ -179,6 +180,16 @@ def summarize(records: list[dict[str, Any]]) -> pd.DataFrame:
         columns[metric] = per_arch.groupby("method")["mean"].mean()
         if metric == "test_accuracy":
             columns["architectures"] = per_arch.groupby("method")["arch"].nunique()
+    # accuracy against compute, as NED reports it: a method's whole training, its historical
+    # state's included (charged to every method that continues it: what reproducing it costs)
+    counted = [r for r in records if "train_flops" in r]
+    if counted:
+        total = [{**r, "total_train_flops": total_train_flops(r)} for r in counted]
+        columns["train_gflops"] = (
+            cells(total, "total_train_flops").groupby("method")["mean"].mean() / 1e9
+        )
+        per_image = cells(counted, "inference_flops_per_image").groupby("method")["mean"].mean()
+        columns["inference_mflops_per_image"] = per_image / 1e6
     summary = pd.DataFrame(columns)
     order = ResultTable.from_cells(cells(records)).means.columns
     summary = summary.reindex(order)
@@ -188,15 +199,20 @@ def summarize(records: list[dict[str, Any]]) -> pd.DataFrame:
 
 def summary_markdown(summary: pd.DataFrame) -> str:
     wrap = {"": "{}", "bold": "**{}**", "italic": "*{}*", "bold_italic": "***{}***"}
+    compute = "train_gflops" in summary
+    extra = " training GFLOPs | inference MFLOPs/image |" if compute else ""
     lines = [
-        "| method | test accuracy | worst-class accuracy | ECE | architectures |",
-        "|---|---|---|---|---|",
+        "| method | test accuracy | worst-class accuracy | ECE | architectures |" + extra,
+        "|---|---|---|---|---|" + ("---|---|" if compute else ""),
     ]
     for row in summary.itertuples():
+        cost = (
+            f" {row.train_gflops:,.1f} | {row.inference_mflops_per_image:,.1f} |" if compute else ""
+        )
         lines.append(
             f"| {row.method} | {wrap[row.style or ''].format(format_number(row.test_accuracy))} "
             f"| {format_number(row.worst_class_accuracy)} | {format_number(row.ece)} "
-            f"| {row.architectures} |"
+            f"| {row.architectures} |{cost}"
         )
     return "\n".join(lines) + "\n"
 

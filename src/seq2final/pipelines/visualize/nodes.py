@@ -27,7 +27,13 @@ from seq2final.reporting.interpolation import interpolation_path, path_ends, pat
 from seq2final.reporting.projection import weight_projection
 from seq2final.reporting.protocols import protocol_scores
 from seq2final.reporting.svcca import svcca_similarity
-from seq2final.reporting.tables import ResultTable, cells, report_folder, shown_name
+from seq2final.reporting.tables import (
+    ResultTable,
+    cells,
+    report_folder,
+    shown_name,
+    total_train_flops,
+)
 from seq2final.training.engine import Engine
 from seq2final.training.tensors import TensorSplit
 
@@ -337,6 +343,24 @@ def plot_learning_curves(
             f"{name}{view.replace('-steps', ' · steps ')} · {record['arch']} · seed {record['seed']} "
             f"· {record['budget']}",
         )
+    return _formats(figures)
+
+
+def plot_compute(
+    records: list[dict[str, Any]], spec: SequenceSpec
+) -> tuple[dict[str, Figure], dict[str, Figure]]:
+    """Per budget and architecture, every method's test accuracy against its training FLOPs
+    (historical state included), means over seeds: the accuracy-for-compute Pareto figure."""
+    counted = [r for r in records if "train_flops" in r and "view" not in r]
+    rows = [{"budget": r["budget"], "arch": r["arch"], "method": shown_name(r),
+             "train_flops": total_train_flops(r), "test_accuracy": r["test_accuracy"]}
+            for r in counted]  # fmt: skip
+    figures = {}
+    frame = pd.DataFrame(rows)
+    for (budget, arch), group in frame.groupby(["budget", "arch"]) if rows else []:
+        points = group.groupby("method", as_index=False)[["train_flops", "test_accuracy"]].mean()
+        title = f"{spec.name} ({spec.dataset}), {arch}, budget {budget}: accuracy for compute"
+        figures[f"{_folder(spec)}/{budget}-{arch}-compute"] = plots.compute_pareto(points, title)
     return _formats(figures)
 
 

@@ -69,6 +69,12 @@ def create_pipeline(**kwargs) -> Pipeline:
                 name="plot_heatmaps",
             ),
             Node(
+                nodes.plot_compute,
+                inputs=["sequence_results", "sequence_spec"],
+                outputs=["compute_figures", "compute_figures_pdf"],
+                name="plot_compute",
+            ),
+            Node(
                 nodes.plot_protocol,
                 inputs=[
                     "sequence_results",

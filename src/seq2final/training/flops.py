@@ -1,0 +1,101 @@
+"""What a fit costs in floating-point operations, counted by PyTorch's ``FlopCounterMode``.
+
+A fit's cost is its training steps, all trials included, plus its validation passes. Counting
+every step under the counter would slow every step, so one training step per fit is counted on
+real batches of the fit's data (one batch of every training domain, as a step takes them) and
+scaled to an epoch, and one forward pass on the validation images to a validation pass; a study's
+cost is then these times the epochs every trial ran, which Optuna keeps for finished, pruned and
+resumed trials alike. Convolutions and matrix products, the operations counted (2 FLOPs per
+multiply-add, backward passes included), cost exactly in proportion to the images they see, so
+the scaling is exact for them; element-wise operations, normalisation and the optimiser step are
+not counted, as in ``FlopCounterMode`` itself and in NED's accounting of multiply-adds.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from seq2final.models import set_trainable
+from seq2final.training.engine import Engine, autocast, run_model, scale_images
+from seq2final.training.objectives import Batch, HyperParameters, Task, objective_loss
+
+COUNTED_BATCH = 8
+"""Images per domain in the counted step: the counted operations cost in proportion to the images,
+so a small batch gives the same count per image at a fraction of the counting time."""
+
+
+def counted_flops(work: Callable[[], object]) -> int:
+    """FLOPs of ``work`` (forward and any backward it runs), as ``FlopCounterMode`` counts them."""
+    with FlopCounterMode(display=False) as counter:
+        work()
+    return int(counter.get_total_flops())
+
+
+@dataclass(frozen=True)
+class FitCost:
+    """FLOPs of one training epoch, of one validation pass, and of one image's forward pass."""
+
+    train_epoch: int
+    valid_pass: int
+    per_image: int
+
+    def of_trials(self, trials: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+        """Training and validation FLOPs of every trial of a study: epochs run × an epoch, and a
+        validation pass for each epoch plus the one before training."""
+        epochs = [max(0, len(t.get("valid_curve", [])) - 1) for t in trials]
+        passes = [len(t.get("valid_curve", [])) for t in trials]
+        return {"train_flops": self.train_epoch * sum(epochs),
+                "eval_flops": self.valid_pass * sum(passes)}  # fmt: skip
+
+
+def fit_cost(
+    model: nn.Module, task: Task, hp: HyperParameters, engine: Engine, step: int | None = None
+) -> FitCost:
+    """Count one training step of ``model`` on ``task`` (a copy's gradients, no update; up to
+    :data:`COUNTED_BATCH` images per domain) and one forward pass, and scale them to an epoch and
+    a validation pass. ``step`` is the time a joint
+    model is evaluated at."""
+    model = copy.deepcopy(model)  # its BN statistics and gradients move while counting
+    if task.trainable is not None:
+        set_trainable(model, task.trainable)  # frozen layers' weight gradients are not computed
+    device = next(model.parameters()).device
+    batches = []
+    drawn = 0
+    for index, domain in enumerate(task.domains):
+        size = min(COUNTED_BATCH, engine.batch_size, len(domain))
+        drawn += size
+        batches.append(Batch(
+            scale_images(domain.x[:size].to(device), engine), domain.y[:size].to(device),
+            None if domain.weight is None else domain.weight[:size].to(device),
+            None if task.steps is None else task.steps[index],
+            1.0 if task.step_weights is None else task.step_weights[index],
+        ))  # fmt: skip
+    generator = torch.Generator(device).manual_seed(0)
+
+    def train_step() -> None:
+        with autocast(engine, device):
+            loss, *_ = objective_loss(model, batches, task, hp, generator)
+        loss.backward()
+
+    model.train()
+    step_flops = counted_flops(train_step)
+    model.eval()
+    one = scale_images(task.valid.x[:1].to(device), engine)
+    with torch.no_grad():
+        per_image = counted_flops(lambda: run_model(model, one, task.valid_step))
+    # an epoch draws, from each domain, the images its batches cycle through in that many steps
+    steps = max(math.ceil(len(d) / engine.batch_size) for d in task.domains)
+    per_epoch = sum(steps * len(d) / math.ceil(len(d) / engine.batch_size) for d in task.domains)
+    return FitCost(
+        train_epoch=round(step_flops * per_epoch / drawn),
+        valid_pass=per_image * len(task.valid),
+        per_image=per_image,
+    )

@@ -1,0 +1,52 @@
+"""FLOP accounting: one convolution's count by hand, scaled to epochs, passes and trials."""
+
+import torch
+from torch import nn
+
+from seq2final.training.engine import Engine
+from seq2final.training.flops import FitCost, counted_flops, fit_cost
+from seq2final.training.objectives import HyperParameters, Task
+from seq2final.training.tensors import TensorSplit
+
+# a 3→4-channel 3×3 convolution (padding 1) on 8×8 images, then a linear layer 256 → 2
+CONV = 2 * (8 * 8) * (3 * 3) * 3 * 4  # FLOPs per image: 2 per multiply-add, one per output tap
+LINEAR = 2 * 256 * 2
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Flatten(), nn.Linear(256, 2))
+
+
+def _split(n):
+    return TensorSplit(torch.randint(0, 256, (n, 3, 8, 8), dtype=torch.uint8), torch.arange(n) % 2)
+
+
+def test_a_convolutions_forward_count_is_the_hand_formula_and_scales_with_the_batch():
+    model = _model()
+    for batch in (1, 5):
+        x = torch.rand(batch, 3, 8, 8)
+        assert counted_flops(lambda x=x: model(x)) == batch * (CONV + LINEAR)
+
+
+def test_a_fits_cost_is_its_step_scaled_to_epochs_passes_and_every_trial():
+    task = Task([_split(10)], _split(6))
+    cost = fit_cost(_model(), task, HyperParameters(lr=1e-3), Engine(batch_size=4))
+    # training an image: forward, the convolution's weight gradient (the input needs none) and
+    # the linear layer's input and weight gradients
+    per_image = 2 * CONV + 3 * LINEAR
+    assert cost == FitCost(train_epoch=10 * per_image, valid_pass=6 * (CONV + LINEAR),
+                           per_image=CONV + LINEAR)  # fmt: skip
+    # counted on a few images, scaled: the same for a batch of 100
+    assert fit_cost(_model(), task, HyperParameters(lr=1e-3), Engine(batch_size=100)) == cost
+    trials = [{"valid_curve": [0.1, 0.2, 0.3, 0.3]}, {"valid_curve": [0.1, 0.1]}]  # 3 + 1 epochs
+    assert cost.of_trials(trials) == {"train_flops": 4 * 10 * per_image,
+                                      "eval_flops": 6 * 6 * (CONV + LINEAR)}  # fmt: skip
+
+
+def test_counting_leaves_the_model_as_it_was():
+    model = _model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fit_cost(model, Task([_split(10)], _split(6)), HyperParameters(lr=1e-3), Engine(batch_size=4))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
