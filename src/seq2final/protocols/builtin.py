@@ -70,10 +70,18 @@ def _eval_fix(
 ) -> dict[str, Any]:
     split = split_step(num_steps, options)
     steps = accuracies[prefix(split).name]
+    return {
+        "id_accuracy": pooled_accuracy(steps, range(split + 1)),
+        **out_of_distribution(steps, split, num_steps),
+    }
+
+
+def out_of_distribution(steps: StepAccuracies, split: int, num_steps: int) -> dict[str, Any]:
+    """Wild-Time's OOD numbers of a model trained on steps 0..split: the unweighted mean and the
+    minimum of its test accuracy over every later step, and each step's."""
     ood = later_steps(steps, split, num_steps - 1)
     return {
         "split_step": split,
-        "id_accuracy": pooled_accuracy(steps, range(split + 1)),
         "ood_average": statistics.mean(ood.values()),
         "ood_worst": min(ood.values()),
         "ood_per_step": ood,
@@ -143,10 +151,4 @@ def _mixed_split(
     accuracies: Mapping[str, StepAccuracies], num_steps: int, options: ProtocolOptions
 ) -> dict[str, Any]:
     split = split_step(num_steps, options)
-    ood = later_steps(accuracies[mixed_view(split).name], split, num_steps - 1)
-    return {
-        "split_step": split,
-        "ood_average": statistics.mean(ood.values()),
-        "ood_worst": min(ood.values()),
-        "ood_per_step": ood,
-    }
+    return out_of_distribution(accuracies[mixed_view(split).name], split, num_steps)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from seq2final.data.sequence import ShiftSequence
@@ -33,8 +32,8 @@ from seq2final.protocols import STEP_SPLITS
 from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan, ViewPlan
 from seq2final.runs.result_store import ResultStore
 from seq2final.runs.state_store import HistoricalStore
-from seq2final.training.engine import Engine, predict_logits, run_model, scale_images
-from seq2final.training.flops import counted_flops
+from seq2final.training.engine import Engine, predict_logits
+from seq2final.training.flops import image_flops
 from seq2final.training.metrics import classification_metrics
 from seq2final.training.search import SearchSpace, get_budget
 from seq2final.training.tensors import TensorSplit
@@ -64,14 +63,6 @@ def chain_accuracies(
         }
         for name, (model, valid) in outcome.candidates.items()
     }
-
-
-def inference_flops(model: nn.Module, test: TensorSplit, step: int | None) -> int:
-    """FLOPs of the model's forward pass on one test image (at time ``step`` for a joint model)."""
-    device = next(model.parameters()).device
-    image = scale_images(test.x[:1].to(device), Engine())
-    with torch.no_grad():
-        return counted_flops(lambda: run_model(model, image, step))
 
 
 def problem_sequence(sequence: ShiftSequence, view: ViewPlan | None) -> ShiftSequence:
@@ -237,7 +228,7 @@ class JobRecipe:
             # the methods that continue it, so it is charged once, to the state, and shown here
             "train_flops": sum(f["train_flops"] for f in ctx.fits),
             "eval_flops": sum(f["eval_flops"] for f in ctx.fits),
-            "inference_flops_per_image": inference_flops(outcome.model, test, outcome.step),
+            "inference_flops_per_image": image_flops(outcome.model, test, ctx.engine, outcome.step),
             "historical_flops": None
             if self.state is None
             else {

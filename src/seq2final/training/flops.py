@@ -26,6 +26,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from seq2final.models import set_trainable
 from seq2final.training.engine import Engine, autocast, run_model, scale_images
 from seq2final.training.objectives import Batch, HyperParameters, Task, objective_loss
+from seq2final.training.tensors import TensorSplit
 
 COUNTED_BATCH = 8
 """Images per domain in the counted step: the counted operations cost in proportion to the images,
@@ -37,6 +38,19 @@ def counted_flops(work: Callable[[], object]) -> int:
     with FlopCounterMode(display=False) as counter:
         work()
     return int(counter.get_total_flops())
+
+
+def image_flops(model: nn.Module, data: TensorSplit, engine: Engine, step: int | None) -> int:
+    """FLOPs of the model's forward pass (eval mode) on one image of ``data``, at time ``step``
+    for a joint model: the cost of one prediction."""
+    was_training = model.training
+    model.eval()
+    image = scale_images(data.x[:1].to(next(model.parameters()).device), engine)
+    try:
+        with torch.no_grad():
+            return counted_flops(lambda: run_model(model, image, step))
+    finally:
+        model.train(was_training)
 
 
 @dataclass(frozen=True)
@@ -87,10 +101,7 @@ def fit_cost(
 
     model.train()
     step_flops = counted_flops(train_step)
-    model.eval()
-    one = scale_images(task.valid.x[:1].to(device), engine)
-    with torch.no_grad():
-        per_image = counted_flops(lambda: run_model(model, one, task.valid_step))
+    per_image = image_flops(model, task.valid, engine, task.valid_step)
     # an epoch draws, from each domain, the images its batches cycle through in that many steps
     steps = max(math.ceil(len(d) / engine.batch_size) for d in task.domains)
     per_epoch = sum(steps * len(d) / math.ceil(len(d) / engine.batch_size) for d in task.domains)
