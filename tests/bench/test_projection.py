@@ -7,6 +7,7 @@ import pytest
 from seq2final.bench.projection import FitWork, Rates, count_fits, device_hours, stack_sizes
 from seq2final.data.sampler import build_sequence
 from seq2final.data.spec import resolve_spec
+from seq2final.methods import METHODS
 from seq2final.runs.planner import plan_run
 from seq2final.training.engine import Engine
 from seq2final.training.search import SearchSpace
@@ -22,13 +23,21 @@ def test_every_state_and_job_of_the_paper_protocol_is_counted_with_its_grid(
     sequence = build_sequence(spec, source)
     engine = Engine(device="cpu")
     fits = count_fits(spec, sequence, arch, params, engine)
-    plan = plan_run(
-        spec, {"method": None, "historical": None, "final": None, "arch": arch, "budget": "paper"},
-        params["budgets"], {"device": "cpu"}, {}, params["historical_modes"],
-        params["final_modes"], params["pretrain_historical"]["step0"], "projection",
-    )  # fmt: skip
-    # every state and job trains at least one tuned fit, and nothing else is counted
-    assert {f.owner for f in fits} == {s.key for s in plan.states} | {j.key for j in plan.jobs}
+    plans = [
+        plan_run(
+            spec, {"method": name, "historical": None, "final": None, "arch": arch,
+                   "budget": "paper"},
+            params["budgets"], {"device": "cpu"}, {}, params["historical_modes"],
+            params["final_modes"], params["pretrain_historical"]["step0"], "projection",
+        )
+        for name, recipe in METHODS.items()
+        if recipe.paper_class is not None  # the paper's 18: the protocol projected
+    ]  # fmt: skip
+    # every state and job of the paper's methods trains at least one tuned fit, each counted
+    # once however many methods share it, and nothing else is counted (no Wild-Time method, no
+    # plugin's)
+    jobs = {j.key: j for p in plans for j in p.jobs}
+    assert {f.owner for f in fits} == {s.key for p in plans for s in p.states} | set(jobs)
     step0 = [f for f in fits if f.stage == "step0"]
     train0 = len(sequence.step(0).split("train")[1])
     assert len(step0) == 1 and step0[0].trials == SearchSpace.parse(
@@ -37,7 +46,7 @@ def test_every_state_and_job_of_the_paper_protocol_is_counted_with_its_grid(
     grids = {f.trials for f in fits}
     assert {8, 24} <= grids  # plain grids and the side modules' (adjacency × the rest)
     final_train = len(sequence.step(-1).split("train")[1])
-    ft = [f for f in fits if f.owner in {j.key for j in plan.jobs if j.method == "ft"}]
+    ft = [f for f in fits if f.owner in {key for key, j in jobs.items() if j.method == "ft"}]
     assert [(f.trials, f.train_images) for f in ft] == [(8, math.ceil(final_train / 100) * 100)]
 
 
