@@ -12,7 +12,7 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,20 +62,8 @@ class BenchOptions:
 
 def bench(options: BenchOptions, say: Callable[[str], None]) -> None:
     """Check the options, run each section, merge its figures into the JSON, render the page."""
-    sections = [s.strip() for s in options.sections.split(",") if s.strip()]
-    unknown = [s for s in sections if s not in SECTIONS]
-    if unknown or not sections:
-        raise Seq2FinalError(
-            f"--sections {options.sections!r}: unknown {', '.join(unknown) or 'empty'}; "
-            f"valid: {', '.join(SECTIONS)}"
-        )
-    archs = [a.strip() for a in options.archs.split(",") if a.strip()]
-    unknown = [a for a in archs if a not in ARCHITECTURES]
-    if unknown or not archs:
-        raise Seq2FinalError(
-            f"--archs {options.archs!r}: unknown {', '.join(unknown) or 'empty'}; "
-            f"valid: {', '.join(ARCHITECTURES)}"
-        )
+    sections = _listed("sections", options.sections, SECTIONS)
+    archs = _listed("archs", options.archs, list(ARCHITECTURES))
     if options.seeds < 1:
         raise Seq2FinalError(f"--seeds {options.seeds}: needs at least 1 seed")
     project = Path.cwd()
@@ -129,6 +117,18 @@ def bench(options: BenchOptions, say: Callable[[str], None]) -> None:
     PAGE.parent.mkdir(parents=True, exist_ok=True)
     PAGE.write_text(render(results))
     say(f"Figures: {RESULTS}; page: {PAGE}")
+
+
+def _listed(option: str, text: str, valid: Sequence[str]) -> list[str]:
+    """The names of a comma list option, each one of ``valid``; otherwise one line."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in valid]
+    if unknown or not names:
+        raise Seq2FinalError(
+            f"--{option} {text!r}: unknown {', '.join(unknown) or 'empty'}; "
+            f"valid: {', '.join(valid)}"
+        )
+    return names
 
 
 def _rcl(params: dict[str, Any], options: BenchOptions) -> tuple[Any, Any]:
