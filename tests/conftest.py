@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from filelock import FileLock
 from kedro.config import OmegaConfigLoader
 
 from seq2final.core.plugins import load_plugins
 from seq2final.data.sources import SourceData
+from seq2final.methods import METHODS
 from seq2final.runs.result_store import ResultStore
 from seq2final.runs.sequence_store import SequenceStore
 from seq2final.runs.state_store import HistoricalStore
@@ -143,6 +145,7 @@ TINY_RESULTS = {
     "build_sequences": {"test_size": 50, "oracle_size": 120},
     "budget": "smoke",
     "arch": "convnet_1",
+    "method": [name for name, recipe in METHODS.items() if recipe.paper_class is not None],
     "visualize": {"interpolation_points": 3, "svcca_images": 20},
 }
 
@@ -153,13 +156,23 @@ def tiny_results_params() -> dict:
 
 
 @pytest.fixture(scope="session")
-def tiny_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = copy_project(tmp_path_factory.mktemp("tiny_results"))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(folder)
-        patch.setenv("KEDRO_DISABLE_TELEMETRY", "1")
-        run_session(folder, TINY_RESULTS_PIPELINES, TINY_RESULTS)
-        end_mlflow_runs()
+def tiny_results(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """A project after every pipeline on a tiny sequence, built once for the whole run: under
+    xdist the workers share it through a lock (their common temporary folder), because
+    xdist's groups (``--dist loadgroup``) do not keep tests on one worker with this pytest."""
+    root = tmp_path_factory.getbasetemp()
+    shared = root if worker_id == "master" else root.parent
+    folder = shared / "tiny_results"
+    with FileLock(str(shared / "tiny_results.lock")):
+        if not (folder / ".complete").exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a build interrupted earlier
+            copy_project(folder)
+            with pytest.MonkeyPatch.context() as patch:
+                patch.chdir(folder)
+                patch.setenv("KEDRO_DISABLE_TELEMETRY", "1")
+                run_session(folder, TINY_RESULTS_PIPELINES, TINY_RESULTS)
+                end_mlflow_runs()
+            (folder / ".complete").touch()
     return folder
 
 
@@ -200,6 +213,27 @@ def copy_project_to():
 def point_mlflow_at():
     """``set_tracking_uri`` as a fixture, for tests that give the project another tracking URI."""
     return set_tracking_uri
+
+
+def _write_yearbook(root: Path, years=range(1930, 2014), per_year: int = 1) -> Path:
+    """A folder laid out as the real Yearbook data: ``F/`` and ``M/`` with ``YYYY_*.png``."""
+    from PIL import Image
+
+    for sex in ("F", "M"):
+        (root / sex).mkdir(parents=True, exist_ok=True)
+        for year in years:
+            for i in range(per_year):
+                shade = (year - 1900 + 7 * i + (sex == "F") * 50) % 256
+                Image.fromarray(np.full((24, 20), shade, np.uint8)).save(
+                    root / sex / f"{year}_{sex}_{i}.png"
+                )
+    return root
+
+
+@pytest.fixture(scope="session")
+def write_yearbook():
+    """Writes a synthetic Yearbook folder with the real layout (there is no Portraits data here)."""
+    return _write_yearbook
 
 
 @pytest.fixture

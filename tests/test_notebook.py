@@ -5,12 +5,9 @@ import shutil
 from pathlib import Path
 
 import nbformat
-import pytest
 from nbclient import NotebookClient
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "explore_results.ipynb"
-
-pytestmark = pytest.mark.xdist_group("tiny_results")
 
 
 def test_the_notebook_runs_on_tiny_results(tiny_results, tiny_results_params):

@@ -228,6 +228,37 @@ def test_portraits_split_per_decade_80_20_and_final_40_10_50():
         resolve_spec("portraits", dataset="cifar10")
 
 
+def test_yearbook_steps_are_the_years_each_with_a_tenth_held_out_under_temporal_protocols():
+    from seq2final.data.sources import SourceData
+    from seq2final.data.sources.portraits import GRANULARITIES
+
+    years = GRANULARITIES["year"].names
+    time = np.repeat(np.arange(len(years)), 20)
+    source = SourceData(
+        name="portraits_1y",
+        x_train=np.arange(len(time) * 3 * 4, dtype=np.uint8).reshape(len(time), 3, 2, 2),
+        y_train=np.arange(len(time)) % 2,
+        x_test=np.zeros((0, 3, 2, 2), np.uint8),
+        y_test=np.zeros(0, np.int64),
+        class_names=("male", "female"),
+        time_train=time,
+        time_names=years,
+    )
+    spec = resolve_spec("yearbook", step_tests=True, train_fraction=0.9)
+    assert spec.dataset == "portraits_1y" and spec.num_targets == 83  # known before loading
+    sequence = build_sequence(spec, source)
+    assert sequence.step_names == list(years)
+    for t in range(len(years)):
+        step = sequence.step(t)
+        assert {s: len(step.arrays[f"idx_{s}"]) for s in ("train", "valid", "test")} == {
+            "train": 16, "valid": 2, "test": 2,
+        }  # fmt: skip
+        used = np.concatenate([step.arrays[f"idx_{s}"] for s in ("train", "valid", "test")])
+        assert sorted(used.tolist()) == list(range(20 * t, 20 * t + 20))  # its own year, once
+    # the paper's decades keep their key: no steps are written into their spec
+    assert resolve_spec("portraits").steps == ()
+
+
 def test_a_source_with_subclasses_is_drawn_by_subclass_without_subpop_steps(source_factory):
     """CIFAR-100 without subpop keeps the source proportions: sub-classes 0 and 1 only."""
     source = source_factory(per_class=100, per_class_test=40, classes=4, subclasses=5)

@@ -178,10 +178,47 @@ def test_portraits_groups_by_decade_and_labels_male_0(tmp_path):
         load_source("portraits", tmp_path / "F", tmp_path)
 
 
+def test_the_yearbook_granularities_read_one_folder_and_their_blocks_sum_to_the_decades(
+    tmp_path, write_yearbook
+):
+    write_yearbook(tmp_path)
+    yearly = load_source("portraits_1y", tmp_path, tmp_path)
+    blocks = load_source("portraits_5y", tmp_path, tmp_path)
+    decades = load_source("portraits", tmp_path, tmp_path)
+    assert yearly.time_names[0] == "1930" and yearly.time_names[-1] == "2013"
+    assert len(yearly.time_names) == SOURCES["portraits_1y"].periods == 84
+    assert blocks.time_names[:2] == ("1930-1934", "1935-1939")
+    assert blocks.time_names[-1] == "2010-2013" and SOURCES["portraits_5y"].periods == 17
+    # the same images, in the same order, at three granularities
+    assert np.array_equal(yearly.x_train, decades.x_train)
+    years = np.asarray([int(yearly.time_names[t]) for t in yearly.time_train])
+    assert np.array_equal(blocks.time_train, np.minimum((years - 1930) // 5, 16))
+    # every 5-year block falls inside one decade, and a decade's blocks hold exactly its images
+    block_decade = [min((int(name[:4]) - 1930) // 10, 7) for name in blocks.time_names]
+    for decade in range(8):
+        inside = np.isin(blocks.time_train, [b for b, d in enumerate(block_decade) if d == decade])
+        assert np.array_equal(inside, decades.time_train == decade)
+
+
+def test_a_yearbook_folder_missing_years_is_one_line_before_any_photo_is_read(
+    tmp_path, write_yearbook
+):
+    write_yearbook(tmp_path, [y for y in range(1930, 2014) if y not in (1944, 1971)])
+    (tmp_path / "M" / "1950_broken.png").write_bytes(b"not a png")  # would fail if read
+    for name in ("portraits_1y", "portraits_5y"):
+        with pytest.raises(Seq2FinalError) as error:
+            load_source(name, tmp_path, tmp_path)
+        message = str(error.value)
+        assert "no portraits of year(s) 1944, 1971" in message and "\n" not in message
+        assert f"dataset '{name}' needs photos of every year 1930-2013" in message
+    with pytest.raises(Seq2FinalError, match="cannot read portrait"):
+        load_source("portraits", tmp_path, tmp_path)  # the paper's decades keep what exists
+
+
 def test_unknown_source_lists_valid():
     with pytest.raises(
         Seq2FinalError,
-        match="unknown dataset 'mnist'; valid: digits, cifar10, cifar100, fashion_mnist, portraits, npz",
+        match="unknown dataset 'mnist'; valid: digits, cifar10, cifar100, fashion_mnist, portraits, portraits_5y, portraits_1y, npz",
     ):
         load_source("mnist", None, "x")
     assert "npz" in SOURCES

@@ -10,12 +10,9 @@ paths: the same bytes. A deliberate change of results regenerates it (see
 import json
 from pathlib import Path
 
-import pytest
-
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "default_run_smoke.json"
 
 
-@pytest.mark.xdist_group("golden")
 def test_the_default_run_gives_the_recorded_sequence_and_records(run_kedro, project):
     golden = json.loads(GOLDEN.read_text())
     run_kedro(

@@ -33,16 +33,16 @@ def fits_seen(monkeypatch):
     """Every tuned fit of the run: its owner, stage, the view it trains on and its training
     images (as bytes); :func:`steps_of` says which steps of the whole sequence they come from."""
     seen = []
-    tuned_fit = Context.tuned_fit
+    tuned = Context.tuned
 
     def spy(self, stage, space, make_model, task):
         view = self.sequence.manifest.get("view")
         images = {x.tobytes() for domain in task.domains for x in domain.x.numpy()}
         seen.append({"owner": self.owner_key, "stage": stage,
                      "view": view["name"] if view else None, "images": images})  # fmt: skip
-        return tuned_fit(self, stage, space, make_model, task)
+        return tuned(self, stage, space, make_model, task)
 
-    monkeypatch.setattr(Context, "tuned_fit", spy)
+    monkeypatch.setattr(Context, "tuned", spy)
     return seen
 
 
@@ -92,6 +92,50 @@ def test_eval_stream_trains_each_family_on_the_steps_it_should_see(project, fits
         assert record["test_accuracy"] == record["step_accuracies"][str(last)]["test"]
 
 
+WILD_TIME = {  # method -> its job's modes, as in the job's key
+    "coral_t": "none+all_coral_t", "irm_t": "none+all_irm_t", "dro_t": "none+all_dro_t",
+    "mixup": "none+all_mixup", "lisa": "none+all_lisa",
+    "si": "sequential_si+ft", "agem": "sequential_agem+agem", "swa": "sequential_ft+swa",
+}  # fmt: skip
+CONTINUAL = ("si", "agem", "swa")
+
+
+def test_wild_times_methods_run_and_are_scored_under_every_temporal_protocol(
+    project, fits_seen, stores_of
+):
+    """Steps 0..2: every temporal protocol trains the view 0-1 (the mixed split its mixed
+    version), so the protocols share its jobs and each scores them its own way."""
+    three = {
+        "sequence": "source100:rotation60:corruption100",
+        "method": list(WILD_TIME),
+        "protocol_options": {"window": 1},
+    }
+    tables = project / "data/08_reporting/result_tables"
+    for protocol in ("eval_fix", "eval_stream", "test_then_train", "mixed_split"):
+        _run(project, [*PIPELINES, "evaluate"], protocol=protocol, **three)
+        csvs = list(tables.glob(f"*/{protocol}/smoke-*.csv"))
+        assert csvs, protocol
+        for path in csvs:
+            table = __import__("pandas").read_csv(path)
+            scored = table.dropna(subset=["mean"])
+            assert set(scored["method"]) >= set(WILD_TIME), (protocol, path.name)
+            assert scored["mean"].between(0, 1).all()
+    stores = stores_of(project)
+    records = [stores.results[k] for k in stores.results]
+    assert sorted((r["method"], r["view"]["name"]) for r in records) == sorted(
+        (m, v) for m in WILD_TIME for v in ("0-1", "mixed-0-1")
+    )
+    (key,) = list(stores.sequences)
+    sequence = stores.sequences[key]
+    for method, modes in WILD_TIME.items():
+        finals = [f for f in fits_seen
+                  if modes in f["owner"] and f["view"] == "0-1" and "final" in f["stage"]]  # fmt: skip
+        assert finals, method
+        for fit in finals:  # continual: the last step alone; pooled: every step up to it
+            expected = [1] if method in CONTINUAL else [0, 1]
+            assert steps_of(fit["images"], sequence) == expected, (method, fit["stage"])
+
+
 def test_eval_fix_and_the_stream_share_the_view_at_the_split_step(project, stores_of, caplog):
     _run(project, method="baseline", protocol="eval_fix", protocol_options={"split_step": 2})
     stores = stores_of(project)
@@ -131,7 +175,8 @@ def test_the_mixed_split_trains_on_images_of_later_steps(project, fits_seen, sto
         ({"protocol": "eval_stream", "protocol_options": {"window": 1}, "protocol_view": "0-3"},
          "protocol_view '0-3' is not a view protocol 'eval_stream' trains here; valid: 0-1, 0-2"),
         ({"sequence": "portraits", "protocol": "eval_fix"},
-         "natural sequences \\('portraits'\\) do not have yet; valid with them: final"),
+         "dataset 'portraits' \\(whose empty periods are dropped\\) does not fix; valid: the "
+         "protocol final, or the datasets portraits_5y, portraits_1y"),
     ],
 )  # fmt: skip
 def test_bad_protocol_input_stops_before_any_work_in_one_line(project, params, message):
@@ -139,6 +184,27 @@ def test_bad_protocol_input_stops_before_any_work_in_one_line(project, params, m
         _run(project, **params)
     assert "\n" not in str(error.value)
     assert not any((project / "data/03_primary/sequences").glob("*/manifest.json"))
+
+
+def test_wild_times_yearbook_eval_fix_trains_on_1930_to_1970_and_tests_on_every_later_year(
+    project, stores_of, write_yearbook, tmp_path
+):
+    folder = write_yearbook(tmp_path / "yearbook", per_year=10)
+    _run(project, [*PIPELINES, "evaluate"], sequence="yearbook", data_path=str(folder),
+         method="baseline", protocol="eval_fix")  # fmt: skip
+    stores = stores_of(project)
+    (record,) = [stores.results[k] for k in stores.results]
+    assert record["view"]["name"] == "0-40"  # the preset's split: 1930..1970 in
+    (key,) = list(stores.sequences)
+    names = stores.sequences[key].step_names
+    assert names[40] == "1970" and names[-1] == "2013" and len(names) == 84
+    (table,) = (project / "data/08_reporting/result_tables").glob(
+        "*/eval_fix/smoke-ood_average.csv"
+    )
+    frame = __import__("pandas").read_csv(table)
+    cell = frame[frame["arch"] == "convnet_4"]
+    later = [record["step_accuracies"][str(t)]["test"] for t in range(41, 84)]
+    assert cell["mean"].item() == pytest.approx(sum(later) / len(later))  # 1971..2013, unweighted
 
 
 def test_a_model_memorising_what_it_trained_on_scores_nothing_before_training_on_a_step(

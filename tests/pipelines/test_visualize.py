@@ -17,8 +17,6 @@ from seq2final.training.tensors import TensorSplit
 FOLDER = "source100-rotation60-corruption100-label_flip60-digits"
 FIGURES = ("interpolation", "projection", "svcca", "adjacency", "heatmap", "learning_curve")
 
-pytestmark = pytest.mark.xdist_group("tiny_results")
-
 
 def _records(project: Path) -> dict[str, dict]:
     records = [json.loads(p.read_text()) for p in (project / "data/07_model_output/results").glob("*.json")]  # fmt: skip

@@ -16,11 +16,18 @@ from seq2final.config.parameters import RunParameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.plugins import load_plugins, plugin_paths
 from seq2final.core.schema import one_line
+from seq2final.data.sources import SOURCES
 from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
 from seq2final.methods.requests import requested_jobs, resolve_request
 from seq2final.methods.schedules import check_schedules
-from seq2final.protocols import PROTOCOLS, chosen_views, runnable, sequence_options
+from seq2final.protocols import (
+    PROTOCOLS,
+    chosen_views,
+    options_for,
+    runnable,
+    sequence_options,
+)
 from seq2final.training.objectives import HyperParameters
 from seq2final.training.search import SearchSpace, get_budget
 
@@ -93,13 +100,17 @@ def _check_protocol(run: RunParameters, spec: SequenceSpec) -> None:
         return
     asked = requested_jobs(run.method, run.historical, run.final, run.arch)
     runnable(asked, run.protocol, run.method or run.final)
-    if spec.natural:
+    if spec.natural and not spec.steps:
+        complete = [name for name, entry in SOURCES.items() if entry.periods]
         raise Seq2FinalError(
-            f"parameter 'protocol': {run.protocol} needs a test split on every step, which "
-            f"natural sequences ('{run.sequence}') do not have yet; valid with them: final"
+            f"parameter 'protocol': {run.protocol} needs every step of the sequence before it is "
+            f"loaded, which dataset '{spec.dataset}' (whose empty periods are dropped) does not "
+            f"fix; valid: the protocol final, or the datasets {', '.join(complete)} (every period "
+            "required), e.g. the preset yearbook"
         )
     try:
-        views = PROTOCOLS[run.protocol].views(len(spec.steps), run.protocol_options)
+        options = options_for(run.protocol_options, run.sequence)
+        views = PROTOCOLS[run.protocol].views(len(spec.steps), options)
         chosen_views(views, run.protocol_view, run.protocol)
     except Seq2FinalError as error:
         raise Seq2FinalError(f"parameter 'protocol': {error}") from None

@@ -79,6 +79,13 @@ class PretrainOptions(StrictModel):
     step0: dict[str, Any]
 
 
+def _methods(names: str | list[str] | None) -> str | list[str] | None:
+    """One method, several (a list: each is run), or none (every method): each name checked."""
+    for name in names if isinstance(names, list) else [names]:
+        METHODS.validate(name)
+    return names
+
+
 class RunParameters(StrictModel):
     """The public run parameters plus one options block per pipeline."""
 
@@ -87,7 +94,7 @@ class RunParameters(StrictModel):
     data_path: str | None = None
     seed: int | None = Field(default=None, ge=0, lt=2**32)
     arch: Annotated[str, AfterValidator(ARCHITECTURES.validate)] = "convnet_4"
-    method: Annotated[str | None, AfterValidator(METHODS.validate)] = None
+    method: Annotated[str | list[str] | None, AfterValidator(_methods)] = None
     historical: Annotated[str | None, AfterValidator(HISTORICAL_MODES.validate)] = None
     final: Annotated[str | None, AfterValidator(FINAL_MODES.validate)] = None
     budget: str = "default"

@@ -20,6 +20,7 @@ from seq2final.data.sources import SourceData, with_subpopulations
 from seq2final.data.spec import TRAIN_FRACTION, SequenceSpec
 
 PORTRAITS_FINAL_SPLIT = (0.4, 0.5)  # cumulative: train 40 %, valid 10 %, test 50 %
+NATURAL_STEP_TEST = 0.1  # under a temporal protocol: every period's held-out test share
 
 
 def split_counts(total: int, probs: tuple[float, ...] | list[float]) -> list[int]:
@@ -230,7 +231,10 @@ def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
     """Split a source that is a sequence by itself (Portraits) per natural time step.
 
     Each period is shuffled with one seeded generator, in period order; earlier periods split
-    80/20 into train/valid, the final period 40/10/50 into train/valid/test.
+    80/20 into train/valid, the final period 40/10/50 into train/valid/test. With
+    ``step_tests`` (the temporal protocols) every period holds out a tenth as its test split, as
+    Wild-Time holds out a tenth of each Yearbook year, and splits the rest ``train_fraction`` /
+    the remainder into train/valid.
     """
     assert source.time_train is not None and source.time_names is not None
     rng = np.random.RandomState(spec.seed)
@@ -240,7 +244,10 @@ def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
         order = np.flatnonzero(source.time_train == period)
         rng.shuffle(order)
         n = len(order)
-        if position < len(periods) - 1:
+        if spec.step_tests:
+            kept = n - int(NATURAL_STEP_TEST * n)
+            cuts = [int(spec.train_fraction * kept), kept, n]
+        elif position < len(periods) - 1:
             cuts = [int(spec.train_fraction * n), n]
         else:
             cuts = [int(PORTRAITS_FINAL_SPLIT[0] * n), int(PORTRAITS_FINAL_SPLIT[1] * n), n]

@@ -178,7 +178,12 @@ def resolve_spec(
             f"{', '.join(naturals)} with sequence:{NATURAL} or a preset of theirs, any other "
             "dataset with shift sequences"
         )
-    steps = () if natural else parse_spec(spec_text, sizes)
+    if natural:
+        # a natural source that insists on every period has a known number of steps, which the
+        # temporal protocols' views need before it is loaded; each step is a whole period
+        steps = tuple(StepSpec((NATURAL,), 0) for _ in range(source.periods or 0))
+    else:
+        steps = parse_spec(spec_text, sizes)
     return SequenceSpec(
         name=sequence,
         dataset=dataset,

@@ -33,7 +33,8 @@ from seq2final.methods.context import Context
 Leaves = Literal["nothing", "model", "side_chain"]
 LEAVES: tuple[Leaves, ...] = ("nothing", "model", "side_chain")
 Anchor = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]
-"""EWC's (θ_k, F_k) of an earlier model: its parameters and their Fisher information."""
+"""An earlier model's parameters and their weights in the pull towards them: EWC's (θ_k, F_k),
+SI's (θ_{T−1}, Ω)."""
 
 
 @dataclass
@@ -41,13 +42,15 @@ class ModelChain:
     """Models of steps 0..T−1 (one model for ERM/IRM/DRO) and how the final step continues it.
 
     ``final_space`` replaces the final mode's own space for the continuation (an SFT schedule
-    fixes the learning rate at step T; EWC searches λ_EWC instead of L2). ``anchors`` are EWC's
-    (θ_k, F_k) for every earlier step.
+    fixes the learning rate at step T; EWC searches λ_EWC instead of L2). ``anchors`` are what
+    the continuation is pulled towards, weighted by the hyper-parameter ``anchor_weight``: EWC's
+    (θ_k, F_k) for every earlier step under ``ewc_lambda``, SI's (θ_{T−1}, Ω) under ``si_c``.
     """
 
     models: list[nn.Module]
     final_space: dict[str, Any] | None = None
     anchors: list[Anchor] = field(default_factory=list)
+    anchor_weight: str = "ewc_lambda"
 
     @property
     def last(self) -> nn.Module:

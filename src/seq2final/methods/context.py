@@ -86,6 +86,13 @@ class Context:
         self, stage: str, space: SearchSpace, make_model: Callable[[], nn.Module], task: Task
     ) -> nn.Module:
         """Tune one fit; return its selected model and keep its record in :attr:`fits`."""
+        return self.tuned(stage, space, make_model, task)[0]
+
+    def tuned(
+        self, stage: str, space: SearchSpace, make_model: Callable[[], nn.Module], task: Task
+    ) -> tuple[nn.Module, FitResult]:
+        """:meth:`tuned_fit`, also returning the selected trial's fit (for what a mode computes
+        from the fit itself, such as SI's path integral)."""
 
         def objective(params, seed, report):
             model = make_model()
@@ -135,7 +142,7 @@ class Context:
             tuned.finished_trials,
             ", ".join(f"{k}={v:.3g}" for k, v in tuned.params.items()),
         )
-        return model
+        return model, tuned.fit
 
 
 def _finish_on_cpu(run: TrialRun, result: FitResult, weights: dict[str, torch.Tensor]) -> None:

@@ -109,7 +109,7 @@ def _fine_tune(
     train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
 
     def fit_chain(name: str, chain: ModelChain) -> nn.Module:
-        task = Task([train], valid, anchors=chain.anchors)
+        task = Task([train], valid, anchors=chain.anchors, anchor_weight=chain.anchor_weight)
         space = chain_space(chain, config, "space")
         return ctx.tuned_fit(
             stage_name(name, "final"), space, lambda: clone_model(chain.last), task
@@ -131,14 +131,15 @@ def _linear_probe_fine_tune(
     train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
 
     def fit_chain(name: str, chain: ModelChain) -> nn.Module:
-        probe = Task([train], valid, trainable=["fc"], anchors=chain.anchors)
+        pull = {"anchors": chain.anchors, "anchor_weight": chain.anchor_weight}
+        probe = Task([train], valid, trainable=["fc"], **pull)
         head = ctx.tuned_fit(
             stage_name(name, "head"),
             space_of(config, "head_space", "final_modes.lp_ft"),
             lambda: clone_model(chain.last),
             probe,
         )
-        task = Task([train], valid, anchors=chain.anchors)
+        task = Task([train], valid, **pull)
         space = chain_space(chain, config, "space")
         return ctx.tuned_fit(stage_name(name, "all"), space, lambda: clone_model(head), task)
 

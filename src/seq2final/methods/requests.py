@@ -46,13 +46,16 @@ def check_combination(historical: str, final: str) -> None:
 
 
 def resolve_request(
-    method_name: str | None, historical: str | None, final: str | None
+    method_name: str | list[str] | None, historical: str | None, final: str | None
 ) -> list[tuple[str, str, str]]:
     """(requested name, historical, final) for every job the run parameters ask for.
 
-    No method and no modes: all registered methods. A method with modes that disagree with its
-    recipe is refused rather than guessed at.
+    No method and no modes: all registered methods; a list of methods: each of them, in order.
+    A method with modes that disagree with its recipe is refused rather than guessed at.
     """
+    if isinstance(method_name, list):
+        resolved = [job for name in method_name for job in resolve_request(name, historical, final)]
+        return list(dict.fromkeys(resolved))
     if method_name is not None:
         recipe = METHODS[method_name]
         for given, own, what in (
@@ -111,7 +114,7 @@ class RequestedJob:
 
 
 def requested_jobs(
-    method_name: str | None, historical: str | None, final: str | None, arch: str
+    method_name: str | list[str] | None, historical: str | None, final: str | None, arch: str
 ) -> list[RequestedJob]:
     """Every job the run parameters ask for on ``arch``, with the modes it actually trains."""
     return [

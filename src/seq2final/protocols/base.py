@@ -22,6 +22,7 @@ from pydantic import Field
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.registry import Registry
 from seq2final.core.schema import StrictModel
+from seq2final.data.presets import PRESETS
 from seq2final.methods import FINAL_MODES, RequestedJob
 
 STEP_SPLITS = ("train", "test")
@@ -112,6 +113,15 @@ def long_enough(num_steps: int) -> int:
     return num_steps - 1
 
 
+def options_for(options: ProtocolOptions, sequence: str) -> ProtocolOptions:
+    """The options a sequence runs with: where no split step is given, a preset's own (the
+    Yearbook preset's 1970, as Wild-Time splits it), else the given options as they are."""
+    preset = PRESETS.get(sequence)
+    if options.split_step is None and preset is not None and preset.split_step is not None:
+        return options.model_copy(update={"split_step": preset.split_step})
+    return options
+
+
 def split_step(num_steps: int, options: ProtocolOptions) -> int:
     """The split step: the given one, checked, or the middle of the sequence.
 
@@ -148,12 +158,15 @@ def sequence_options(protocol: str) -> dict[str, Any]:
     return {"step_tests": True, "train_fraction": WILD_TIME_TRAIN_FRACTION}
 
 
-def runnable(wanted: list[RequestedJob], protocol: str, named: str | None) -> list[RequestedJob]:
+def runnable(
+    wanted: list[RequestedJob], protocol: str, named: str | list[str] | None
+) -> list[RequestedJob]:
     """The requested jobs a temporal protocol's views can train: a final mode that needs the
     oracle draw cannot. Asked for by name (``named``), such a job is refused in one line; among
     all methods, it is left out."""
     kept = [job for job in wanted if not FINAL_MODES[job.final].uses_oracle]
     if named and len(kept) < len(wanted):
+        named = next(job.requested for job in wanted if FINAL_MODES[job.final].uses_oracle)
         raise Seq2FinalError(
             f"method '{named}' cannot run under protocol '{protocol}': it trains on the final "
             "step's oracle-size draw, which the views a temporal protocol trains on do not have; "

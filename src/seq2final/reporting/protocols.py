@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from seq2final.protocols import PROTOCOLS, ProtocolOptions, StepAccuracies
+from seq2final.protocols import PROTOCOLS, ProtocolOptions, StepAccuracies, options_for
 from seq2final.reporting.tables import ResultTable, cells, render, shown_name, to_csv_frame
 
 log = logging.getLogger(__name__)
@@ -47,11 +47,14 @@ def protocol_scores(
         if "view" not in record:
             continue
         cell = (record["budget"], record["arch"], shown_name(record), record["seed"])
-        group = groups.setdefault(cell, {"views": {}, "num_steps": len(record["step_accuracies"])})
+        group = groups.setdefault(cell, {
+            "views": {}, "num_steps": len(record["step_accuracies"]),
+            "options": options_for(options, record["sequence"]),  # a preset's own split step
+        })  # fmt: skip
         group["views"][record["view"]["name"]] = step_table(record)
     rows = []
     for (budget, arch, method, seed), group in sorted(groups.items(), key=str):
-        wanted = [view.name for view in chosen.views(group["num_steps"], options)]
+        wanted = [view.name for view in chosen.views(group["num_steps"], group["options"])]
         missing = [name for name in wanted if name not in group["views"]]
         if missing:
             log.warning(
@@ -60,7 +63,7 @@ def protocol_scores(
                 method, arch, budget, seed, ", ".join(missing), protocol,
             )  # fmt: skip
             continue
-        score = chosen.score(group["views"], group["num_steps"], options)
+        score = chosen.score(group["views"], group["num_steps"], group["options"])
         rows.append({"budget": budget, "arch": arch, "method": method, "aliases": [],
                      "seed": seed, **score})  # fmt: skip
     return rows

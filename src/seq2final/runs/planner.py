@@ -19,7 +19,7 @@ from seq2final.core.schema import one_line
 from seq2final.core.seeds import derived_seed
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import HISTORICAL_MODES, HistoricalState, requested_jobs
-from seq2final.protocols import PROTOCOLS, ProtocolOptions, chosen_views, runnable
+from seq2final.protocols import PROTOCOLS, ProtocolOptions, chosen_views, options_for, runnable
 from seq2final.runs.keys import job_key, key_base, state_key, step0_key
 from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan, ViewPlan
 from seq2final.training.engine import Engine
@@ -53,8 +53,13 @@ def plan_run(
         raise Seq2FinalError(f"parameter 'training': {error}") from None
     arch = request["arch"]
     name = request.get("protocol", "final")
-    options = dict(request.get("protocol_options") or {})
-    problems = _problems(spec, name, options, request.get("protocol_view"))
+    try:
+        parsed = ProtocolOptions.model_validate(request.get("protocol_options") or {})
+    except ValidationError as error:
+        raise Seq2FinalError(one_line(error, ProtocolOptions, "protocol_options")) from None
+    parsed = options_for(parsed, spec.name)  # a preset's split step, where none is given
+    options = parsed.model_dump(exclude_none=True)
+    problems = _problems(spec, name, parsed, request.get("protocol_view"))
     wanted = requested_jobs(request["method"], request["historical"], request["final"], arch)
     if problems[0][1] is not None:
         wanted = runnable(wanted, name, request["method"] or request["final"])
@@ -112,17 +117,13 @@ def plan_run(
 
 
 def _problems(
-    spec: SequenceSpec, protocol: str, options: Mapping[str, Any], only: str | None = None
+    spec: SequenceSpec, protocol: str, options: ProtocolOptions, only: str | None = None
 ) -> list[tuple[SequenceSpec, ViewPlan | None]]:
     """The Seq-to-Final problems a protocol trains: the sequence itself, or each of its views
     (``only`` the one so named, if given) as a spec of its own (the view's steps, its name in
     the key)."""
     chosen = PROTOCOLS[protocol]
-    try:
-        parsed = ProtocolOptions.model_validate(options)
-    except ValidationError as error:
-        raise Seq2FinalError(one_line(error, ProtocolOptions, "protocol_options")) from None
-    views = chosen_views(chosen.views(len(spec.steps), parsed), only, protocol)
+    views = chosen_views(chosen.views(len(spec.steps), options), only, protocol)
     if not chosen.temporal:
         return [(spec, None)]
     if not spec.step_tests:

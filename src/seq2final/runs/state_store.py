@@ -41,6 +41,7 @@ def pack_state(state: HistoricalState) -> dict[str, Any]:
                     ]
                     for values, fisher in chain.anchors
                 ],
+                "anchor_weight": chain.anchor_weight,
             }
             for name, chain in state.chains.items()
         },
@@ -55,6 +56,7 @@ def unpack_state(payload: dict[str, Any]) -> HistoricalState:
             [unpack(m) for m in chain["models"]],
             chain["final_space"],
             [(values, fisher) for values, fisher in chain["anchors"]],
+            chain.get("anchor_weight", "ewc_lambda"),  # states saved before SI existed
         )
         for name, chain in payload["chains"].items()
     }

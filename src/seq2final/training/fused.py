@@ -166,8 +166,14 @@ FUSABLE_OBJECTIVES = ("erm", "irm", "dro", "joint")
 
 def fusable(task: Task) -> bool:
     """Whether a fit's trials can train as one stack: not with batch mixing or CORAL (their
-    draws and moments are not written for ``vmap``); such fits train one trial at a time."""
-    return task.objective in FUSABLE_OBJECTIVES and task.mixing is None
+    draws and moments are not written for ``vmap``), nor with SI's path integral or A-GEM's
+    projection (per-model steps the stack does not take); such fits train one trial at a time."""
+    return (
+        task.objective in FUSABLE_OBJECTIVES
+        and task.mixing is None
+        and not task.track_path
+        and task.memory is None
+    )
 
 
 def fit_fused(

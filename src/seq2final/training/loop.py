@@ -33,6 +33,7 @@ from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import set_trainable
+from seq2final.training.continual import EpisodicMemory, PathIntegral
 from seq2final.training.engine import (
     Engine,
     autocast,
@@ -53,6 +54,7 @@ class FitResult:
     best_epoch: int
     epochs: int
     history: list[dict[str, float]]
+    path_integral: dict[str, torch.Tensor] | None = None  # SI's ω up to the selected epoch
 
 
 EpochCallback = Callable[[int, float], None]
@@ -143,6 +145,12 @@ def fit(
         Mixer(task.mixing, task.mix_alpha, d, engine) if task.mixing else None for d in domains
     ]
     batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in domains)
+    memory = None
+    if task.memory is not None:  # A-GEM
+        memory = EpisodicMemory(task.memory.to(device), task.memory_batch, engine, generator)
+    path = None
+    if task.track_path:  # SI
+        path = PathIntegral([(n, p) for n, p in model.named_parameters() if p.requires_grad])
 
     step_loss, step_hp = objective_loss, hp
     if engine.compile:
@@ -158,6 +166,7 @@ def fit(
     history = [_row(0, math.nan, math.nan, valid_loss, valid_accuracy)]
     best_accuracy, best_epoch = valid_accuracy, 0
     best_state = _snapshot(model)
+    best_path = None if path is None else path.snapshot()
     if on_epoch is not None:
         on_epoch(0, valid_accuracy)
     stalls, epoch = 0, 0
@@ -185,8 +194,15 @@ def fit(
                     )
                 optimizer.zero_grad(set_to_none=True)
                 scaler.scale(loss).backward()
+                if memory is not None:
+                    memory.project(model, parameters, scaler.scale)
+                if path is not None:
+                    scaler.unscale_(optimizer)
+                    path.before_step()
                 scaler.step(optimizer)
                 scaler.update()
+                if path is not None:
+                    path.after_step()
                 ce_sum, correct, count = (
                     ce_sum + batch_ce,
                     correct + batch_correct,
@@ -201,6 +217,7 @@ def fit(
             if valid_accuracy > best_accuracy:
                 best_accuracy, best_epoch = valid_accuracy, epoch
                 best_state = _snapshot(model)
+                best_path = None if path is None else path.snapshot()
             stalls = 0 if valid_accuracy > previous_accuracy else stalls + 1
             if on_epoch is not None:
                 on_epoch(epoch, valid_accuracy)
@@ -212,7 +229,7 @@ def fit(
         for name, parameter in model.named_parameters():
             parameter.requires_grad_(flags[name])
         model.eval()
-    return FitResult(best_accuracy, best_epoch, epoch, history)
+    return FitResult(best_accuracy, best_epoch, epoch, history, best_path)
 
 
 def _row(

@@ -22,6 +22,7 @@ from seq2final.training.tensors import TensorSplit
 
 OBJECTIVES = ("erm", "irm", "dro", "joint", "coral")
 MIXINGS = ("mixup", "lisa")
+ANCHOR_WEIGHTS = ("ewc_lambda", "si_c")
 
 
 @dataclass
@@ -30,7 +31,11 @@ class Task:
 
     ``steps`` gives, per training domain, the time index a joint model runs it at (``None`` for a
     plain model); ``valid_step`` likewise for the validation set. ``step_weights`` are the joint
-    loss's c_t. ``anchors`` are EWC's (parameters, Fisher) pairs of earlier models.
+    loss's c_t. ``anchors`` are (parameters, weights) pairs of earlier models the loss pulls
+    towards, weighted by the hyper-parameter ``anchor_weight`` names: EWC's (θ_k, F_k) under
+    ``ewc_lambda``, SI's (θ_{t−1}, Ω) under ``si_c``. ``track_path`` asks the fit for SI's path
+    integral; ``memory`` is A-GEM's episodic memory, against which every step's gradient is
+    projected using a reference batch of ``memory_batch`` images.
     """
 
     domains: list[TensorSplit]
@@ -45,6 +50,10 @@ class Task:
     )
     mixing: str | None = None
     mix_alpha: float = 2.0
+    anchor_weight: str = "ewc_lambda"
+    track_path: bool = False
+    memory: TensorSplit | None = None
+    memory_batch: int = 32
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -53,6 +62,10 @@ class Task:
             )
         if self.mixing is not None and self.mixing not in MIXINGS:
             raise Seq2FinalError(f"unknown mixing '{self.mixing}'; valid: {', '.join(MIXINGS)}")
+        if self.anchor_weight not in ANCHOR_WEIGHTS:
+            raise Seq2FinalError(
+                f"unknown anchor weight '{self.anchor_weight}'; valid: {', '.join(ANCHOR_WEIGHTS)}"
+            )
         if not self.domains or any(len(d) == 0 for d in self.domains) or len(self.valid) == 0:
             raise Seq2FinalError("a fit needs non-empty training domains and validation set")
 
@@ -68,6 +81,7 @@ class HyperParameters:
     ewc_lambda: float = 0.0
     adjacency: float = 0.0
     coral: float = 0.0
+    si_c: float = 0.0
 
     @classmethod
     def from_dict(cls, values: dict[str, float]) -> HyperParameters:
@@ -134,7 +148,8 @@ def _irm_penalty_functional(shuffled: torch.Tensor, labels: torch.Tensor) -> tor
 def ewc_penalty(
     model: nn.Module, anchors: Sequence[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]
 ) -> torch.Tensor:
-    """Σ_k Σ F_k ⊙ (θ − θ_k)² over every earlier model k (no ½, as in the original)."""
+    """Σ_k Σ F_k ⊙ (θ − θ_k)² over every earlier model k (no ½, as in the original); with SI's
+    single anchor (θ_{t−1}, Ω) this is SI's surrogate loss Σ Ω ⊙ (θ − θ_{t−1})²."""
     parameters = dict(model.named_parameters())
     terms = []
     for values, fisher in anchors:
@@ -228,8 +243,9 @@ def objective_loss(
         data_loss = torch.stack(ce_terms).sum()
     if _active(hp.weight_decay):
         penalties = penalties + hp.weight_decay * penalty_norm(model)
-    if _active(hp.ewc_lambda) and task.anchors:
-        penalties = penalties + hp.ewc_lambda * ewc_penalty(model, task.anchors)
+    anchor_weight = getattr(hp, task.anchor_weight)
+    if _active(anchor_weight) and task.anchors:
+        penalties = penalties + anchor_weight * ewc_penalty(model, task.anchors)
     if _active(hp.adjacency) and isinstance(model, JointModel):
         penalties = penalties + hp.adjacency * model.adjacency_norm()
     return data_loss + penalties, ce_sum, correct, count

@@ -67,7 +67,9 @@ class Source:
 
     ``default_sizes``: step sizes for spec strings that give none. ``bundled``: it loads with no
     files (its data ships with an installed package), so it works offline. ``natural``: it is a
-    sequence by itself (its images carry time periods), so only the ``natural`` spec fits it.
+    sequence by itself (its images carry time periods), so only the ``natural`` spec fits it;
+    ``periods``: how many time steps it has, for a natural source whose loader insists on every
+    period (known before loading, so a protocol's options are checked before any work).
     ``subclasses``: its images carry sub-class ids of their own (CIFAR-100's fine labels);
     ``subpopulation_view``: otherwise, how to regroup its labels into super-classes with sub-classes
     for ``subpop`` shifts (digits: even/odd).
@@ -79,6 +81,7 @@ class Source:
     natural: bool = False
     subclasses: bool = False
     subpopulation_view: SubpopulationView | None = None
+    periods: int | None = None
 
     @property
     def description(self) -> str:
@@ -100,13 +103,14 @@ def source(
     natural: bool = False,
     subclasses: bool = False,
     subpopulation_view: SubpopulationView | None = None,
+    periods: int | None = None,
 ) -> Callable[[SourceLoader], SourceLoader]:
     """Register the decorated loader as dataset ``name`` (see :class:`Source` for the options)."""
 
     def register(load: SourceLoader) -> SourceLoader:
         SOURCES.add(
             name,
-            Source(load, default_sizes, bundled, natural, subclasses, subpopulation_view),
+            Source(load, default_sizes, bundled, natural, subclasses, subpopulation_view, periods),
         )
         return load
 

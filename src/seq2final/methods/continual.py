@@ -1,0 +1,241 @@
+"""The continual methods Wild-Time compares, as modes: SI, A-GEM and SWA.
+
+Each trains a chain through the steps, one step at a time, as the paper's SFT and EWC do, and
+continues it on the final step; so under ``eval_stream`` the model of time t has been updated on
+step t alone, from the model of time t−1.
+
+* **SI** (Zenke et al., 2017; Wild-Time λ = 0.1, ξ = 0.001): every fit tracks its path integral
+  ω; after each step the importance becomes Ω + ω / (Δθ² + ξ), and the next step's loss adds
+  c · Σ Ω (θ − θ_{t−1})². Its step-0 model is its own, because Ω needs step 0's path.
+* **A-GEM** (Chaudhry et al., 2019; Wild-Time: a memory of 1,000): an episodic memory, a
+  reservoir sample of the earlier steps' training images, and every step's gradient projected
+  so that it does not point against the gradient on a reference batch from the memory.
+* **SWA** (Izmailov et al., 2018, over time as Wild-Time runs it): a fine-tuning chain whose
+  end-of-step weights are averaged, with the BatchNorm statistics recomputed for the average on
+  the final step's training images.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from pydantic import Field, ValidationError
+from torch import nn
+from torch.optim.swa_utils import AveragedModel, update_bn
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.schema import StrictModel, one_line
+from seq2final.core.seeds import derived_seed
+from seq2final.methods.base import (
+    FinalOutcome,
+    HistoricalState,
+    ModelChain,
+    StepZero,
+    final_mode,
+    historical_mode,
+    method,
+)
+from seq2final.methods.context import Context, space_of
+from seq2final.methods.final import chain_space, continue_chains, stage_name
+from seq2final.training.continual import reservoir_indices, si_importance
+from seq2final.training.engine import Engine, predict_logits, scale_images
+from seq2final.training.loop import clone_model
+from seq2final.training.objectives import Task, parameters_of
+from seq2final.training.tensors import TensorSplit
+
+
+class SISettings(StrictModel):
+    """SI's settings beside its search space."""
+
+    damping: float = Field(default=0.001, gt=0)
+
+
+class MemorySettings(StrictModel):
+    """A-GEM's episodic memory: how many images it keeps, and the reference batch drawn from it
+    for every step (Wild-Time: its mini-batch size, 32 on Yearbook)."""
+
+    memory: int = Field(default=1000, ge=1)
+    reference_batch: int = Field(default=32, ge=1)
+
+
+def _settings(model: type[StrictModel], config: Mapping[str, Any], where: str) -> Any:  # noqa: ANN401
+    values = {key: config[key] for key in model.model_fields if key in config}
+    try:
+        return model.model_validate(values)
+    except ValidationError as error:
+        raise Seq2FinalError(one_line(error, model, where)) from None
+
+
+def _checker(model: type[StrictModel]):  # noqa: ANN202 - a mode's check
+    def check(config: Mapping[str, Any], where: str) -> None:
+        _settings(model, config, where)
+
+    return check
+
+
+# SI ------------------------------------------------------------------------------------------
+
+
+@historical_mode(
+    "sequential_si",
+    "a sequential chain pulled towards the last step by SI's importance (SI)",
+    check=_checker(SISettings),
+)
+def _sequential_si(
+    ctx: Context, config: Mapping[str, Any], step0: StepZero | None
+) -> dict[str, ModelChain]:
+    where = "historical_modes.sequential_si"
+    damping = _settings(SISettings, config, where).damping
+    space = space_of(config, "space", where)
+    anchors: list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = []
+    models: list[nn.Module] = []
+    importance = None
+    for t in range(ctx.final_index):
+        start = ctx.new_model("step0") if t == 0 else models[-1]
+        before = parameters_of(start)
+        task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), anchors=anchors,
+                    anchor_weight="si_c", track_path=True)  # fmt: skip
+        model, fit = ctx.tuned(f"step{t}", space, lambda s=start: clone_model(s), task)
+        assert fit.path_integral is not None
+        after = parameters_of(model)
+        importance = si_importance(fit.path_integral, before, after, damping, importance)
+        importance = {name: value.to(ctx.device) for name, value in importance.items()}
+        anchors = [(after, importance)]
+        models.append(model)
+    return {"main": ModelChain(models, space.describe(), anchors, "si_c")}
+
+
+# A-GEM ---------------------------------------------------------------------------------------
+
+
+def episodic_memory(ctx: Context, steps: int, capacity: int) -> TensorSplit:
+    """The memory after the training images of steps 0..``steps``−1 streamed through a reservoir
+    of ``capacity``: drawn from the run's seed alone, so the historical state and the final job
+    of one sequence hold the same memory where their streams overlap."""
+    splits = [ctx.split(t, "train") for t in range(steps)]
+    kept = reservoir_indices([len(s) for s in splits], capacity,
+                             derived_seed(ctx.seed, "episodic_memory"))  # fmt: skip
+    return TensorSplit(
+        torch.stack([splits[t].x[i] for t, i in kept]),
+        torch.stack([splits[t].y[i] for t, i in kept]),
+    )
+
+
+@historical_mode(
+    "sequential_agem",
+    "a sequential chain whose steps never point against an episodic memory's gradient (A-GEM)",
+    uses_step0=True,
+    check=_checker(MemorySettings),
+)
+def _sequential_agem(
+    ctx: Context, config: Mapping[str, Any], step0: StepZero | None
+) -> dict[str, ModelChain]:
+    assert step0 is not None
+    where = "historical_modes.sequential_agem"
+    settings = _settings(MemorySettings, config, where)
+    space = space_of(config, "space", where)
+    models = [step0()]
+    for t in range(1, ctx.final_index):
+        start = models[-1]
+        task = Task([ctx.split(t, "train")], ctx.split(t, "valid"),
+                    memory=episodic_memory(ctx, t, settings.memory),
+                    memory_batch=settings.reference_batch)  # fmt: skip
+        models.append(ctx.tuned_fit(f"step{t}", space, lambda s=start: clone_model(s), task))
+    return {"main": ModelChain(models)}
+
+
+@final_mode(
+    "agem",
+    "fine-tune on the final step with A-GEM's projection against a memory of steps 0..T−1",
+    ("model",),
+    check=_checker(MemorySettings),
+)
+def _agem_final(
+    ctx: Context, config: Mapping[str, Any], state: HistoricalState | None
+) -> FinalOutcome:
+    assert state is not None
+    settings = _settings(MemorySettings, config, "final_modes.agem")
+    memory = episodic_memory(ctx, ctx.final_index, settings.memory)
+    train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
+
+    def fit_chain(name: str, chain: ModelChain) -> nn.Module:
+        task = Task([train], valid, memory=memory, memory_batch=settings.reference_batch)
+        space = chain_space(chain, config, "space")
+        return ctx.tuned_fit(
+            stage_name(name, "final"), space, lambda: clone_model(chain.last), task
+        )
+
+    return continue_chains(ctx, state, fit_chain, None)
+
+
+# SWA -----------------------------------------------------------------------------------------
+
+
+@historical_mode(
+    "sequential_ft",
+    "a chain of models, each fine-tuned from the previous on its step, lr searched (Wild-Time's FT)",
+    uses_step0=True,
+)
+def _sequential_ft(
+    ctx: Context, config: Mapping[str, Any], step0: StepZero | None
+) -> dict[str, ModelChain]:
+    assert step0 is not None
+    space = space_of(config, "space", "historical_modes.sequential_ft")
+    models = [step0()]
+    for t in range(1, ctx.final_index):
+        start = models[-1]
+        task = Task([ctx.split(t, "train")], ctx.split(t, "valid"))
+        models.append(ctx.tuned_fit(f"step{t}", space, lambda s=start: clone_model(s), task))
+    return {"main": ModelChain(models)}
+
+
+def averaged_model(models: list[nn.Module], data: TensorSplit, engine: Engine) -> nn.Module:
+    """The mean of the models' parameters, with BatchNorm statistics recomputed on ``data`` (the
+    statistics of averaged weights are not the average of the statistics)."""
+    average = AveragedModel(models[0])  # a copy; its first update replaces the weights
+    for model in models:
+        average.update_parameters(model)
+    model = average.module
+    device = next(model.parameters()).device
+    batches = [
+        scale_images(data.x[start : start + engine.batch_size].to(device), engine)
+        for start in range(0, len(data), engine.batch_size)
+    ]
+    update_bn(batches, model)
+    model.eval()
+    return model
+
+
+@final_mode(
+    "swa",
+    "fine-tune on the final step, then average the chain's end-of-step weights with it (SWA)",
+    ("model",),
+)
+def _swa_final(
+    ctx: Context, config: Mapping[str, Any], state: HistoricalState | None
+) -> FinalOutcome:
+    assert state is not None
+    train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
+
+    def fit_chain(name: str, chain: ModelChain) -> nn.Module:
+        task = Task([train], valid)
+        space = chain_space(chain, config, "space")
+        final = ctx.tuned_fit(
+            stage_name(name, "final"), space, lambda: clone_model(chain.last), task
+        )
+        return averaged_model([*chain.models, final], train, ctx.engine)
+
+    outcome = continue_chains(ctx, state, fit_chain, None)
+    logits = predict_logits(outcome.model, valid, ctx.engine, None)
+    outcome.valid_accuracy = float((logits.argmax(1) == valid.y).float().mean())
+    return outcome
+
+
+for _args in (
+    ("si", "sequential_si", "ft", "SI", None, "Zenke et al. 2017; Wild-Time's setting, Yao et al. 2022"),
+    ("agem", "sequential_agem", "agem", "A-GEM", None, "Chaudhry et al. 2019; Wild-Time's memory of 1,000"),
+    ("swa", "sequential_ft", "swa", "SWA", None, "Izmailov et al. 2018; over time, Yao et al. 2022"),
+):  # fmt: skip
+    method(*_args)

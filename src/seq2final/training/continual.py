@@ -1,0 +1,136 @@
+"""The training-time parts of the continual methods Wild-Time compares: SI's path integral and
+A-GEM's episodic memory and gradient projection.
+
+Both change what one optimiser step does, so the fit loop (:mod:`seq2final.training.loop`) calls
+them; everything that happens between steps of a sequence (SI's importance update, filling the
+memory) is in the modes (:mod:`seq2final.methods.continual`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seq2final.training.engine import Engine, autocast, run_model, scale_images
+from seq2final.training.tensors import TensorSplit
+
+
+class PathIntegral:
+    """SI's running ω (Zenke et al., 2017): the sum over optimiser steps of −g·Δθ per parameter,
+    where g is the gradient the step used and Δθ the change it made.
+
+    Wild-Time's SI adds only the last step of each timestamp to ω (its ``train_step`` updates W
+    once, at ``train_update_iter``); this sums every step, as the definition and van de Ven's
+    code it adapts do. The gradient is that of the whole loss the optimiser descends (SI's
+    surrogate term included), as in that code.
+    """
+
+    def __init__(self, named: Sequence[tuple[str, nn.Parameter]]) -> None:
+        self.named = list(named)
+        self.total = {name: torch.zeros_like(p, dtype=torch.float32) for name, p in self.named}
+        self._before: list[torch.Tensor] = []
+        self._grads: list[torch.Tensor | None] = []
+
+    def before_step(self) -> None:
+        """Remember the parameters and the (unscaled) gradients the next step will use."""
+        self._before = [p.detach().clone() for _, p in self.named]
+        self._grads = [None if p.grad is None else p.grad.detach().clone() for _, p in self.named]
+
+    def after_step(self) -> None:
+        """Add this step's −g·Δθ."""
+        for (name, p), before, grad in zip(self.named, self._before, self._grads, strict=True):
+            if grad is not None:
+                self.total[name] -= (grad * (p.detach() - before)).float()
+
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        """ω so far, on the CPU (kept with the epoch it belongs to)."""
+        return {name: value.detach().cpu().clone() for name, value in self.total.items()}
+
+
+def si_importance(
+    omega: dict[str, torch.Tensor],
+    start: dict[str, torch.Tensor],
+    end: dict[str, torch.Tensor],
+    damping: float,
+    previous: dict[str, torch.Tensor] | None = None,
+) -> dict[str, torch.Tensor]:
+    """SI's importance after a step of the sequence: the previous importance plus
+    ω / ((θ_end − θ_start)² + ξ) per parameter (ξ: ``damping``, Wild-Time's ε, 0.001)."""
+    importance = {}
+    for name, value in omega.items():
+        change = end[name].to(value) - start[name].to(value)
+        added = value / (change.pow(2) + damping)
+        importance[name] = added if previous is None else previous[name].to(value) + added
+    return importance
+
+
+def reservoir_indices(offered: Sequence[int], capacity: int, seed: int) -> list[tuple[int, int]]:
+    """Which of a stream of items an episodic memory of ``capacity`` keeps (reservoir sampling,
+    Vitter's algorithm R, as Wild-Time's A-GEM buffer does): ``offered`` gives the items' count
+    per step; the result lists (step, index within the step) of the kept items, in memory order.
+    Every item seen so far is in the memory with equal probability, capacity/seen."""
+    rng = np.random.default_rng(seed)
+    memory: list[tuple[int, int]] = []
+    seen = 0
+    for step, count in enumerate(offered):
+        for index in range(count):
+            if len(memory) < capacity:
+                memory.append((step, index))
+            else:
+                slot = int(rng.integers(0, seen + 1))
+                if slot < capacity:
+                    memory[slot] = (step, index)
+            seen += 1
+    return memory
+
+
+def project_conflicting(
+    gradients: Sequence[torch.Tensor], reference: Sequence[torch.Tensor]
+) -> None:
+    """A-GEM's projection, in place: where the gradient ``g`` points against the memory's
+    ``g_ref`` (g·g_ref < 0), replace it with g − (g·g_ref / g_ref·g_ref) g_ref, whose dot
+    product with g_ref is 0, so a small step along it does not increase the memory's loss to
+    first order; elsewhere leave it. Computed without a branch, so a GPU never waits on it."""
+    dot = torch.stack([(g * r).sum() for g, r in zip(gradients, reference, strict=True)]).sum()
+    norm = torch.stack([r.pow(2).sum() for r in reference]).sum()
+    scale = dot.clamp(max=0) / norm.clamp(min=torch.finfo(norm.dtype).tiny)
+    for g, r in zip(gradients, reference, strict=True):
+        g.sub_(scale * r)
+
+
+class EpisodicMemory:
+    """A-GEM's memory during a fit: the stored images on the device, a reference batch drawn
+    from them for every step, and the projection of the step's gradient against theirs."""
+
+    def __init__(
+        self, memory: TensorSplit, batch_size: int, engine: Engine, generator: torch.Generator
+    ) -> None:
+        self.memory, self.batch_size, self.engine = memory, batch_size, engine
+        self.generator = generator
+
+    def project(
+        self,
+        model: nn.Module,
+        parameters: Sequence[nn.Parameter],
+        scale: Callable[[torch.Tensor], torch.Tensor],
+    ) -> None:
+        """Project the parameters' gradients against the gradient of the memory's loss on a
+        batch drawn from it, that loss scaled by ``scale`` as the step's own was (a gradient
+        scaler's ``scale``), so both gradients are on one scale."""
+        device = self.memory.y.device
+        index = torch.randperm(len(self.memory), generator=self.generator, device=device)
+        index = index[: self.batch_size]
+        x = scale_images(self.memory.x[index], self.engine)
+        with autocast(self.engine, device):
+            logits = run_model(model, x, None)
+        loss = scale(F.cross_entropy(logits.float(), self.memory.y[index]))
+        reference = torch.autograd.grad(loss, list(parameters), allow_unused=True)
+        pairs = [
+            (p.grad, r) for p, r in zip(parameters, reference, strict=True)
+            if p.grad is not None and r is not None
+        ]  # fmt: skip
+        project_conflicting([g for g, _ in pairs], [r for _, r in pairs])

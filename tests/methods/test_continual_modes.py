@@ -1,0 +1,116 @@
+"""SI, A-GEM and SWA as modes: what their chains hold, end to end on a tiny digits sequence."""
+
+import mlflow
+import pytest
+import torch
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+from torch import nn
+
+from seq2final.methods import continual
+from seq2final.methods.continual import averaged_model, episodic_memory
+from seq2final.training import Engine, TensorSplit
+from seq2final.training.engine import scale_images
+
+RUN = {
+    "sequence": "source100:rotation60:corruption100",  # steps 0..2
+    "build_sequences": {"test_size": 50, "oracle_size": 120},
+    "budget": "smoke",
+    "arch": "convnet_1",
+    "mlflow": {"enabled": False},
+}
+
+
+def _run(project, **params):
+    while mlflow.active_run():
+        mlflow.end_run()
+    bootstrap_project(project)
+    runtime = {**RUN, **params}
+    with KedroSession.create(project_path=project, env="test", runtime_params=runtime) as session:
+        session.run(pipeline_names=["build_sequences", "pretrain_historical", "adapt_final"])
+
+
+def test_si_agem_and_swa_train_their_chains_and_continue_them(project, stores_of, monkeypatch):
+    averaged = []
+    original = continual.averaged_model
+    monkeypatch.setattr(continual, "averaged_model",
+                        lambda models, *a: averaged.append(models) or original(models, *a))  # fmt: skip
+    # SI's chain with one fixed configuration that learns within a few epochs, so the selected
+    # epochs have moved the weights and the importance is not zero
+    plain = {"lr": {"grid": [3e-3]}, "dropout": {"grid": [0.0]}}
+    fixed = {**plain, "si_c": {"grid": [0.1]}}
+    _run(project, method=["si", "agem", "swa"], budget="grid4",
+         budgets={"grid4": {"sampler": "grid", "max_epochs": 4}},
+         pretrain_historical={"step0": plain},
+         historical_modes={"sequential_si": {"space": fixed}, "sequential_agem": {"space": plain},
+                           "sequential_ft": {"space": plain}},
+         final_modes={"agem": {"space": plain}, "swa": {"space": plain}})  # fmt: skip
+    stores = stores_of(project)
+    records = {r["method"]: r for r in (stores.results[k] for k in stores.results)}
+    assert set(records) == {"si", "agem", "swa"}
+
+    # SI: its own step-0 fit (Ω needs step 0's path), the anchor at step T−1 under si_c
+    si = stores.states[records["si"]["historical_state"]]
+    assert [f["stage"] for f in si.fits] == ["step0", "step1"]
+    (chain,) = si.chains.values()
+    assert chain.anchor_weight == "si_c" and len(chain.anchors) == 1
+    values, importance = chain.anchors[0]
+    for name, parameter in chain.last.named_parameters():
+        assert torch.equal(values[name], parameter.detach())
+    assert any(f["best_epoch"] > 0 for f in si.fits)  # some selected epoch moved the weights
+    assert any(bool((v != 0).any()) for v in importance.values())
+    assert "si_c" in records["si"]["hyperparameters"]["final"]  # the final step is pulled too
+
+    # A-GEM and SWA start from the shared step-0 model
+    for method in ("agem", "swa"):
+        state = stores.states[records[method]["historical_state"]]
+        assert [f["stage"] for f in state.fits] == ["step1"]
+
+    # SWA: the average of the chain's end-of-step models and the final step's
+    (models,) = averaged
+    assert len(models) == 3
+
+
+def test_the_episodic_memory_is_a_seeded_reservoir_of_the_earlier_steps_training_images():
+    steps = [TensorSplit(torch.full((n, 1, 2, 2), t, dtype=torch.uint8), torch.full((n,), t))
+             for t, n in enumerate((30, 20, 40))]  # fmt: skip
+
+    class Sequenced:
+        seed = 4
+
+        def split(self, t, split):
+            return steps[t]
+
+    everything = episodic_memory(Sequenced(), 2, 1000)
+    assert len(everything) == 50 and sorted(everything.y.tolist()) == [0] * 30 + [1] * 20
+    some = episodic_memory(Sequenced(), 2, 10)
+    assert len(some) == 10 and set(some.y.tolist()) <= {0, 1}  # never a later step's image
+    assert torch.equal(episodic_memory(Sequenced(), 2, 10).x, some.x)
+
+
+def test_the_averaged_model_is_the_mean_of_the_weights_with_batchnorm_statistics_recomputed():
+    torch.manual_seed(0)
+    models = [nn.Sequential(nn.Conv2d(1, 2, 1), nn.BatchNorm2d(2)) for _ in range(3)]
+    data = TensorSplit(torch.randint(0, 256, (6, 1, 2, 2), dtype=torch.uint8), torch.zeros(6))
+    engine = Engine(batch_size=6)
+    average = averaged_model(models, data, engine)
+    weights = torch.stack([m[0].weight for m in models]).mean(0)
+    assert torch.allclose(average[0].weight, weights)
+    with torch.no_grad():
+        features = average[0](scale_images(data.x, engine))
+    assert torch.allclose(average[1].running_mean, features.mean((0, 2, 3)), atol=1e-6)
+    assert not average.training
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        ({"sequential_si": {"damping": 0}}, "historical_modes.sequential_si 'damping' = 0"),
+        ({"sequential_agem": {"memory": 0}}, "historical_modes.sequential_agem 'memory' = 0"),
+    ],
+)
+def test_a_bad_si_or_agem_block_is_one_line_before_any_work(project, block, message):
+    with pytest.raises(Exception, match=message) as raised:
+        _run(project, method="si" if "si" in str(block) else "agem", historical_modes=block)
+    assert "\n" not in str(raised.value)
+    assert not (project / "data/03_primary").exists()

@@ -1,0 +1,180 @@
+"""SI's path integral and importance, A-GEM's memory and projection, against their definitions."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seq2final.training import loop as training
+from seq2final.training.continual import (
+    EpisodicMemory,
+    PathIntegral,
+    project_conflicting,
+    reservoir_indices,
+    si_importance,
+)
+from seq2final.training.engine import Engine, scale_images
+from seq2final.training.loop import fit
+from seq2final.training.objectives import HyperParameters, Task
+from seq2final.training.tensors import TensorSplit
+
+pytestmark = pytest.mark.usefixtures("float64")
+ENGINE = Engine(batch_size=64, eval_batch_size=64)
+
+
+def _data(n=20, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return TensorSplit(
+        torch.randint(0, 256, (n, 1, 3, 3), dtype=torch.uint8, generator=g), torch.arange(n) % 3
+    )
+
+
+def _toy(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Flatten(), nn.Linear(9, 3))
+
+
+def test_si_importance_is_the_previous_plus_the_path_over_the_squared_change_plus_damping():
+    omega = {"w": torch.tensor([0.2, -0.1, 0.0])}
+    start, end = {"w": torch.tensor([1.0, 1.0, 1.0])}, {"w": torch.tensor([1.5, 0.0, 1.0])}
+    previous = {"w": torch.tensor([1.0, 2.0, 3.0])}
+    got = si_importance(omega, start, end, 0.001, previous)["w"]
+    expected = torch.tensor([1.0 + 0.2 / (0.25 + 0.001), 2.0 - 0.1 / (1.0 + 0.001), 3.0])
+    assert torch.allclose(got, expected)
+    assert torch.allclose(si_importance(omega, start, end, 0.001)["w"], expected - previous["w"])
+
+
+def test_the_path_integral_sums_minus_gradient_times_step_over_every_step():
+    model = _toy()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    path = PathIntegral(list(model.named_parameters()))
+    data = _data()
+    x, y = scale_images(data.x, ENGINE), data.y
+    by_hand = {name: torch.zeros_like(p) for name, p in model.named_parameters()}
+    for _ in range(5):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+        before = {name: p.detach().clone() for name, p in model.named_parameters()}
+        path.before_step()
+        optimizer.step()
+        path.after_step()
+        for name, p in model.named_parameters():
+            by_hand[name] -= grads[name] * (p.detach() - before[name])
+    for name, value in path.snapshot().items():
+        assert torch.allclose(value.double(), by_hand[name], atol=1e-7), name
+    assert sum(v.sum() for v in by_hand.values()) > 0  # descending the loss: a positive path
+
+
+def test_a_fit_returns_the_path_integral_up_to_its_selected_epoch(monkeypatch):
+    """Full-batch steps (the loss is the same in any order), replayed by hand with Adam."""
+    curve = iter([0.1, 0.5, 0.7, 0.6, 0.6])  # epoch 2 is selected
+    monkeypatch.setattr(training, "_validate", lambda *args: (0.0, next(curve)))
+    data = _data()
+    model, replay = _toy(), _toy()
+    task = Task([data], data, track_path=True)
+    result = fit(model, task, HyperParameters(lr=0.05), ENGINE, 4, seed=0)
+    assert result.best_epoch == 2 and result.epochs == 4
+    optimizer = torch.optim.Adam(replay.parameters(), lr=0.05)
+    x, y = scale_images(data.x, ENGINE), data.y
+    by_hand = {name: torch.zeros_like(p) for name, p in replay.named_parameters()}
+    for _ in range(2):
+        optimizer.zero_grad()
+        F.cross_entropy(replay(x), y).backward()
+        before = {name: p.detach().clone() for name, p in replay.named_parameters()}
+        grads = {name: p.grad.clone() for name, p in replay.named_parameters()}
+        optimizer.step()
+        for name, p in replay.named_parameters():
+            by_hand[name] -= grads[name] * (p.detach() - before[name])
+    for name, value in result.path_integral.items():
+        assert torch.allclose(value.double(), by_hand[name], atol=1e-6), name
+    # and the selected weights are the replay's after those two steps
+    for (name, p), (_, q) in zip(model.named_parameters(), replay.named_parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-10), name
+    monkeypatch.undo()
+    plain = fit(_toy(), Task([data], data), HyperParameters(lr=0.05), ENGINE, 0, seed=0)
+    assert plain.path_integral is None  # tracked only when asked
+
+
+def test_the_reservoir_keeps_everything_until_full_then_each_item_with_equal_chance():
+    assert reservoir_indices([2, 3], 10, seed=0) == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]
+    kept = reservoir_indices([10, 20], 5, seed=1)
+    assert len(kept) == len(set(kept)) == 5
+    assert reservoir_indices([10, 20], 5, seed=1) == kept  # seeded
+    counts = torch.zeros(30)
+    runs = 3000
+    for seed in range(runs):
+        for step, index in reservoir_indices([10, 20], 5, seed):
+            counts[step * 10 + index] += 1
+    # every item of the stream with probability 5/30, the first step's and the last alike
+    assert torch.allclose(counts / runs, torch.full((30,), 5 / 30), atol=0.03)
+
+
+def _loss_and_grad(model, x, y):
+    loss = F.cross_entropy(model(x), y)
+    return loss.item(), [g.clone() for g in torch.autograd.grad(loss, list(model.parameters()))]
+
+
+def test_a_step_along_the_projected_gradient_never_increases_the_memory_loss():
+    """On random toy problems: wherever the current step's gradient would increase the memory's
+    loss, the projected one does not (beyond second order in the step size)."""
+
+    def memory_loss_after_step(seed, direction, x, y, size=1e-4):
+        moved = _toy(seed)
+        with torch.no_grad():
+            for p, d in zip(moved.parameters(), direction, strict=True):
+                p.sub_(size * d)
+        return F.cross_entropy(moved(x), y).item()
+
+    conflicts = 0
+    for seed in range(40):
+        model = _toy(seed)
+        current, memory = _data(12, seed=2 * seed), _data(12, seed=2 * seed + 1)
+        if seed % 2:  # half the problems: the current step's images, all one class in each
+            current, memory = (
+                TensorSplit(current.x, current.y * 0),
+                TensorSplit(current.x, current.y * 0 + 1),
+            )
+        xc, xm = scale_images(current.x, ENGINE), scale_images(memory.x, ENGINE)
+        _, g = _loss_and_grad(model, xc, current.y)
+        before, r = _loss_and_grad(model, xm, memory.y)
+        raw = [gi.clone() for gi in g]
+        project_conflicting(g, r)
+        assert sum((gi * ri).sum() for gi, ri in zip(g, r, strict=True)) >= -1e-12
+        raw_increase = memory_loss_after_step(seed, raw, xm, memory.y) - before
+        increase = memory_loss_after_step(seed, g, xm, memory.y) - before
+        if sum((gi * ri).sum() for gi, ri in zip(raw, r, strict=True)) < 0:
+            conflicts += 1
+            assert raw_increase > 0  # the step it replaces would have increased it ...
+            assert increase <= 1e-2 * raw_increase, seed  # ... and it does not (to 2nd order)
+        else:
+            assert [gi.tolist() for gi in g] == [gi.tolist() for gi in raw]  # left as it was
+    assert conflicts >= 5  # the toy problems do conflict, so the projection is exercised
+
+
+def test_the_loop_projects_against_the_whole_memory_when_the_reference_batch_covers_it():
+    model = _toy(3)
+    memory = _data(10, seed=5)
+    memory.y = (memory.y + 1) % 3
+    current = _data(10, seed=6)
+    xc, xm = scale_images(current.x, ENGINE), scale_images(memory.x, ENGINE)
+    for p, g in zip(model.parameters(), _loss_and_grad(model, xc, current.y)[1], strict=True):
+        p.grad = g
+    raw = [p.grad.clone() for p in model.parameters()]
+    _, r = _loss_and_grad(model, xm, memory.y)
+    episodic = EpisodicMemory(memory, 64, ENGINE, torch.Generator().manual_seed(0))
+    episodic.project(model, list(model.parameters()), lambda loss: loss)
+    dot = sum((g * ri).sum() for g, ri in zip(raw, r, strict=True))
+    norm = sum(ri.pow(2).sum() for ri in r)
+    expected = [g - min(float(dot), 0.0) / float(norm) * ri for g, ri in zip(raw, r, strict=True)]
+    for p, e in zip(model.parameters(), expected, strict=True):
+        assert torch.allclose(p.grad, e, atol=1e-12)
+
+
+def test_si_and_agem_fits_train_their_trials_one_at_a_time():
+    from seq2final.training.fused import fusable
+
+    data = _data()
+    assert fusable(Task([data], data))
+    assert not fusable(Task([data], data, track_path=True))
+    assert not fusable(Task([data], data, memory=data))
