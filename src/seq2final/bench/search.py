@@ -43,6 +43,15 @@ HISTORY_HP = HyperParameters(lr=1e-3, weight_decay=1e-4, dropout=0.0)
 """The fixed ERM fit of the historical steps that FT continues (the same model for every
 budget: what is measured is the final fit's search, not the history's)."""
 
+LATER_PENALTIES = ("coral", "si_c")
+"""Penalties added to :class:`HyperParameters` after the measurement's first studies were
+keyed: left out of the keys while off, so that adding one does not orphan hours of results."""
+
+
+def history_key(hp: HyperParameters = HISTORY_HP) -> dict[str, float]:
+    """The history fit's hyper-parameters as the study keys hold them."""
+    return {k: v for k, v in vars(hp).items() if k not in LATER_PENALTIES or v != 0.0}
+
 
 @dataclass(frozen=True)
 class SearchRun:
@@ -166,7 +175,7 @@ def measure_search(
     is kept beside them.
     """
     common = {"sequence": sequence.key, "arch": arch, "engine": engine.results_key(),
-              "history": [history_epochs, vars(HISTORY_HP)]}  # fmt: skip
+              "history": [history_epochs, history_key()]}  # fmt: skip
     kept = store / f"history-{digest(common)}.pt" if store is not None else None
     fits = final_step_fits(sequence, arch, engine, history_epochs, kept)
     final = sequence.num_steps - 1

@@ -17,7 +17,7 @@ step t alone, from the model of time t−1.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -38,11 +38,12 @@ from seq2final.methods.base import (
     method,
 )
 from seq2final.methods.context import Context, space_of
-from seq2final.methods.final import chain_space, continue_chains, stage_name
+from seq2final.methods.final import continue_chains, fine_tune_chain
 from seq2final.training.continual import reservoir_indices, si_importance
 from seq2final.training.engine import Engine, predict_logits, scale_images
 from seq2final.training.loop import clone_model
 from seq2final.training.objectives import Task, parameters_of
+from seq2final.training.search import SearchSpace
 from seq2final.training.tensors import TensorSplit
 
 
@@ -110,6 +111,20 @@ def _sequential_si(
 # A-GEM ---------------------------------------------------------------------------------------
 
 
+def fine_tuned_chain(
+    ctx: Context, start: nn.Module, space: SearchSpace, task_of: Callable[[int], Task]
+) -> list[nn.Module]:
+    """``start`` (the step-0 model), then a model per step t = 1..T−1, each fine-tuned from the
+    one before on ``task_of(t)``."""
+    models = [start]
+    for t in range(1, ctx.final_index):
+        previous = models[-1]
+        models.append(
+            ctx.tuned_fit(f"step{t}", space, lambda s=previous: clone_model(s), task_of(t))
+        )
+    return models
+
+
 def episodic_memory(ctx: Context, steps: int, capacity: int) -> TensorSplit:
     """The memory after the training images of steps 0..``steps``−1 streamed through a reservoir
     of ``capacity``: drawn from the run's seed alone, so the historical state and the final job
@@ -136,14 +151,10 @@ def _sequential_agem(
     where = "historical_modes.sequential_agem"
     settings = _settings(MemorySettings, config, where)
     space = space_of(config, "space", where)
-    models = [step0()]
-    for t in range(1, ctx.final_index):
-        start = models[-1]
-        task = Task([ctx.split(t, "train")], ctx.split(t, "valid"),
-                    memory=episodic_memory(ctx, t, settings.memory),
-                    memory_batch=settings.reference_batch)  # fmt: skip
-        models.append(ctx.tuned_fit(f"step{t}", space, lambda s=start: clone_model(s), task))
-    return {"main": ModelChain(models)}
+    return {"main": ModelChain(fine_tuned_chain(ctx, step0(), space, lambda t: Task(
+        [ctx.split(t, "train")], ctx.split(t, "valid"),
+        memory=episodic_memory(ctx, t, settings.memory), memory_batch=settings.reference_batch,
+    )))}  # fmt: skip
 
 
 @final_mode(
@@ -162,10 +173,7 @@ def _agem_final(
 
     def fit_chain(name: str, chain: ModelChain) -> nn.Module:
         task = Task([train], valid, memory=memory, memory_batch=settings.reference_batch)
-        space = chain_space(chain, config, "space")
-        return ctx.tuned_fit(
-            stage_name(name, "final"), space, lambda: clone_model(chain.last), task
-        )
+        return fine_tune_chain(ctx, config, name, chain, task)
 
     return continue_chains(ctx, state, fit_chain, None)
 
@@ -183,12 +191,9 @@ def _sequential_ft(
 ) -> dict[str, ModelChain]:
     assert step0 is not None
     space = space_of(config, "space", "historical_modes.sequential_ft")
-    models = [step0()]
-    for t in range(1, ctx.final_index):
-        start = models[-1]
-        task = Task([ctx.split(t, "train")], ctx.split(t, "valid"))
-        models.append(ctx.tuned_fit(f"step{t}", space, lambda s=start: clone_model(s), task))
-    return {"main": ModelChain(models)}
+    return {"main": ModelChain(fine_tuned_chain(ctx, step0(), space, lambda t: Task(
+        [ctx.split(t, "train")], ctx.split(t, "valid"),
+    )))}  # fmt: skip
 
 
 def averaged_model(models: list[nn.Module], data: TensorSplit, engine: Engine) -> nn.Module:
@@ -220,11 +225,7 @@ def _swa_final(
     train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
 
     def fit_chain(name: str, chain: ModelChain) -> nn.Module:
-        task = Task([train], valid)
-        space = chain_space(chain, config, "space")
-        final = ctx.tuned_fit(
-            stage_name(name, "final"), space, lambda: clone_model(chain.last), task
-        )
+        final = fine_tune_chain(ctx, config, name, chain, Task([train], valid))
         return averaged_model([*chain.models, final], train, ctx.engine)
 
     outcome = continue_chains(ctx, state, fit_chain, None)

@@ -110,12 +110,18 @@ def _fine_tune(
 
     def fit_chain(name: str, chain: ModelChain) -> nn.Module:
         task = Task([train], valid, anchors=chain.anchors, anchor_weight=chain.anchor_weight)
-        space = chain_space(chain, config, "space")
-        return ctx.tuned_fit(
-            stage_name(name, "final"), space, lambda: clone_model(chain.last), task
-        )
+        return fine_tune_chain(ctx, config, name, chain, task)
 
     return continue_chains(ctx, state, fit_chain, None)
+
+
+def fine_tune_chain(
+    ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, task: Task
+) -> nn.Module:
+    """Fine-tune chain ``name``'s last model on ``task`` (the final step), in the chain's space or
+    the mode's: what every final mode that continues a plain model does, whatever its task."""
+    space = chain_space(chain, config, "space")
+    return ctx.tuned_fit(stage_name(name, "final"), space, lambda: clone_model(chain.last), task)
 
 
 @final_mode(
