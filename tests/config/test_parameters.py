@@ -24,6 +24,8 @@ def _with(base: dict, **overrides):
         ({"sequence": "rotaton"}, "unknown sequence 'rotaton'"),
         ({"dataset": "imagenet"}, "unknown dataset 'imagenet'; valid: digits"),
         ({"method": "st_c"}, "unknown method 'st_c'; valid: oracle, baseline"),
+        ({"method": ["si", "st_c"]}, "unknown method 'st_c'; valid: oracle, baseline"),
+        ({"method": []}, "an empty list runs nothing; valid: a method, a list of them, or null"),
         ({"historical": "ermm"}, "unknown historical mode 'ermm'; valid: none, erm"),
         ({"final": "fine_tune"}, "unknown final mode 'fine_tune'; valid: scratch"),
         ({"arch": "resnet_5"}, "unknown architecture 'resnet_5'; valid: "),

@@ -10,7 +10,7 @@ from torch import nn
 from seq2final.methods import continual
 from seq2final.methods.continual import averaged_model, episodic_memory
 from seq2final.training import Engine, TensorSplit
-from seq2final.training.engine import scale_images
+from seq2final.training.engine import predict_logits, scale_images
 
 RUN = {
     "sequence": "source100:rotation60:corruption100",  # steps 0..2
@@ -66,9 +66,17 @@ def test_si_agem_and_swa_train_their_chains_and_continue_them(project, stores_of
         state = stores.states[records[method]["historical_state"]]
         assert [f["stage"] for f in state.fits] == ["step1"]
 
-    # SWA: the average of the chain's end-of-step models and the final step's
+    # SWA: the average of the chain's end-of-step models and the final step's, and its record's
+    # validation accuracy is the average's (not the fine-tuned model's)
     (models,) = averaged
     assert len(models) == 3
+    swa = records["swa"]
+    (sequence,) = [stores.sequences[k] for k in stores.sequences]
+    valid = TensorSplit.from_arrays(*sequence.step(-1).split("valid"))
+    logits = predict_logits(
+        stores.results.model(swa["job_key"]), valid, Engine(**swa["engine"]), None
+    )
+    assert swa["valid_accuracy"] == float((logits.argmax(1) == valid.y).float().mean())
 
 
 def test_the_episodic_memory_is_a_seeded_reservoir_of_the_earlier_steps_training_images():
@@ -114,3 +122,13 @@ def test_a_bad_si_or_agem_block_is_one_line_before_any_work(project, block, mess
         _run(project, method="si" if "si" in str(block) else "agem", historical_modes=block)
     assert "\n" not in str(raised.value)
     assert not (project / "data/03_primary").exists()
+
+
+def test_an_si_space_without_its_weight_is_refused():
+    from seq2final.core.errors import Seq2FinalError
+    from seq2final.methods import HISTORICAL_MODES
+
+    check = HISTORICAL_MODES["sequential_si"].check
+    check({"space": {"lr": {"grid": [1e-3]}, "si_c": {"grid": [0.1]}}}, "here")
+    with pytest.raises(Seq2FinalError, match="here.space has no 'si_c'"):
+        check({"space": {"lr": {"grid": [1e-3]}}}, "here")

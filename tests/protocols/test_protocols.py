@@ -37,6 +37,16 @@ def test_eval_fix_splits_in_the_middle_by_default():
     assert PROTOCOLS["eval_fix"].views(9, ProtocolOptions()) == [prefix(4)]
 
 
+def test_a_presets_split_step_applies_on_its_own_dataset_unless_one_is_given():
+    from seq2final.protocols import options_for
+
+    assert options_for(ProtocolOptions(), "yearbook", "portraits_1y").split_step == 40
+    assert options_for(ProtocolOptions(split_step=30), "yearbook", "portraits_1y").split_step == 30
+    # the preset's steps are years; on the 5-year blocks its 1970 is another step
+    assert options_for(ProtocolOptions(), "yearbook", "portraits_5y").split_step is None
+    assert options_for(ProtocolOptions(), "rot8", "npz").split_step is None
+
+
 def test_eval_stream_scores_each_time_over_its_window_then_averages_over_time():
     options = ProtocolOptions(window=2)
     stream = PROTOCOLS["eval_stream"]

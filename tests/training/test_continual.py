@@ -66,6 +66,18 @@ def test_the_path_integral_sums_minus_gradient_times_step_over_every_step():
     assert sum(v.sum() for v in by_hand.values()) > 0  # descending the loss: a positive path
 
 
+def test_a_step_a_gradient_scaler_skipped_adds_nothing_to_the_path():
+    """Under fp16 a scaler skips the step of an inf gradient: the parameters do not move, and
+    inf·0 must not turn ω into NaN for the rest of the sequence."""
+    model = _toy()
+    path = PathIntegral(list(model.named_parameters()))
+    for p in model.parameters():
+        p.grad = torch.full_like(p, float("inf"))
+    path.before_step()  # the skipped step: no update
+    path.after_step()
+    assert all(torch.equal(v, torch.zeros_like(v)) for v in path.snapshot().values())
+
+
 def test_a_fit_returns_the_path_integral_up_to_its_selected_epoch(monkeypatch):
     """Full-batch steps (the loss is the same in any order), replayed by hand with Adam."""
     curve = iter([0.1, 0.5, 0.7, 0.6, 0.6])  # epoch 2 is selected

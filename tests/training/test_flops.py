@@ -44,6 +44,16 @@ def test_a_fits_cost_is_its_step_scaled_to_epochs_passes_and_every_trial():
                                       "eval_flops": 6 * 6 * (CONV + LINEAR)}  # fmt: skip
 
 
+def test_an_agem_fit_also_pays_a_reference_gradient_on_its_memory_every_step():
+    task = Task([_split(10)], _split(6))
+    engine = Engine(batch_size=4)  # 3 steps an epoch
+    plain = fit_cost(_model(), task, HyperParameters(lr=1e-3), engine)
+    memory = Task([_split(10)], _split(6), memory=_split(20), memory_batch=5)
+    agem = fit_cost(_model(), memory, HyperParameters(lr=1e-3), engine)
+    assert agem.train_epoch - plain.train_epoch == 3 * 5 * (2 * CONV + 3 * LINEAR)
+    assert (agem.valid_pass, agem.per_image) == (plain.valid_pass, plain.per_image)
+
+
 def test_counting_leaves_the_model_as_it_was():
     model = _model()
     before = {k: v.clone() for k, v in model.state_dict().items()}

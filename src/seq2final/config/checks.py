@@ -109,7 +109,7 @@ def _check_protocol(run: RunParameters, spec: SequenceSpec) -> None:
             "required), e.g. the preset yearbook"
         )
     try:
-        options = options_for(run.protocol_options, run.sequence)
+        options = options_for(run.protocol_options, run.sequence, spec.dataset)
         views = PROTOCOLS[run.protocol].views(len(spec.steps), options)
         chosen_views(views, run.protocol_view, run.protocol)
     except Seq2FinalError as error:

@@ -81,6 +81,8 @@ class PretrainOptions(StrictModel):
 
 def _methods(names: str | list[str] | None) -> str | list[str] | None:
     """One method, several (a list: each is run), or none (every method): each name checked."""
+    if names == []:
+        raise ValueError("an empty list runs nothing; valid: a method, a list of them, or null")
     for name in names if isinstance(names, list) else [names]:
         METHODS.validate(name)
     return names

@@ -263,6 +263,11 @@ def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
         raise Seq2FinalError(
             f"dataset '{source.name}' has {len(steps)} time period(s) with images; valid: at least 2"
         )
+    if spec.steps and len(steps) != len(spec.steps):
+        raise Seq2FinalError(
+            f"dataset '{source.name}' has images in {len(steps)} of its {len(spec.steps)} time "
+            "periods; valid: a folder with images in every period (its protocols count on them)"
+        )
     return ShiftSequence.from_steps(spec, source, steps, [None] * len(steps), None)
 
 

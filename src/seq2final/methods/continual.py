@@ -79,10 +79,19 @@ def _checker(model: type[StrictModel]):  # noqa: ANN202 - a mode's check
 # SI ------------------------------------------------------------------------------------------
 
 
+def _check_si(config: Mapping[str, Any], where: str) -> None:
+    _settings(SISettings, config, where)
+    if "si_c" not in (config.get("space") or {}):
+        raise Seq2FinalError(
+            f"{where}.space has no 'si_c': SI's weight c of its pull towards the last step; "
+            "valid: a space with si_c (Wild-Time's 0.1 as grid: [0.1])"
+        )
+
+
 @historical_mode(
     "sequential_si",
     "a sequential chain pulled towards the last step by SI's importance (SI)",
-    check=_checker(SISettings),
+    check=_check_si,
 )
 def _sequential_si(
     ctx: Context, config: Mapping[str, Any], step0: StepZero | None
@@ -208,7 +217,10 @@ def averaged_model(models: list[nn.Module], data: TensorSplit, engine: Engine) -
         scale_images(data.x[start : start + engine.batch_size].to(device), engine)
         for start in range(0, len(data), engine.batch_size)
     ]
+    rate = getattr(models[-1], "dropout", 0.0)
+    model.dropout = 0.0  # the statistics of the features the model predicts from, undropped
     update_bn(batches, model)
+    model.dropout = rate  # the rate the last fit trained with, as a continued fit expects
     model.eval()
     return model
 
@@ -228,10 +240,11 @@ def _swa_final(
         final = fine_tune_chain(ctx, config, name, chain, Task([train], valid))
         return averaged_model([*chain.models, final], train, ctx.engine)
 
-    outcome = continue_chains(ctx, state, fit_chain, None)
-    logits = predict_logits(outcome.model, valid, ctx.engine, None)
-    outcome.valid_accuracy = float((logits.argmax(1) == valid.y).float().mean())
-    return outcome
+    def score(model: nn.Module) -> float:  # the average's, not the fine-tuned model's
+        logits = predict_logits(model, valid, ctx.engine, None)
+        return float((logits.argmax(1) == valid.y).float().mean())
+
+    return continue_chains(ctx, state, fit_chain, None, score)
 
 
 for _args in (

@@ -8,6 +8,7 @@ schedule) and keeps the one best on the final step's *validation* accuracy
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from torch import nn
@@ -45,13 +46,18 @@ def continue_chains(
     state: HistoricalState,
     fit_chain: Callable[[str, ModelChain], nn.Module],
     step: int | None,
+    score: Callable[[nn.Module], float] | None = None,
 ) -> FinalOutcome:
     """Continue every chain of ``state`` with ``fit_chain(name, chain)`` and keep the best on
-    final *validation* accuracy (every chain's model is kept as a candidate for the record)."""
+    final *validation* accuracy (every chain's model is kept as a candidate for the record):
+    the last fit's, or ``score(model)`` for a mode whose model is not its last fit's (SWA's
+    average)."""
     candidates: dict[str, tuple[nn.Module, float]] = {}
     best: str | None = None
     for name, chain in state.chains.items():
-        candidates[name] = (fit_chain(name, chain), ctx.fits[-1]["valid_accuracy"])
+        model = fit_chain(name, chain)
+        accuracy = ctx.fits[-1]["valid_accuracy"] if score is None else score(model)
+        candidates[name] = (model, accuracy)
         if best is None or candidates[name][1] > candidates[best][1]:
             best = name
     assert best is not None
@@ -109,8 +115,7 @@ def _fine_tune(
     train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
 
     def fit_chain(name: str, chain: ModelChain) -> nn.Module:
-        task = Task([train], valid, anchors=chain.anchors, anchor_weight=chain.anchor_weight)
-        return fine_tune_chain(ctx, config, name, chain, task)
+        return fine_tune_chain(ctx, config, name, chain, Task([train], valid))
 
     return continue_chains(ctx, state, fit_chain, None)
 
@@ -119,8 +124,10 @@ def fine_tune_chain(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, task: Task
 ) -> nn.Module:
     """Fine-tune chain ``name``'s last model on ``task`` (the final step), in the chain's space or
-    the mode's: what every final mode that continues a plain model does, whatever its task."""
+    the mode's, pulled towards the chain's anchors (EWC's, SI's) as its space's λ says: what
+    every final mode that continues a plain model does, whatever else its task adds."""
     space = chain_space(chain, config, "space")
+    task = replace(task, anchors=chain.anchors, anchor_weight=chain.anchor_weight)
     return ctx.tuned_fit(stage_name(name, "final"), space, lambda: clone_model(chain.last), task)
 
 

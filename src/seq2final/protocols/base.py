@@ -113,11 +113,17 @@ def long_enough(num_steps: int) -> int:
     return num_steps - 1
 
 
-def options_for(options: ProtocolOptions, sequence: str) -> ProtocolOptions:
+def options_for(options: ProtocolOptions, sequence: str, dataset: str) -> ProtocolOptions:
     """The options a sequence runs with: where no split step is given, a preset's own (the
-    Yearbook preset's 1970, as Wild-Time splits it), else the given options as they are."""
+    Yearbook preset's 1970, as Wild-Time splits it) when the preset runs on its own dataset,
+    else the given options as they are."""
     preset = PRESETS.get(sequence)
-    if options.split_step is None and preset is not None and preset.split_step is not None:
+    if (
+        options.split_step is None
+        and preset is not None
+        and preset.split_step is not None
+        and preset.dataset == dataset
+    ):
         return options.model_copy(update={"split_step": preset.split_step})
     return options
 

@@ -49,7 +49,7 @@ def protocol_scores(
         cell = (record["budget"], record["arch"], shown_name(record), record["seed"])
         group = groups.setdefault(cell, {
             "views": {}, "num_steps": len(record["step_accuracies"]),
-            "options": options_for(options, record["sequence"]),  # a preset's own split step
+            "options": options_for(options, record["sequence"], record["dataset"]),  # a preset's own split step
         })  # fmt: skip
         group["views"][record["view"]["name"]] = step_table(record)
     rows = []

@@ -57,7 +57,9 @@ def plan_run(
         parsed = ProtocolOptions.model_validate(request.get("protocol_options") or {})
     except ValidationError as error:
         raise Seq2FinalError(one_line(error, ProtocolOptions, "protocol_options")) from None
-    parsed = options_for(parsed, spec.name)  # a preset's split step, where none is given
+    parsed = options_for(
+        parsed, spec.name, spec.dataset
+    )  # a preset's split step, where none is given
     options = parsed.model_dump(exclude_none=True)
     problems = _problems(spec, name, parsed, request.get("protocol_view"))
     wanted = requested_jobs(request["method"], request["historical"], request["final"], arch)

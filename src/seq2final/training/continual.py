@@ -41,10 +41,13 @@ class PathIntegral:
         self._grads = [None if p.grad is None else p.grad.detach().clone() for _, p in self.named]
 
     def after_step(self) -> None:
-        """Add this step's −g·Δθ."""
+        """Add this step's −g·Δθ. A step a gradient scaler skipped (an inf or NaN gradient under
+        ``amp: fp16``) moved nothing and adds nothing: non-finite gradients count as 0, so ω
+        is never poisoned by inf·0."""
         for (name, p), before, grad in zip(self.named, self._before, self._grads, strict=True):
             if grad is not None:
-                self.total[name] -= (grad * (p.detach() - before)).float()
+                finite = torch.where(torch.isfinite(grad), grad, torch.zeros_like(grad))
+                self.total[name] -= (finite * (p.detach() - before)).float()
 
     def snapshot(self) -> dict[str, torch.Tensor]:
         """ω so far, on the CPU (kept with the epoch it belongs to)."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -105,8 +106,21 @@ def fit_cost(
     # an epoch draws, from each domain, the images its batches cycle through in that many steps
     steps = max(math.ceil(len(d) / engine.batch_size) for d in task.domains)
     per_epoch = sum(steps * len(d) / math.ceil(len(d) / engine.batch_size) for d in task.domains)
+    reference = 0.0  # A-GEM: every step also takes a gradient on a batch of its memory
+    if task.memory is not None:
+        size = min(COUNTED_BATCH, len(task.memory))
+        x = scale_images(task.memory.x[:size].to(device), engine)
+        y = task.memory.y[:size].to(device)
+
+        def reference_step() -> None:
+            with autocast(engine, device):
+                loss = F.cross_entropy(run_model(model, x, None).float(), y)
+            loss.backward()
+
+        batch = min(task.memory_batch, len(task.memory))
+        reference = steps * batch * counted_flops(reference_step) / size
     return FitCost(
-        train_epoch=round(step_flops * per_epoch / drawn),
+        train_epoch=round(step_flops * per_epoch / drawn + reference),
         valid_pass=per_image * len(task.valid),
         per_image=per_image,
     )
