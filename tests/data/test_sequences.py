@@ -257,6 +257,10 @@ def test_yearbook_steps_are_the_years_each_with_a_tenth_held_out_under_temporal_
         assert sorted(used.tolist()) == list(range(20 * t, 20 * t + 20))  # its own year, once
     # the paper's decades keep their key: no steps are written into their spec
     assert resolve_spec("portraits").steps == ()
+    # a source claiming every period but missing one is stopped before anything is keyed
+    gap = SourceData(**{**vars(source), "time_train": np.where(time == 5, 6, time)})
+    with pytest.raises(Seq2FinalError, match="images in 83 of its 84 time periods"):
+        build_sequence(spec, gap)
 
 
 def test_a_source_with_subclasses_is_drawn_by_subclass_without_subpop_steps(source_factory):
