@@ -18,7 +18,7 @@ step t alone, from the model of time t−1.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from pydantic import Field, ValidationError
@@ -29,6 +29,7 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel, one_line
 from seq2final.core.seeds import derived_seed
 from seq2final.methods.base import (
+    ConfigCheck,
     FinalOutcome,
     HistoricalState,
     ModelChain,
@@ -46,6 +47,8 @@ from seq2final.training.objectives import Task, parameters_of
 from seq2final.training.search import SearchSpace
 from seq2final.training.tensors import TensorSplit
 
+S = TypeVar("S", bound=StrictModel)
+
 
 class SISettings(StrictModel):
     """SI's settings beside its search space."""
@@ -61,7 +64,8 @@ class MemorySettings(StrictModel):
     reference_batch: int = Field(default=32, ge=1)
 
 
-def _settings(model: type[StrictModel], config: Mapping[str, Any], where: str) -> Any:  # noqa: ANN401
+def _settings(model: type[S], config: Mapping[str, Any], where: str) -> S:
+    """A mode's settings beside its spaces, checked (one line naming the bad key or value)."""
     values = {key: config[key] for key in model.model_fields if key in config}
     try:
         return model.model_validate(values)
@@ -69,7 +73,7 @@ def _settings(model: type[StrictModel], config: Mapping[str, Any], where: str) -
         raise Seq2FinalError(one_line(error, model, where)) from None
 
 
-def _checker(model: type[StrictModel]):  # noqa: ANN202 - a mode's check
+def _checker(model: type[StrictModel]) -> ConfigCheck:
     def check(config: Mapping[str, Any], where: str) -> None:
         _settings(model, config, where)
 
