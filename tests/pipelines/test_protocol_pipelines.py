@@ -278,5 +278,14 @@ def test_evaluate_and_visualize_report_the_protocol_beside_the_final_protocols_r
     assert "protocol eval_stream" in markdown and "| arch | erm |" in markdown  # methods: columns
     (figure,) = reports.glob("protocol_figures/*/eval_stream/smoke-convnet_4.png")
     assert figure.stat().st_size > 10_000
+    # the protocol's accuracy for compute: its score against the FLOPs of both views it trained
+    (compute,) = reports.glob("protocol_figures/*/eval_stream/smoke-convnet_4-compute.png")
+    assert compute.stat().st_size > 10_000
+    from seq2final.protocols import ProtocolOptions
+    from seq2final.reporting.protocols import protocol_scores
+    from seq2final.reporting.tables import total_train_flops
+
+    (row,) = protocol_scores(records, "eval_stream", ProtocolOptions(window=1))
+    assert row["train_flops"] == sum(total_train_flops(r) for r in views.values()) > 0
     final_table = next(reports.glob("*_tables/*/smoke-per_arch.csv")).read_text()
     assert "baseline" in final_table and "erm" not in final_table

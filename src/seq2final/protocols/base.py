@@ -81,6 +81,12 @@ class Protocol:
     score: Callable[[Mapping[str, StepAccuracies], int, ProtocolOptions], dict[str, Any]]
     reports: tuple[str, ...]
     temporal: bool = True
+    headline: str | None = None
+
+    @property
+    def headline_report(self) -> str:
+        """The number a figure shows for the protocol: ``headline``, else its first report."""
+        return self.headline or self.reports[0]
 
 
 PROTOCOLS: Registry[Protocol] = Registry("protocol")
@@ -92,11 +98,12 @@ def protocol(
     views: Callable[[int, ProtocolOptions], list[View]],
     reports: tuple[str, ...],
     temporal: bool = True,
+    headline: str | None = None,
 ) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
     """Register the decorated scoring function as protocol ``name``."""
 
     def register(score: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-        PROTOCOLS.add(name, Protocol(name, description, views, score, reports, temporal))
+        PROTOCOLS.add(name, Protocol(name, description, views, score, reports, temporal, headline))
         return score
 
     return register

@@ -64,6 +64,7 @@ def _fix_views(num_steps: int, options: ProtocolOptions) -> list[View]:
     "Wild-Time's Eval-Fix: train on steps 0..split_step, test on every later step",
     _fix_views,
     reports=("id_accuracy", "ood_average", "ood_worst"),
+    headline="ood_average",
 )
 def _eval_fix(
     accuracies: Mapping[str, StepAccuracies], num_steps: int, options: ProtocolOptions

@@ -263,10 +263,16 @@ def protocol_figure(rows: list[dict], protocol: str, title: str) -> Figure:
     return figure
 
 
-def compute_pareto(points: pd.DataFrame, title: str) -> Figure:
+def compute_pareto(
+    points: pd.DataFrame,
+    title: str,
+    accuracy: str = "test accuracy",
+    compute: str = "training FLOPs (historical state included, every trial)",
+) -> Figure:
     """Test accuracy against total training FLOPs (log scale), one point per method, with the
     Pareto front (no other method both cheaper and more accurate) joined by a line, as NED plots
-    accuracy against compute. ``points``: method, train_flops, test_accuracy."""
+    accuracy against compute. ``points``: method, train_flops, test_accuracy; ``accuracy`` and
+    ``compute`` label the axes (a protocol's score, the FLOPs of all its views)."""
     figure, axis = plt.subplots(figsize=(6.4, 4.2))
     for row in points.itertuples():
         axis.scatter(row.train_flops, row.test_accuracy, color=_method_colour(row.method), s=24)
@@ -281,8 +287,7 @@ def compute_pareto(points: pd.DataFrame, title: str) -> Figure:
     if front:
         axis.plot(*zip(*front, strict=True), "--", color="grey", linewidth=1, label="Pareto front")
         axis.legend(fontsize="small", loc="lower right")
-    axis.set(xscale="log", xlabel="training FLOPs (historical state included, every trial)",
-             ylabel="test accuracy")  # fmt: skip
+    axis.set(xscale="log", xlabel=compute, ylabel=accuracy)
     axis.xaxis.set_minor_formatter(NullFormatter())  # decades only: minor labels collide
     figure.suptitle(_wrapped(title), fontsize=10)
     figure.tight_layout()

@@ -16,7 +16,14 @@ from typing import Any
 import pandas as pd
 
 from seq2final.protocols import PROTOCOLS, ProtocolOptions, StepAccuracies, options_for
-from seq2final.reporting.tables import ResultTable, cells, render, shown_name, to_csv_frame
+from seq2final.reporting.tables import (
+    ResultTable,
+    cells,
+    render,
+    shown_name,
+    to_csv_frame,
+    total_train_flops,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +59,7 @@ def protocol_scores(
             "options": options_for(options, record["sequence"], record["dataset"]),  # a preset's own split step
         })  # fmt: skip
         group["views"][record["view"]["name"]] = step_table(record)
+        group.setdefault("flops", {})[record["view"]["name"]] = total_train_flops(record)
     rows = []
     for (budget, arch, method, seed), group in sorted(groups.items(), key=str):
         wanted = [view.name for view in chosen.views(group["num_steps"], group["options"])]
@@ -64,8 +72,10 @@ def protocol_scores(
             )  # fmt: skip
             continue
         score = chosen.score(group["views"], group["num_steps"], group["options"])
+        # what the protocol cost: every view it trains, each with its historical state
+        flops = sum(group["flops"][name] for name in wanted)
         rows.append({"budget": budget, "arch": arch, "method": method, "aliases": [],
-                     "seed": seed, **score})  # fmt: skip
+                     "seed": seed, "train_flops": flops, **score})  # fmt: skip
     return rows
 
 

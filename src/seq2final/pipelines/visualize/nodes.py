@@ -371,8 +371,10 @@ def plot_protocol(
     protocol_options: Mapping[str, Any],
 ) -> tuple[dict[str, Figure], dict[str, Figure]]:
     """Under a temporal protocol, per budget and architecture: every method's accuracy over
-    time (the stream figure; nothing under ``final``)."""
-    if not PROTOCOLS[protocol].temporal:
+    time (the stream figure), and its headline score against the training FLOPs of every view
+    it trained (the protocol's accuracy-for-compute Pareto figure); nothing under ``final``."""
+    chosen = PROTOCOLS[protocol]
+    if not chosen.temporal:
         return {}, {}
     rows = protocol_scores(records, protocol, ProtocolOptions(**protocol_options))
     figures = {}
@@ -382,6 +384,17 @@ def plot_protocol(
         figures[f"{_folder(spec)}/{protocol}/{budget}-{arch}"] = plots.protocol_figure(
             mine, protocol, title
         )
+        score = chosen.headline_report
+        points = (
+            pd.DataFrame(mine)
+            .groupby("method", as_index=False)[["train_flops", score]]
+            .mean()
+            .rename(columns={score: "test_accuracy"})
+        )
+        figures[f"{_folder(spec)}/{protocol}/{budget}-{arch}-compute"] = plots.compute_pareto(
+            points, f"{title}: {score} for compute", f"{protocol} {score}",
+            "training FLOPs of every view (historical states included, every trial)",
+        )  # fmt: skip
     return _formats(figures)
 
 
