@@ -1,0 +1,131 @@
+"""The real-data protocol study of docs/protocols.md: Wild-Time's and NED's questions asked of one
+sequence, every method trained under each, summarised in one table.
+
+    .venv/bin/python benchmarks/protocol_study.py                  # conf/protocol_study: hours on a CPU
+    .venv/bin/python benchmarks/protocol_study.py --summary-only   # the table from what is trained
+
+It runs ``eval_fix``, ``eval_stream`` and ``mixed_split`` with the environment's parameters (the
+protocols share their views, and an interrupted study resumes where it stopped), then
+``evaluate`` and ``visualize`` for each (tables and figures under ``data/08_reporting``), and
+prints a Markdown table, one row per method: Eval-Fix's ID accuracy, OOD average and worst,
+Eval-Stream's average and worst, the mixed split's OOD average, the share of Eval-Fix's ID→OOD
+drop that mixing the training data closes, and the training GFLOPs of every view trained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+
+from seq2final.bench.machine import describe_machine
+from seq2final.protocols import ProtocolOptions
+from seq2final.reporting.protocols import protocol_scores
+from seq2final.reporting.tables import shown_name, total_train_flops
+from seq2final.training import Engine
+
+PROJECT = Path(__file__).resolve().parents[1]
+PROTOCOLS = ("eval_fix", "eval_stream", "mixed_split")
+PIPELINES = ["build_sequences", "pretrain_historical", "adapt_final", "evaluate", "visualize"]
+
+
+def run_study(env: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Train and report every protocol; return the run's parameters."""
+    bootstrap_project(PROJECT)
+    params: dict[str, Any] = {}
+    for protocol in PROTOCOLS:
+        runtime = {**overrides, "protocol": protocol}
+        with KedroSession.create(project_path=PROJECT, env=env, runtime_params=runtime) as session:
+            session.run(pipeline_names=PIPELINES)
+            params = session.load_context().params
+    return params
+
+
+def study_parameters(env: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    bootstrap_project(PROJECT)
+    with KedroSession.create(project_path=PROJECT, env=env, runtime_params=dict(overrides)) as s:
+        return s.load_context().params
+
+
+def study_records(params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The study's view records: its sequence, dataset, architecture, budget and methods."""
+    methods = params["method"] if isinstance(params["method"], list) else [params["method"]]
+    wanted = {"sequence": params["sequence"], "dataset": params["dataset"],
+              "arch": params["arch"], "budget": params["budget"]}  # fmt: skip
+    records = []
+    for path in sorted((PROJECT / "data/07_model_output/results").glob("*.json")):
+        record = json.loads(path.read_text())
+        same = all(record.get(k) == v for k, v in wanted.items())
+        if "view" in record and same and shown_name(record) in methods:
+            records.append(record)
+    return records
+
+
+def summary(params: Mapping[str, Any], records: list[dict[str, Any]]) -> str:
+    """The study's Markdown table (means over seeds)."""
+    options = ProtocolOptions(**(params.get("protocol_options") or {}))
+    scores = {
+        protocol: {row["method"]: row for row in protocol_scores(records, protocol, options)}
+        for protocol in PROTOCOLS
+    }
+    flops: dict[str, dict[str, int]] = {}  # method -> view -> its FLOPs (each view once)
+    for record in records:
+        flops.setdefault(shown_name(record), {})[record["view"]["name"]] = total_train_flops(record)
+    methods = params["method"] if isinstance(params["method"], list) else [params["method"]]
+    lines = [
+        "| method | ID (fix) | OOD avg (fix) | OOD worst (fix) | stream avg | stream worst | "
+        "OOD avg (mixed) | drop closed by mixing | training GFLOPs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for method in methods:
+        fix, stream, mixed = (scores[p].get(method) for p in PROTOCOLS)
+        if not (fix and stream and mixed):
+            lines.append(f"| {method} | not trained yet | | | | | | | |")
+            continue
+        drop = fix["id_accuracy"] - fix["ood_average"]
+        closed = f"{(mixed['ood_average'] - fix['ood_average']) / drop:.0%}" if drop > 0 else "–"
+        lines.append(
+            f"| {method} | {fix['id_accuracy']:.3f} | {fix['ood_average']:.3f} | "
+            f"{fix['ood_worst']:.3f} | {stream['average']:.3f} | {stream['worst']:.3f} | "
+            f"{mixed['ood_average']:.3f} | {closed} | "
+            f"{sum(flops[method].values()) / 1e9:,.0f} |"
+        )
+    average_drop = statistics.mean(
+        scores["eval_fix"][m]["id_accuracy"] - scores["eval_fix"][m]["ood_average"]
+        for m in methods if m in scores["eval_fix"]
+    ) if any(m in scores["eval_fix"] for m in methods) else float("nan")  # fmt: skip
+    machine = ", ".join(f"{k} {v}" for k, v in describe_machine(engine_device(params)).items())
+    return "\n".join(
+        [*lines, "", f"Mean ID→OOD drop (eval_fix): {average_drop:.3f}. Machine: {machine}."]
+    )
+
+
+def engine_device(params: Mapping[str, Any]) -> torch.device:
+    return Engine.model_validate(params["training"]).torch_device()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="protocol_study")
+    parser.add_argument("--params", default="{}", help="JSON runtime parameters over the env's")
+    parser.add_argument("--summary-only", action="store_true", help="train nothing")
+    args = parser.parse_args()
+    os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "1")
+    overrides = json.loads(args.params)
+    if args.summary_only:
+        params = study_parameters(args.env, overrides)
+    else:
+        params = run_study(args.env, overrides)
+    print(summary(params, study_records(params)))
+
+
+if __name__ == "__main__":
+    main()
