@@ -59,7 +59,7 @@ def read_portraits(
 
     Every image is read as grey, resized to 32×32 (bilinear) and copied to 3 channels, and kept on
     the 0-255 scale like every other source (the original's double normalisation is not kept).
-    All images land in the train pool with their decade as natural time step; the sequence
+    All images land in the train pool with their period as natural time step; the sequence
     builder splits them per period. With ``complete``, every year from 1930 to 2013 must have
     photos (Wild-Time's protocols count on every year); the missing ones are named in one line
     before any image is read.
