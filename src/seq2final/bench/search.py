@@ -30,7 +30,7 @@ from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.models import build_model
 from seq2final.runs.keys import digest
-from seq2final.training.engine import Engine, predict_logits
+from seq2final.training.engine import Engine, accuracy
 from seq2final.training.loop import fit
 from seq2final.training.objectives import HyperParameters, Task
 from seq2final.training.search import Budget, SearchSpace
@@ -150,8 +150,7 @@ def run_budget(
     tuned = Tuner(budget, None, root, seed).tune(name, space, objective)
     model = make_model()
     model.load_state_dict(tuned.state_dict)
-    logits = predict_logits(model, test, engine)
-    return tuned, float((logits.argmax(1) == test.y).float().mean())
+    return tuned, accuracy(model, test, engine)
 
 
 def measure_search(

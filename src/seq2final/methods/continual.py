@@ -41,7 +41,7 @@ from seq2final.methods.base import (
 from seq2final.methods.context import Context, space_of
 from seq2final.methods.final import continue_chains, fine_tune_chain
 from seq2final.training.continual import reservoir_indices, si_importance
-from seq2final.training.engine import Engine, predict_logits, scale_images
+from seq2final.training.engine import Engine, accuracy, scale_images
 from seq2final.training.loop import clone_model
 from seq2final.training.objectives import Task, parameters_of
 from seq2final.training.search import SearchSpace
@@ -245,8 +245,7 @@ def _swa_final(
         return averaged_model([*chain.models, final], train, ctx.engine)
 
     def score(model: nn.Module) -> float:  # the average's, not the fine-tuned model's
-        logits = predict_logits(model, valid, ctx.engine, None)
-        return float((logits.argmax(1) == valid.y).float().mean())
+        return accuracy(model, valid, ctx.engine)
 
     return continue_chains(ctx, state, fit_chain, None, score)
 

@@ -25,7 +25,7 @@ from torch import nn
 
 from seq2final.methods import HistoricalState
 from seq2final.models import JointModel, interpolate, scale_side_modules
-from seq2final.training.engine import Engine, predict_logits
+from seq2final.training.engine import Engine, accuracy
 from seq2final.training.tensors import TensorSplit
 
 
@@ -66,11 +66,6 @@ def path_key(record: Mapping[str, Any], points: int) -> str:
     changes when the job is retrained (``force:true``), so a stale path is never reused."""
     digest = hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
     return f"{record['job_key']}.p{points}.{digest[:8]}"
-
-
-def accuracy(model: nn.Module, data: TensorSplit, engine: Engine, step: int | None) -> float:
-    logits = predict_logits(model, data, engine, step)
-    return float((logits.argmax(1) == data.y.cpu()).float().mean())
 
 
 def interpolation_path(

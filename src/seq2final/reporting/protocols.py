@@ -54,12 +54,14 @@ def protocol_scores(
         if "view" not in record:
             continue
         cell = (record["budget"], record["arch"], shown_name(record), record["seed"])
-        group = groups.setdefault(cell, {
-            "views": {}, "num_steps": len(record["step_accuracies"]),
-            "options": options_for(options, record["sequence"], record["dataset"]),  # a preset's own split step
-        })  # fmt: skip
-        group["views"][record["view"]["name"]] = step_table(record)
-        group.setdefault("flops", {})[record["view"]["name"]] = total_train_flops(record)
+        if cell not in groups:
+            groups[cell] = {
+                "views": {}, "flops": {}, "num_steps": len(record["step_accuracies"]),
+                "options": options_for(options, record["sequence"], record["dataset"]),
+            }  # fmt: skip
+        view = record["view"]["name"]
+        groups[cell]["views"][view] = step_table(record)
+        groups[cell]["flops"][view] = total_train_flops(record)
     rows = []
     for (budget, arch, method, seed), group in sorted(groups.items(), key=str):
         wanted = [view.name for view in chosen.views(group["num_steps"], group["options"])]

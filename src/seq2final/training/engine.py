@@ -170,3 +170,9 @@ def predict_logits(
     finally:
         model.train(was_training)
     return torch.cat(outputs)
+
+
+def accuracy(model: nn.Module, data: TensorSplit, engine: Engine, step: int | None = None) -> float:
+    """The model's accuracy on ``data`` (eval mode, at time ``step`` for a joint model)."""
+    logits = predict_logits(model, data, engine, step)
+    return float((logits.argmax(1) == data.y.cpu()).float().mean())
