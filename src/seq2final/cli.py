@@ -222,7 +222,9 @@ def sweep(**options: Any) -> None:
     "--archs", default="convnet_4,densenet_1,resnet_4", help="Architectures of fit and fused."
 )
 @click.option("--data-path", default="data/01_raw/cifar10.npz", help="CIFAR-10 npz (search).")
-@click.option("--budgets", default="quick,default,efficient", help="Budgets the search compares.")
+@click.option(
+    "--budgets", default="quick,default,tpe30,efficient", help="Budgets the search compares."
+)
 @click.option("--seeds", type=int, default=3, help="Seeds of the search section.")
 @click.option("--device", default="auto", help="Device to measure on (auto, cpu, cuda:N).")
 @click.option("--env", "-e", help="Kedro configuration environment (budgets, training).")

@@ -106,10 +106,13 @@ def _space(block: dict[str, Any] | None) -> str:
 
 def _final_grid(recipe: MethodRecipe, historicals: dict[str, Any], finals: dict[str, Any]) -> str:
     """The grid a method's final fit searches: a chain pulled towards its anchors (EWC, SI)
-    continues in its own space, whose λ weights the pull; every other method in its final mode's."""
+    continues in its own space, whose λ weights the pull; an SFT chain in its own space with the
+    schedule's learning rate at step T; every other method in its final mode's."""
     chain = historicals.get(recipe.historical) or {}
     if any(weight in (chain.get("space") or {}) for weight in ANCHOR_WEIGHTS):
         return f"{_space(chain)} (the chain's own)"
+    if chain.get("schedules"):
+        return f"{_space(chain)} (the chain's own; each schedule but `none` fixes lr at step T)"
     return _space(finals.get(recipe.final))
 
 

@@ -42,6 +42,20 @@ def test_a_budget_that_misses_the_target_is_charged_at_least_the_grids_epochs():
     assert rows["paper grid"]["fraction_of_grid"] == 1.0
 
 
+def test_a_budget_is_also_charged_what_it_spent_after_reaching_the_target():
+    grids = [{"fit": "baseline", "seed": s, "epochs": 40, "best_valid": 0.6, "test_accuracy": 0.5}
+             for s in (0, 1)]  # fmt: skip
+    runs = [
+        SearchRun("a", "baseline", 0, epochs=30, epochs_to_target=10, best_valid=0.6,
+                  test_accuracy=0.5, trials=3),
+        SearchRun("a", "baseline", 1, epochs=20, epochs_to_target=20, best_valid=0.6,
+                  test_accuracy=0.5, trials=2),
+    ]  # fmt: skip
+    row = next(r for r in summarize(runs, grids) if r["budget"] == "a")
+    assert row["fraction_of_grid"] == (10 / 40 + 20 / 40) / 2
+    assert row["spent_of_grid"] == (30 / 40 + 20 / 40) / 2
+
+
 def test_measure_search_runs_the_grid_and_each_budget_on_both_fits(source, tmp_path, monkeypatch):
     spec = resolve_spec("source200:rotation100", dataset="digits", test_size=50, oracle_size=100)
     sequence = build_sequence(spec, source)
