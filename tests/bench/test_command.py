@@ -8,6 +8,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from seq2final.bench.command import render
+from seq2final.bench.search import SearchRun, summarize
 from seq2final.cli import cli
 
 BIN = Path(sys.executable).parent
@@ -67,3 +69,20 @@ def test_bad_bench_input_stops_in_one_line_before_any_work(project):
         errors = [line for line in done.output.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1 and expected in errors[0], done.output[-1500:]
         assert not (project / "benchmarks/results/bench.json").exists()
+
+
+def test_the_search_page_shows_every_seed_beside_the_means():
+    grids = [{"fit": "ft", "seed": seed, "epochs": 800, "best_valid": valid, "test_accuracy": 0.55,
+              "params": {}} for seed, valid in ((0, 0.57), (1, 0.56))]  # fmt: skip
+    runs = [SearchRun("default", "ft", 0, 440, 200, 0.565, 0.554, 8),
+            SearchRun("default", "ft", 1, 500, None, 0.521, 0.511, 8)]  # fmt: skip
+    figures = {"margin": 0.01, "grids": grids, "runs": [vars(r) for r in runs],
+               "summary": summarize(runs, grids)}  # fmt: skip
+    machine = {"cpu": "cpu", "cores": 2, "torch_threads": 2, "device": "cpu", "torch": "2"}
+    page = render({"search": {"machine": machine, "command": "kedro bench", "measured": "today",
+                              "seconds": 1.0, "figures": figures}})  # fmt: skip
+    assert "| ft | 0 | paper grid |  | 800 | 0.570 | 0.550 |" in page
+    assert "| ft | 0 | default | 200 | 440 | 0.565 | 0.554 |" in page
+    assert "| ft | 1 | default | never | 500 | 0.521 | 0.511 |" in page
+    # the mean row charges the miss the grid's 800 epochs: (200 + 800) / 2 / 800
+    assert "| ft | default | 500 | 0.62 | 0.59 | 1/2 |" in page

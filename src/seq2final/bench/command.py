@@ -284,7 +284,31 @@ def _search_table(figures: dict[str, Any]) -> list[str]:
               f"{r['reached']}/{r['seeds']}", f"{r['valid']:.3f}",
               f"{r['test']:.3f}"] for r in figures["summary"]],
         ),
+        "",
+        "Per seed (the grid's row: its epochs and its selected configuration's accuracies):",
+        "",
+        *_markdown_table(
+            ["fit", "seed", "budget", "epochs to target", "all epochs spent", "selected valid",
+             "selected test"],
+            _per_seed_rows(figures),
+        ),
     ]  # fmt: skip
+
+
+def _per_seed_rows(figures: dict[str, Any]) -> list[list[str]]:
+    """One row per grid and budget run, so the spread behind each mean is on the page."""
+    rows = []
+    for grid in figures["grids"]:
+        fit, seed = grid["fit"], grid["seed"]
+        rows.append([fit, str(seed), "paper grid", "", str(grid["epochs"]),
+                     f"{grid['best_valid']:.3f}", f"{grid['test_accuracy']:.3f}"])  # fmt: skip
+        for run in figures["runs"]:
+            if (run["fit"], run["seed"]) == (fit, seed):
+                reached = run["epochs_to_target"]
+                rows.append([fit, str(seed), run["budget"],
+                             "never" if reached is None else str(reached), str(run["epochs"]),
+                             f"{run['best_valid']:.3f}", f"{run['test_accuracy']:.3f}"])  # fmt: skip
+    return rows
 
 
 ABOUT = {
