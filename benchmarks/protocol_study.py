@@ -17,7 +17,8 @@ protocols share their views, and an interrupted study resumes where it stopped),
 ``evaluate`` and ``visualize`` for each (tables and figures under ``data/08_reporting``), and
 prints a Markdown table, one row per method: Eval-Fix's ID accuracy, OOD average and worst,
 Eval-Stream's average and worst, the mixed split's OOD average, the share of Eval-Fix's ID→OOD
-drop that mixing the training data closes, and the training GFLOPs of every view trained.
+drop that mixing the training data closes, and the training GFLOPs of every view trained (each
+historical state the views share counted once).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from kedro.framework.startup import bootstrap_project
 from seq2final.bench.machine import describe_machine
 from seq2final.protocols import ProtocolOptions
 from seq2final.reporting.protocols import protocol_scores
-from seq2final.reporting.tables import shown_name, total_train_flops
+from seq2final.reporting.tables import shown_name, train_flops_once
 from seq2final.training import Engine
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -83,12 +84,8 @@ def summary(params: Mapping[str, Any], records: list[dict[str, Any]]) -> str:
     """The study's Markdown table (means over seeds)."""
     options = ProtocolOptions(**(params.get("protocol_options") or {}))
     scores = {
-        protocol: {row["method"]: row for row in protocol_scores(records, protocol, options)}
-        for protocol in PROTOCOLS
+        protocol: seed_means(protocol_scores(records, protocol, options)) for protocol in PROTOCOLS
     }
-    flops: dict[str, dict[str, int]] = {}  # method -> view -> its FLOPs (each view once)
-    for record in records:
-        flops.setdefault(shown_name(record), {})[record["view"]["name"]] = total_train_flops(record)
     methods = params["method"] if isinstance(params["method"], list) else [params["method"]]
     lines = [
         "| method | ID (fix) | OOD avg (fix) | OOD worst (fix) | stream avg | stream worst | "
@@ -106,7 +103,7 @@ def summary(params: Mapping[str, Any], records: list[dict[str, Any]]) -> str:
             f"| {method} | {fix['id_accuracy']:.3f} | {fix['ood_average']:.3f} | "
             f"{fix['ood_worst']:.3f} | {stream['average']:.3f} | {stream['worst']:.3f} | "
             f"{mixed['ood_average']:.3f} | {closed} | "
-            f"{sum(flops[method].values()) / 1e9:,.0f} |"
+            f"{train_flops_once(r for r in records if shown_name(r) == method) / 1e9:,.0f} |"
         )
     average_drop = statistics.mean(
         scores["eval_fix"][m]["id_accuracy"] - scores["eval_fix"][m]["ood_average"]
@@ -116,6 +113,21 @@ def summary(params: Mapping[str, Any], records: list[dict[str, Any]]) -> str:
     return "\n".join(
         [*lines, "", f"Mean ID→OOD drop (eval_fix): {average_drop:.3f}. Machine: {machine}."]
     )
+
+
+def seed_means(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each method's protocol scores, averaged over the seeds it was run with."""
+    by_method: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_method.setdefault(row["method"], []).append(row)
+    return {
+        method: {
+            key: statistics.mean(row[key] for row in group)
+            for key, value in group[0].items()
+            if isinstance(value, float)
+        }
+        for method, group in by_method.items()
+    }
 
 
 def engine_device(params: Mapping[str, Any]) -> torch.device:

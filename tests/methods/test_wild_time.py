@@ -140,3 +140,48 @@ def test_a_bad_windows_or_mix_alpha_block_is_refused_before_any_work(project_par
                                                   "mix_alpha": -1}}  # fmt: skip
     with pytest.raises(Seq2FinalError, match=r"historical_modes.lisa.mix_alpha -1: valid"):
         validate_parameters({**params, "historical_modes": bad})
+
+
+class _RecordingContext:
+    """A context over 6 steps whose training images carry their step's number, and whose
+    ``tuned_fit`` keeps the task instead of training."""
+
+    final_index = 5
+
+    def __init__(self) -> None:
+        self.tasks: list[Task] = []
+
+    def split(self, step: int, name: str) -> TensorSplit:
+        images = 10 * step + torch.arange(step + 2)  # step t: t + 2 images, all told apart
+        x = images.to(torch.uint8).view(-1, 1, 1, 1).expand(-1, 3, 2, 2).contiguous()
+        return TensorSplit(x, torch.zeros(len(images), dtype=torch.long))
+
+    def history(self, name: str) -> TensorSplit:
+        return self.split(0, name)
+
+    def new_model(self, stage: str) -> torch.nn.Module:
+        return torch.nn.Linear(1, 1)
+
+    def tuned_fit(self, stage: str, space: object, make_model, task: Task) -> torch.nn.Module:
+        self.tasks.append(task)
+        return make_model()
+
+
+@pytest.mark.parametrize("overlapping", [True, False])
+def test_each_time_window_domain_holds_exactly_its_steps_training_images(overlapping):
+    from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
+
+    config = {"windows": {"count": 3, "length": 2, "overlapping": overlapping},
+              "space": {"lr": {"grid": [1e-3]}}}  # fmt: skip
+    ctx = _RecordingContext()
+    HISTORICAL_MODES["coral_t"].train(ctx, config, None)  # steps 0..4: the present is step 4
+    FINAL_MODES["all_coral_t"].run(ctx, config, None)  # steps 0..5: the present is step 5
+    expected = {
+        True: [[(3, 4), (2, 3), (1, 2)], [(4, 5), (3, 4), (2, 3)]],
+        False: [[(3, 4), (1, 2), (0,)], [(4, 5), (2, 3), (0, 1)]],
+    }[overlapping]
+    for task, windows in zip(ctx.tasks, expected, strict=True):
+        assert task.objective == "coral"
+        assert [sorted(d.x[:, 0, 0, 0].tolist()) for d in task.domains] == [
+            sorted(10 * t + i for t in window for i in range(t + 2)) for window in windows
+        ]

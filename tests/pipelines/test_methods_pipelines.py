@@ -75,15 +75,17 @@ def test_all_methods_end_to_end(project, stores_of, caplog):
         assert record["budget"] == "smoke" and record["arch"] == arch and record["trials"] >= 1
         curves = results.learning_curves(record["job_key"])
         assert list(curves["epoch"][:3]) == [0, 1, 2]
-        # compute: the job's own fits, every trial; its shared state's, shown once, as shared
+        # compute: the job's own fits, every trial; the states it continues, shown as shared
         assert record["train_flops"] == sum(f["train_flops"] for f in record["fits"]) > 0
         assert record["eval_flops"] == sum(f["eval_flops"] for f in record["fits"]) > 0
         if record["historical_state"] is not None:
             state = states[record["historical_state"]]
-            assert record["historical_flops"] == {
-                "state": record["historical_state"], "shared": True,
-                "train_flops": sum(f["train_flops"] for f in state.fits),
-            }  # fmt: skip
+            shared = {record["historical_state"]: sum(f["train_flops"] for f in state.fits)}
+            if state.info["step0"] is not None:  # a chain: the step-0 model it starts from
+                step0 = states[state.info["step0"]]
+                shared[state.info["step0"]] = sum(f["train_flops"] for f in step0.fits)
+                assert shared[state.info["step0"]] > 0
+            assert record["historical_flops"] == {"shared": True, "states": shared}
         if record["eval_step"] is None:  # a plain model: the zoo's count of its forward pass
             assert record["inference_flops_per_image"] == 2 * forward_macs(model)
 

@@ -17,6 +17,8 @@ from seq2final.reporting.tables import (
     render,
     table2_styles,
     to_csv_frame,
+    total_train_flops,
+    train_flops_once,
 )
 
 
@@ -146,3 +148,15 @@ def test_a_job_answers_to_all_its_names_in_comparisons():
     ] + _records({"convnet_4": {"baseline": 0.5}}, 1) + _records({"convnet_4": {"baseline": 0.5}}, 2)  # fmt: skip
     for name in ("st_1", "st_b"):
         assert paired_comparison(records, name, "baseline")["pairs"] == 2
+
+
+def test_a_state_shared_by_several_jobs_is_charged_once_to_them_and_in_full_to_each():
+    def job(own: int, state: str, flops: int) -> dict:
+        # two views of a chain: each its own state, both starting from one step-0 model
+        return {"train_flops": own,
+                "historical_flops": {"shared": True, "states": {state: flops, "step0": 100}}}  # fmt: skip
+
+    views = [job(1, "chain-0-1", 10), job(2, "chain-0-2", 20)]
+    pooled = {"train_flops": 4, "historical_flops": None}
+    assert [total_train_flops(r) for r in views] == [111, 122]  # what reproducing each costs
+    assert train_flops_once([*views, pooled]) == 1 + 2 + 4 + 10 + 20 + 100

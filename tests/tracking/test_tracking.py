@@ -67,6 +67,10 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
         assert float(run.data.params[f"hp.{stage}.lr"]) == pytest.approx(values["lr"])
     assert run.data.metrics.keys() >= SUMMARY
     assert run.data.metrics["test_accuracy"] == pytest.approx(record["test_accuracy"])
+    # compute: the job's own training and, apart, the ERM state it continues (shared with FT)
+    assert run.data.metrics["train_flops"] == record["train_flops"] > 0
+    erm = record["historical_flops"]["states"][record["historical_state"]]
+    assert run.data.metrics["historical_train_flops"] == erm > 0
 
     # Histories: one step per epoch of the fit that made the model (LP-FT's second stage),
     # plus every stage under its own name.

@@ -36,7 +36,7 @@ from seq2final.methods import METHODS
 from seq2final.methods.context import Context
 from seq2final.models import build_model
 from seq2final.runs.planner import plan_run
-from seq2final.runs.recipes import JobRecipe, StateRecipe
+from seq2final.runs.recipes import JobRecipe, StateRecipe, historical_costs
 from seq2final.training.engine import Engine, predict_logits
 from seq2final.training.fused import fit_fused
 from seq2final.training.loop import fit
@@ -103,7 +103,10 @@ def count_fits(
             for job in plan.jobs:
                 if job.key not in jobs:
                     jobs.add(job.key)
-                    JobRecipe(plan, job, sequence, states.get(job.state_key or "")).run()
+                    state = states.get(job.state_key or "")
+                    JobRecipe(
+                        plan, job, sequence, state, historical_costs(job.state_key, states)
+                    ).run()
     return work
 
 

@@ -22,7 +22,7 @@ from seq2final.reporting.tables import (
     render,
     shown_name,
     to_csv_frame,
-    total_train_flops,
+    train_flops_once,
 )
 
 log = logging.getLogger(__name__)
@@ -56,12 +56,12 @@ def protocol_scores(
         cell = (record["budget"], record["arch"], shown_name(record), record["seed"])
         if cell not in groups:
             groups[cell] = {
-                "views": {}, "flops": {}, "num_steps": len(record["step_accuracies"]),
+                "views": {}, "records": {}, "num_steps": len(record["step_accuracies"]),
                 "options": options_for(options, record["sequence"], record["dataset"]),
             }  # fmt: skip
         view = record["view"]["name"]
         groups[cell]["views"][view] = step_table(record)
-        groups[cell]["flops"][view] = total_train_flops(record)
+        groups[cell]["records"][view] = record
     rows = []
     for (budget, arch, method, seed), group in sorted(groups.items(), key=str):
         wanted = [view.name for view in chosen.views(group["num_steps"], group["options"])]
@@ -74,8 +74,9 @@ def protocol_scores(
             )  # fmt: skip
             continue
         score = chosen.score(group["views"], group["num_steps"], group["options"])
-        # what the protocol cost: every view it trains, each with its historical state
-        flops = sum(group["flops"][name] for name in wanted)
+        # what the protocol cost: every view it trains, and each historical state they continue
+        # once (views that start at step 0 share its model)
+        flops = train_flops_once(group["records"][name] for name in wanted)
         rows.append({"budget": budget, "arch": arch, "method": method, "aliases": [],
                      "seed": seed, "train_flops": flops, **score})  # fmt: skip
     return rows

@@ -69,11 +69,24 @@ def shown_name(record: Mapping[str, Any]) -> str:
     return next((n for n in paper_columns() if n in names), record["method"])
 
 
+def shared_train_flops(record: Mapping[str, Any]) -> dict[str, int]:
+    """The training FLOPs of the historical states a job continues (its state and the step-0
+    model that state starts from), by key."""
+    return dict((record.get("historical_flops") or {}).get("states", {}))
+
+
 def total_train_flops(record: Mapping[str, Any]) -> int:
-    """A job's training FLOPs with those of the historical state it continues (shared by the
-    methods that continue it, counted in full for each: what reproducing the method costs)."""
-    shared = record.get("historical_flops") or {}
-    return record["train_flops"] + shared.get("train_flops", 0)
+    """A job's training FLOPs with those of the historical states it continues (shared by the
+    methods that continue them, counted in full for each: what reproducing the method costs)."""
+    return record["train_flops"] + sum(shared_train_flops(record).values())
+
+
+def train_flops_once(records: Iterable[Mapping[str, Any]]) -> int:
+    """The training FLOPs of several jobs together (a protocol's views, a study's protocols):
+    each job's own fits, and each historical state they share once."""
+    records = list(records)
+    shared = {key: flops for record in records for key, flops in shared_train_flops(record).items()}
+    return sum(record["train_flops"] for record in records) + sum(shared.values())
 
 
 def arch_sort_key(arch: str) -> tuple[int, int, str]:

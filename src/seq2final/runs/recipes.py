@@ -167,14 +167,34 @@ class JobOutcome:
     curves: list[dict[str, Any]]
 
 
+def historical_costs(key: str | None, store: Mapping[str, HistoricalState]) -> dict[str, int]:
+    """The training FLOPs of historical state ``key`` and of every state it continues (the step-0
+    model a chain starts from), by key; empty for a job with no state.
+
+    Each of these states is shared by the methods (and views) that continue it, so a total over
+    several jobs charges each key once (``reporting.tables.train_flops_once``).
+    """
+    costs = {}
+    while key is not None:
+        state = store[key]
+        costs[key] = sum(fit.get("train_flops", 0) for fit in state.fits)
+        key = state.info.get("step0")
+    return costs
+
+
 @dataclass
 class JobRecipe:
-    """Runs one job's final mode on a loaded historical state and evaluates it on the test set."""
+    """Runs one job's final mode on a loaded historical state and evaluates it on the test set.
+
+    ``historical_costs`` are the training FLOPs of that state and of the states it continues, by
+    key, which the job's record carries as shared.
+    """
 
     plan: RunPlan
     job: JobPlan
     sequence: ShiftSequence
     state: HistoricalState | None
+    historical_costs: Mapping[str, int]
     force: bool = False
     _context: Context | None = None
 
@@ -224,18 +244,15 @@ class JobRecipe:
             "eval_step": outcome.step,
             "engine": self.plan.engine,
             "fits": [{k: v for k, v in f.items() if k != "history"} for f in ctx.fits],
-            # compute: this job's own fits, every trial included; a historical state is shared by
-            # the methods that continue it, so it is charged once, to the state, and shown here
+            # compute: this job's own fits, every trial included; the historical state and the
+            # step-0 model it continues are shared by the methods that continue them, so they are
+            # charged to themselves, by key, and shown here
             "train_flops": sum(f["train_flops"] for f in ctx.fits),
             "eval_flops": sum(f["eval_flops"] for f in ctx.fits),
             "inference_flops_per_image": image_flops(outcome.model, test, ctx.engine, outcome.step),
-            "historical_flops": None
-            if self.state is None
-            else {
-                "state": self.job.state_key,
-                "shared": True,
-                "train_flops": sum(f.get("train_flops", 0) for f in self.state.fits),
-            },
+            "historical_flops": {"shared": True, "states": dict(self.historical_costs)}
+            if self.historical_costs
+            else None,
         }
         if self.job.view is not None:  # scored by a temporal protocol: every step's accuracy
             record["view"] = {"name": self.job.view.name, "steps": list(self.job.view.steps),

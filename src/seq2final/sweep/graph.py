@@ -41,7 +41,8 @@ class SweepRequest:
     seeds: tuple[int | None, ...] = (None,)
 
     def asks(self) -> list[dict[str, Any]]:
-        """One method request per method or historical:final pair (all 18 methods if neither)."""
+        """One method request per method or historical:final pair (every registered method if
+        neither: the paper's 18 and Wild-Time's 8)."""
         if self.pairs:
             return [{"method": None, "historical": h, "final": f} for h, f in self.pairs]
         return [{"method": m, "historical": None, "final": None} for m in self.methods or METHODS]

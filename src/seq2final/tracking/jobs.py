@@ -35,6 +35,7 @@ from seq2final.config.parameters import MlflowOptions
 from seq2final.methods import METHODS
 from seq2final.protocols import STEP_SPLITS
 from seq2final.reporting.plots import learning_curves
+from seq2final.reporting.tables import shared_train_flops
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.recipes import JobOutcome, JobRecipe
 from seq2final.runs.result_store import ResultStore
@@ -267,6 +268,8 @@ class JobTracker:
         for name in ("train_flops", "eval_flops", "inference_flops_per_image"):
             if name in record:  # compute, as the record counts it (records from before lack it)
                 summary[name] = record[name]
+        if record.get("historical_flops"):  # the shared states it continues, charged to them
+            summary["historical_train_flops"] = sum(shared_train_flops(record).values())
         metrics = [Metric(k, float(v), now, 0) for k, v in summary.items()]
         for step, row in record.get("step_accuracies", {}).items():  # a protocol's view
             metrics += [Metric(f"steps/{split}_accuracy", float(row[split]), now, int(step))

@@ -15,7 +15,7 @@ from seq2final.reporting.protocols import protocol_scores
 from seq2final.reporting.tables import shown_name
 from seq2final.runs.planner import load_states
 from seq2final.runs.plans import RunPlan
-from seq2final.runs.recipes import JobRecipe
+from seq2final.runs.recipes import JobRecipe, historical_costs
 from seq2final.tracking.jobs import JobTracker, TrackedJob
 
 RESULT_COLUMNS = ("method", "test", "valid", "epochs", "seconds")
@@ -35,7 +35,14 @@ def job_recipes(
     """
     loaded = load_states(plan, states)
     recipes = {
-        job.key: JobRecipe(plan, job, sequence, loaded.get(job.state_key), plan.force)
+        job.key: JobRecipe(
+            plan,
+            job,
+            sequence,
+            loaded.get(job.state_key),
+            historical_costs(job.state_key, states),
+            plan.force,
+        )
         for job in plan.jobs
     }
     options = MlflowOptions.model_validate(mlflow_options)
