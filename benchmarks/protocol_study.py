@@ -72,10 +72,19 @@ def study_records(params: Mapping[str, Any]) -> list[dict[str, Any]]:
     wanted = {"sequence": params["sequence"], "dataset": params["dataset"],
               "arch": params["arch"], "budget": params["budget"]}  # fmt: skip
     records = []
+    seen: dict[tuple[Any, ...], str] = {}
     for path in sorted((PROJECT / "data/07_model_output/results").glob("*.json")):
         record = json.loads(path.read_text())
         same = all(record.get(k) == v for k, v in wanted.items())
         if "view" in record and same and shown_name(record) in methods:
+            cell = (shown_name(record), record["view"]["name"], record["seed"])
+            if cell in seen:  # as evaluate refuses them: another setting under the budget's name
+                raise SystemExit(
+                    f"results {seen[cell]} and {path.name} are both {cell[0]} on view {cell[1]} "
+                    f"(seed {cell[2]}) with budget {params['budget']}, from different settings; "
+                    "move one out of the results folder"
+                )
+            seen[cell] = path.name
             records.append(record)
     return records
 
