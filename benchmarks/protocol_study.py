@@ -36,6 +36,9 @@ from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
 from seq2final.bench.machine import describe_machine
+from seq2final.config.checks import sequence_spec, validate_parameters
+from seq2final.core.errors import Seq2FinalError
+from seq2final.pipelines.evaluate.nodes import gather_results
 from seq2final.protocols import ProtocolOptions
 from seq2final.reporting.protocols import protocol_scores
 from seq2final.reporting.tables import shown_name, train_flops_once
@@ -46,47 +49,34 @@ PROTOCOLS = ("eval_fix", "eval_stream", "mixed_split")
 PIPELINES = ["build_sequences", "pretrain_historical", "adapt_final", "evaluate", "visualize"]
 
 
-def run_study(
-    env: str, overrides: Mapping[str, Any], protocols: Sequence[str] = PROTOCOLS
-) -> dict[str, Any]:
-    """Train and report ``protocols`` in this order; return the run's parameters."""
+def run_study(env: str, overrides: Mapping[str, Any], protocols: Sequence[str]) -> None:
+    """Train and report ``protocols`` in this order."""
     bootstrap_project(PROJECT)
-    params: dict[str, Any] = {}
     for protocol in protocols:
         runtime = {**overrides, "protocol": protocol}
         with KedroSession.create(project_path=PROJECT, env=env, runtime_params=runtime) as session:
             session.run(pipeline_names=PIPELINES)
-            params = session.load_context().params
-    return params
 
 
-def study_parameters(env: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+def study_records(
+    env: str, overrides: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The study's parameters and view records: its sequence's, as ``evaluate`` gathers them
+    (two settings under one budget name refused in one line), of its architecture, budget and
+    methods."""
     bootstrap_project(PROJECT)
-    with KedroSession.create(project_path=PROJECT, env=env, runtime_params=dict(overrides)) as s:
-        return s.load_context().params
-
-
-def study_records(params: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The study's view records: its sequence, dataset, architecture, budget and methods."""
+    runtime = {**overrides, "protocol": PROTOCOLS[0]}  # any temporal protocol: views' records
+    with KedroSession.create(project_path=PROJECT, env=env, runtime_params=runtime) as session:
+        context = session.load_context()
+        params, store = context.params, context.catalog.load("adapt_results")
     methods = params["method"] if isinstance(params["method"], list) else [params["method"]]
-    wanted = {"sequence": params["sequence"], "dataset": params["dataset"],
-              "arch": params["arch"], "budget": params["budget"]}  # fmt: skip
-    records = []
-    seen: dict[tuple[Any, ...], str] = {}
-    for path in sorted((PROJECT / "data/07_model_output/results").glob("*.json")):
-        record = json.loads(path.read_text())
-        same = all(record.get(k) == v for k, v in wanted.items())
-        if "view" in record and same and shown_name(record) in methods:
-            cell = (shown_name(record), record["view"]["name"], record["seed"])
-            if cell in seen:  # as evaluate refuses them: another setting under the budget's name
-                raise SystemExit(
-                    f"results {seen[cell]} and {path.name} are both {cell[0]} on view {cell[1]} "
-                    f"(seed {cell[2]}) with budget {params['budget']}, from different settings; "
-                    "move one out of the results folder"
-                )
-            seen[cell] = path.name
-            records.append(record)
-    return records
+    records = [
+        record
+        for record in gather_results(sequence_spec(validate_parameters(params)), store)
+        if (record["arch"], record["budget"]) == (params["arch"], params["budget"])
+        and shown_name(record) in methods
+    ]
+    return params, records
 
 
 def summary(params: Mapping[str, Any], records: list[dict[str, Any]]) -> str:
@@ -157,17 +147,19 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "1")
     overrides = json.loads(args.params)
-    if args.summary_only:
-        params = study_parameters(args.env, overrides)
-    else:
+    if not args.summary_only:
         order = args.order.split(",")
         if unknown := sorted(set(order) - set(PROTOCOLS)):
             parser.error(
                 f"--order {','.join(unknown)}: not a protocol of the study; valid: "
                 f"{', '.join(PROTOCOLS)}"
             )
-        params = run_study(args.env, overrides, order)
-    print(summary(params, study_records(params)))
+        run_study(args.env, overrides, order)
+    try:
+        params, records = study_records(args.env, overrides)
+    except Seq2FinalError as error:  # e.g. two settings under the budget's name: one line
+        parser.exit(2, f"{error}\n")
+    print(summary(params, records))
 
 
 if __name__ == "__main__":

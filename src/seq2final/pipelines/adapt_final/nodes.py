@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import ChainMap
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,13 +35,15 @@ def job_recipes(
     accepted, before any training.
     """
     loaded = load_states(plan, states)
+    # once per state, from the states loaded (the store reads only the step-0 models they continue)
+    costs = {key: historical_costs(key, ChainMap(loaded, states)) for key in loaded}
     recipes = {
         job.key: JobRecipe(
             plan,
             job,
             sequence,
             loaded.get(job.state_key),
-            historical_costs(job.state_key, states),
+            costs.get(job.state_key, {}),
             plan.force,
         )
         for job in plan.jobs
