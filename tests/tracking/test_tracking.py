@@ -1,5 +1,6 @@
 """MLflow tracking on a tiny digits sequence, with MLflow pointed at a temporary SQLite file."""
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.recipes import JobRecipe
 from seq2final.runs.sequence_store import SequenceStore
 from seq2final.tracking.jobs import JobTracker
+from seq2final.tracking.mlflow_io import store_setup_lock
 from seq2final.tracking.names import render_name, safe_name
 from seq2final.tracking.pyfunc import ImageClassifier, predict_probabilities
 from seq2final.training.engine import Engine
@@ -170,6 +172,25 @@ def test_bad_tracking_settings_stop_before_any_work(
         _run(run_kedro, method="baseline", **params)
     assert "\n" not in str(error.value)
     assert not any(p.is_file() for p in (project / "data").rglob("*"))
+
+
+def _open_store(project: Path, barrier) -> None:
+    barrier.wait()  # every process opens the fresh store at once
+    with store_setup_lock("sqlite:///mlflow.db", project):
+        MlflowClient(f"sqlite:///{project / 'mlflow.db'}").search_experiments(max_results=1)
+
+
+def test_runs_started_together_on_a_fresh_store_all_open_it(tmp_path):
+    # Without the lock two or three of these processes fail in MLflow's schema migration.
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(3)
+    processes = [context.Process(target=_open_store, args=(tmp_path, barrier)) for _ in range(3)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=120)
+    assert [p.exitcode for p in processes] == [0, 0, 0]
+    assert MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_experiments()
 
 
 def test_classifier_takes_both_layouts_and_refuses_others():

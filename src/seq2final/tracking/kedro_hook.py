@@ -17,6 +17,7 @@ from seq2final.config.checks import sequence_spec, validate_parameters
 from seq2final.config.parameters import RunParameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.methods import requested_jobs
+from seq2final.tracking.mlflow_io import store_setup_lock
 from seq2final.tracking.names import (
     JobNames,
     check_experiment_names,
@@ -52,17 +53,18 @@ class TrackingHook(MlflowHook):
             log.info("MLflow tracking is off (mlflow.enabled: false)")
             return
         self.pipeline_run = run.mlflow.tracking_uri is None
+        uri = run.mlflow.tracking_uri or _configured_uri(context)
         with fail_fast():
             try:
-                if self.pipeline_run:
-                    super().after_context_created(context)
-                else:  # a sweep's worker: job runs to the sweep's server, no pipeline run
-                    mlflow.set_tracking_uri(run.mlflow.tracking_uri)
-                client = MlflowClient()
-                client.search_experiments(max_results=1)
+                with store_setup_lock(uri, context.project_path):
+                    if self.pipeline_run:
+                        super().after_context_created(context)
+                    else:  # a sweep's worker: job runs to the sweep's server, no pipeline run
+                        mlflow.set_tracking_uri(run.mlflow.tracking_uri)
+                    client = MlflowClient()
+                    client.search_experiments(max_results=1)
             except Exception as error:  # MLflow, SQLAlchemy and HTTP errors alike
                 reason = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-                uri = run.mlflow.tracking_uri or _configured_uri(context)
                 raise Seq2FinalError(
                     f"MLflow setup failed on tracking URI '{uri}': {reason}"
                 ) from None
@@ -173,7 +175,10 @@ _SUMMARY_DATASETS = {
 
 
 def _configured_uri(context: KedroContext) -> str:
-    """The URI as the user wrote it in ``mlflow.yml`` (kedro-mlflow failed before setting it)."""
+    """The URI as the user wrote it in ``mlflow.yml``, read before kedro-mlflow sets it (with
+    the file pattern kedro-mlflow registers when it reads the file itself)."""
+    patterns = context.config_loader.config_patterns
+    patterns.setdefault("mlflow", ["mlflow*", "mlflow*/**", "**/mlflow*"])
     try:
         return str(context.config_loader["mlflow"]["server"]["mlflow_tracking_uri"])
     except Exception:  # no mlflow.yml, or no server block: MLflow's own default
