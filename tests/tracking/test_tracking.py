@@ -141,6 +141,25 @@ def test_rerunning_a_finished_job_adds_no_run_and_untracked_jobs_are_logged_late
     assert client.get_run(run.info.run_id).data.tags["superseded_by"] != run.info.run_id
 
 
+def test_sessions_one_after_another_in_one_process_each_get_their_own_pipeline_run(project):
+    """As a script running several protocols does: no run is ended by hand in between."""
+    from kedro.framework.session import KedroSession
+    from kedro.framework.startup import bootstrap_project
+
+    bootstrap_project(project)
+    for protocol in ("final", "eval_fix"):
+        runtime = {**TINY, "method": "baseline", "protocol": protocol}
+        with KedroSession.create(project_path=project, env="test", runtime_params=runtime) as s:
+            s.run(pipeline_names=["build_sequences"])
+        assert mlflow.active_run() is None
+    client = _client(project)
+    pipeline_runs = client.search_runs(
+        [client.get_experiment_by_name("seq2final").experiment_id], "params.protocol != ''"
+    )
+    assert sorted(r.data.params["protocol"] for r in pipeline_runs) == ["eval_fix", "final"]
+    assert {r.info.status for r in pipeline_runs} == {"FINISHED"}
+
+
 def test_a_job_that_raises_leaves_a_failed_run(project, run_kedro, monkeypatch):
     def broken(self):
         raise RuntimeError("diverged")

@@ -110,6 +110,19 @@ class TrackingHook(MlflowHook):
     ) -> None:
         if self.enabled and self.pipeline_run:
             super().after_pipeline_run(run_params, pipeline, catalog)
+            if not self._already_active_mlflow:
+                self._close_pipeline_run()
+
+    def _close_pipeline_run(self) -> None:
+        """Take the pipeline's run off MLflow's stack of active runs entirely.
+
+        kedro-mlflow re-opens its run before every node, and MLflow 3 pushes a run already active
+        onto the stack again, so its one ``end_run`` at the end leaves the run active once per
+        node. A second session in the same process (a script or notebook running several
+        protocols) would then adopt it and fail on logging its parameters a second time.
+        """
+        while (active := mlflow.active_run()) is not None and active.info.run_id == self.run_id:
+            mlflow.end_run()
 
     @hook_impl
     def after_dataset_saved(self, dataset_name: str, data: Any, node: Node) -> None:
