@@ -11,8 +11,9 @@ import textwrap
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator, NullFormatter
+from matplotlib.ticker import EngFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from seq2final.methods import paper_columns
 
@@ -116,11 +117,22 @@ def learning_curves(curves: pd.DataFrame, title: str) -> Figure:
     return figure
 
 
-def _method_colour(method: str) -> str:
-    """One colour per method, stable across figures (the paper's column order)."""
+def _method_colour(method: str) -> tuple[float, ...]:
+    """One colour per method, stable across figures (the paper's column order): ``tab20``'s
+    twenty, then the darkest shade of each of ``tab20b``'s five hues, then their other shades
+    and ``tab20c``'s, so the registered methods and plugins' do not share a colour (cycling
+    ``tab20`` alone painted ERM and LISA alike)."""
+    shades = plt.get_cmap("tab20b").colors
+    darkest = shades[::4]
+    palette = [
+        *plt.get_cmap("tab20").colors,
+        *darkest,
+        *[c for c in shades if c not in darkest],
+        *plt.get_cmap("tab20c").colors,
+    ]
     columns = paper_columns()
     index = columns.index(method) if method in columns else len(columns)
-    return plt.get_cmap("tab20")(index % 20)
+    return palette[index % len(palette)]
 
 
 def _wrapped(text: str, width: int = 70) -> str:
@@ -254,13 +266,25 @@ def protocol_figure(rows: list[dict], protocol: str, title: str) -> Figure:
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     xlabel = {"eval_stream": "time t (model of steps 0..t)",
               "test_then_train": "step t (predicted by the model of steps 0..t-1)"}  # fmt: skip
-    axis.set(xlabel=xlabel.get(protocol, "later step"), ylabel="accuracy", ylim=(0, 1))
+    axis.set(xlabel=xlabel.get(protocol, "later step"), ylabel="accuracy")
+    low, high = axis.get_ylim()  # the data's range: methods a few points apart stay apart
+    axis.set_ylim(max(0.0, low - 0.02), min(1.0, high + 0.02))
     if protocol == "eval_stream":
         axis.set_title("window average (line) down to the window's worst step (band)", fontsize=8)
     axis.legend(fontsize="small", ncol=2, loc="best")
     figure.suptitle(_wrapped(title), fontsize=10)
     figure.tight_layout()
     return figure
+
+
+def _label_flops(axis: Axes, flops: pd.Series) -> None:
+    """Ticks of a log FLOPs axis in engineering units (``50 TFLOP``): at 1, 2 and 5 times each
+    power of ten when the points span under two decades (a decade alone can leave the axis
+    without a labelled tick), at the powers of ten otherwise; minor ticks unlabelled."""
+    span = np.log10(flops.max() / flops.min()) if len(flops) and flops.min() > 0 else 0.0
+    axis.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if span < 2 else (1.0,)))
+    axis.xaxis.set_major_formatter(EngFormatter(unit="FLOP"))
+    axis.xaxis.set_minor_formatter(NullFormatter())
 
 
 def compute_pareto(
@@ -270,9 +294,10 @@ def compute_pareto(
     compute: str = "training FLOPs (historical state included, every trial)",
 ) -> Figure:
     """Test accuracy against total training FLOPs (log scale), one point per method, with the
-    Pareto front (no other method both cheaper and more accurate) joined by a line, as NED plots
-    accuracy against compute. ``points``: method, train_flops, test_accuracy; ``accuracy`` and
-    ``compute`` label the axes (a protocol's score, the FLOPs of all its views)."""
+    Pareto front (no other method both cheaper and more accurate) joined by a line and ringed
+    (a front of one point shows too), as NED plots accuracy against compute. ``points``: method,
+    train_flops, test_accuracy; ``accuracy`` and ``compute`` label the axes (a protocol's score,
+    the FLOPs of all its views)."""
     figure, axis = plt.subplots(figsize=(6.4, 4.2))
     for row in points.itertuples():
         axis.scatter(row.train_flops, row.test_accuracy, color=_method_colour(row.method), s=24)
@@ -285,10 +310,11 @@ def compute_pareto(
             front.append((row.train_flops, row.test_accuracy))
             best = row.test_accuracy
     if front:
-        axis.plot(*zip(*front, strict=True), "--", color="grey", linewidth=1, label="Pareto front")
+        axis.plot(*zip(*front, strict=True), "--o", color="grey", linewidth=1, markersize=9,
+                  markerfacecolor="none", label="Pareto front")  # fmt: skip
         axis.legend(fontsize="small", loc="lower right")
     axis.set(xscale="log", xlabel=compute, ylabel=accuracy)
-    axis.xaxis.set_minor_formatter(NullFormatter())  # decades only: minor labels collide
+    _label_flops(axis, points["train_flops"])
     figure.suptitle(_wrapped(title), fontsize=10)
     figure.tight_layout()
     return figure
