@@ -82,13 +82,15 @@ def study_records(
 
 
 def summary(params: Mapping[str, Any], records: list[dict[str, Any]]) -> str:
-    """The study's Markdown table (means over seeds), then the mean ID→OOD drop of Eval-Fix and
-    the share of it that the mixed split closes, over the methods. The share is not given per
-    method: where a method's drop is a point or two (a model fitted last on one rotated step has a
-    low ID accuracy on the pooled steps), a ratio to it says nothing."""
+    """The study's Markdown table, each cell the mean over the seeds trained under all three
+    protocols (± their standard deviation when there are several), then the mean ID→OOD drop of
+    Eval-Fix and the share of it that the mixed split closes, over the methods. The share is not
+    given per method: where a method's drop is a point or two (a model fitted last on one
+    rotated step has a low ID accuracy on the pooled steps), a ratio to it says nothing."""
     options = ProtocolOptions(**(params.get("protocol_options") or {}))
     scores = {
-        protocol: seed_means(protocol_scores(records, protocol, options)) for protocol in PROTOCOLS
+        protocol: by_method_and_seed(protocol_scores(records, protocol, options))
+        for protocol in PROTOCOLS
     }
     methods = params["method"] if isinstance(params["method"], list) else [params["method"]]
     lines = [
@@ -96,44 +98,58 @@ def summary(params: Mapping[str, Any], records: list[dict[str, Any]]) -> str:
         "OOD avg (mixed) | ID→OOD drop (fix) | OOD gain by mixing | training GFLOPs |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    drops, gains = [], []
+    drops, gains, seeds_seen = [], [], set()
     for method in methods:
-        fix, stream, mixed = (scores[p].get(method) for p in PROTOCOLS)
-        if not (fix and stream and mixed):
+        fix, stream, mixed = (scores[p].get(method, {}) for p in PROTOCOLS)
+        seeds = sorted(set(fix) & set(stream) & set(mixed))
+        if not seeds:
             lines.append(f"| {method} | not trained yet | | | | | | | | |")
             continue
-        drops.append(fix["id_accuracy"] - fix["ood_average"])
-        gains.append(mixed["ood_average"] - fix["ood_average"])
+        seeds_seen.update(seeds)
+        drop = [fix[s]["id_accuracy"] - fix[s]["ood_average"] for s in seeds]
+        gain = [mixed[s]["ood_average"] - fix[s]["ood_average"] for s in seeds]
+        drops.append(statistics.mean(drop))
+        gains.append(statistics.mean(gain))
+        cells = [
+            [fix[s]["id_accuracy"] for s in seeds],
+            [fix[s]["ood_average"] for s in seeds],
+            [fix[s]["ood_worst"] for s in seeds],
+            [stream[s]["average"] for s in seeds],
+            [stream[s]["worst"] for s in seeds],
+            [mixed[s]["ood_average"] for s in seeds],
+        ]
+        flops = statistics.mean(
+            train_flops_once(r for r in records if shown_name(r) == method and r["seed"] == s)
+            for s in seeds
+        )
         lines.append(
-            f"| {method} | {fix['id_accuracy']:.3f} | {fix['ood_average']:.3f} | "
-            f"{fix['ood_worst']:.3f} | {stream['average']:.3f} | {stream['worst']:.3f} | "
-            f"{mixed['ood_average']:.3f} | {drops[-1]:+.3f} | {gains[-1]:+.3f} | "
-            f"{train_flops_once(r for r in records if shown_name(r) == method) / 1e9:,.0f} |"
+            f"| {method} | {' | '.join(_cell(values) for values in cells)} | "
+            f"{_cell(drop, '+')} | {_cell(gain, '+')} | {flops / 1e9:,.0f} |"
         )
     machine = ", ".join(f"{k} {v}" for k, v in describe_machine(engine_device(params)).items())
     totals = (
-        f"Over the {len(drops)} methods: mean ID→OOD drop (eval_fix) {statistics.mean(drops):.3f}, "
-        f"mean OOD gain by mixing {statistics.mean(gains):.3f} "
-        f"({statistics.mean(gains) / statistics.mean(drops):.0%} of the drop). "
+        f"Seeds {', '.join(map(str, sorted(seeds_seen)))}. Over the {len(drops)} methods: mean "
+        f"ID→OOD drop (eval_fix) {statistics.mean(drops):.3f}, mean OOD gain by mixing "
+        f"{statistics.mean(gains):.3f} ({statistics.mean(gains) / statistics.mean(drops):.0%} of "
+        "the drop). "
         if drops
         else ""
     )
     return "\n".join([*lines, "", f"{totals}Machine: {machine}."])
 
 
-def seed_means(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Each method's protocol scores, averaged over the seeds it was run with."""
-    by_method: dict[str, list[dict[str, Any]]] = {}
+def _cell(values: list[float], sign: str = "") -> str:
+    """The mean of ``values``, with their standard deviation when there are several."""
+    mean = f"{statistics.mean(values):{sign}.3f}"
+    return f"{mean} ± {statistics.stdev(values):.3f}" if len(values) > 1 else mean
+
+
+def by_method_and_seed(rows: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
+    """A protocol's score rows by method, then seed."""
+    table: dict[str, dict[int, dict[str, Any]]] = {}
     for row in rows:
-        by_method.setdefault(row["method"], []).append(row)
-    return {
-        method: {
-            key: statistics.mean(row[key] for row in group)
-            for key, value in group[0].items()
-            if isinstance(value, float)
-        }
-        for method, group in by_method.items()
-    }
+        table.setdefault(row["method"], {})[row["seed"]] = row
+    return table
 
 
 def engine_device(params: Mapping[str, Any]) -> torch.device:
