@@ -194,22 +194,40 @@ def test_bad_tracking_settings_stop_before_any_work(
 
 
 def _open_store(project: Path, barrier) -> None:
-    barrier.wait()  # every process opens the fresh store at once
-    with store_setup_lock("sqlite:///mlflow.db", project):
-        MlflowClient(f"sqlite:///{project / 'mlflow.db'}").search_experiments(max_results=1)
+    os.chdir(project)
+    barrier.wait(timeout=60)  # every process opens the fresh store at once
+    with store_setup_lock("sqlite:///mlflow.db"):
+        MlflowClient("sqlite:///mlflow.db").search_experiments(max_results=1)
 
 
 def test_runs_started_together_on_a_fresh_store_all_open_it(tmp_path):
     # Without the lock two or three of these processes fail in MLflow's schema migration.
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(3)
-    processes = [context.Process(target=_open_store, args=(tmp_path, barrier)) for _ in range(3)]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join(timeout=120)
+    processes = [
+        context.Process(target=_open_store, args=(tmp_path, barrier), daemon=True) for _ in range(3)
+    ]
+    try:
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join(timeout=120)
+    finally:
+        for process in processes:
+            process.terminate()
     assert [p.exitcode for p in processes] == [0, 0, 0]
+    assert (tmp_path / "mlflow.db.lock").exists()  # beside the database, as opened from there
     assert MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_experiments()
+
+
+def test_a_null_tracking_uri_is_named_as_the_environment_gives_it(
+    project, run_kedro, point_mlflow_at, monkeypatch
+):
+    """``mlflow_tracking_uri: null`` makes kedro-mlflow read ``MLFLOW_TRACKING_URI``."""
+    point_mlflow_at(project, "null")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////proc/nope/env.db")
+    with pytest.raises(Seq2FinalError, match="tracking URI 'sqlite:////proc/nope/env.db'"):
+        _run(run_kedro, method="baseline")
 
 
 def test_classifier_takes_both_layouts_and_refuses_others():

@@ -120,8 +120,9 @@ def learning_curves(curves: pd.DataFrame, title: str) -> Figure:
 def _method_colour(method: str) -> tuple[float, ...]:
     """One colour per method, stable across figures (the paper's column order): ``tab20``'s
     twenty, then the darkest shade of each of ``tab20b``'s five hues, then their other shades
-    and ``tab20c``'s, so the registered methods and plugins' do not share a colour (cycling
-    ``tab20`` alone painted ERM and LISA alike)."""
+    and ``tab20c``'s, so registered methods (plugins' included) do not share a colour (cycling
+    ``tab20`` alone painted ERM and LISA alike); an unregistered name gets the colour after
+    them."""
     shades = plt.get_cmap("tab20b").colors
     darkest = shades[::4]
     palette = [

@@ -18,7 +18,6 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel
 from seq2final.sweep.services import start_mlflow_server, stop_process
 from seq2final.sweep.work import TrainingWorker
-from seq2final.tracking.mlflow_io import absolute_sqlite
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +145,7 @@ def tracking_server(tracking_uri: str, project: Path, for_remote_workers: bool) 
         yield tracking_uri
         return
     server, url = start_mlflow_server(
-        absolute_sqlite(tracking_uri, project),
+        _absolute_sqlite(tracking_uri, project),
         project / "mlruns",
         host="0.0.0.0" if for_remote_workers else "127.0.0.1",
         log_path=project / "logs" / "mlflow-server.log",
@@ -155,3 +154,11 @@ def tracking_server(tracking_uri: str, project: Path, for_remote_workers: bool) 
         yield url
     finally:
         stop_process(server)
+
+
+def _absolute_sqlite(uri: str, project: Path) -> str:
+    """A SQLite URI relative to the project made absolute (the server may run elsewhere)."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri[len(prefix) :].startswith("/"):
+        return prefix + str((project / uri[len(prefix) :]).resolve())
+    return uri

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import mlflow
@@ -56,7 +57,7 @@ class TrackingHook(MlflowHook):
         uri = run.mlflow.tracking_uri or _configured_uri(context)
         with fail_fast():
             try:
-                with store_setup_lock(uri, context.project_path):
+                with store_setup_lock(uri):
                     if self.pipeline_run:
                         super().after_context_created(context)
                     else:  # a sweep's worker: job runs to the sweep's server, no pipeline run
@@ -109,9 +110,11 @@ class TrackingHook(MlflowHook):
         self, run_params: dict[str, Any], pipeline: Pipeline, catalog: CatalogProtocol
     ) -> None:
         if self.enabled and self.pipeline_run:
-            super().after_pipeline_run(run_params, pipeline, catalog)
-            if not self._already_active_mlflow:
-                self._close_pipeline_run()
+            try:
+                super().after_pipeline_run(run_params, pipeline, catalog)
+            finally:  # Kedro calls no error hook for a failure in this one
+                if not self._already_active_mlflow:
+                    self._close_pipeline_run()
 
     def _close_pipeline_run(self) -> None:
         """Take the pipeline's run off MLflow's stack of active runs entirely.
@@ -193,9 +196,11 @@ def _configured_uri(context: KedroContext) -> str:
     patterns = context.config_loader.config_patterns
     patterns.setdefault("mlflow", ["mlflow*", "mlflow*/**", "**/mlflow*"])
     try:
-        return str(context.config_loader["mlflow"]["server"]["mlflow_tracking_uri"])
+        uri = context.config_loader["mlflow"]["server"]["mlflow_tracking_uri"]
     except Exception:  # no mlflow.yml, or no server block: MLflow's own default
         return mlflow.get_tracking_uri()
+    # null: kedro-mlflow reads the environment, then its own default
+    return str(uri) if uri is not None else os.environ.get("MLFLOW_TRACKING_URI", "mlruns")
 
 
 def _job_names(run: RunParameters) -> list[JobNames]:

@@ -14,41 +14,44 @@ from typing import Any
 import mlflow
 import numpy as np
 import torch
-from filelock import FileLock
+from filelock import FileLock, Timeout
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from seq2final import __version__
 from seq2final.tracking.names import environment
 
+log = logging.getLogger(__name__)
+
 UI_ADDRESS = "http://127.0.0.1:5000"
 """Where ``make mlflow`` serves the UI of the project's own store."""
 
 
-SQLITE_PREFIX = "sqlite:///"
-
-
-def absolute_sqlite(uri: str, project: Path) -> str:
-    """A SQLite URI relative to the project made absolute (a server or a worker may run
-    elsewhere); any other URI unchanged."""
-    if uri.startswith(SQLITE_PREFIX) and not uri[len(SQLITE_PREFIX) :].startswith("/"):
-        return SQLITE_PREFIX + str((project / uri[len(SQLITE_PREFIX) :]).resolve())
-    return uri
+_SQLITE_PREFIX = "sqlite:///"
 
 
 @contextmanager
-def store_setup_lock(uri: str, project: Path) -> Iterator[None]:
+def store_setup_lock(uri: str) -> Iterator[None]:
     """Held while a process opens a SQLite tracking store: MLflow creates and migrates the
     schema of a new file on first use, and two runs started together on a fresh ``mlflow.db``
     both migrate it, the loser failing on its ``alembic_version`` row. A lock file beside the
-    database makes the second wait for the first; servers and other stores need none, and a
-    database in a folder that does not exist is left to MLflow's own error."""
-    database = Path(absolute_sqlite(uri, project).removeprefix(SQLITE_PREFIX))
-    if uri.startswith(SQLITE_PREFIX) and database.parent.is_dir():
-        with FileLock(f"{database}.lock"):
-            yield
-    else:
+    database (a relative path is opened from the working directory, as SQLAlchemy opens it) makes
+    the second wait for the first; servers and other stores need none, and a database in a
+    folder that does not exist is left to MLflow's own error."""
+    path = Path(uri.removeprefix(_SQLITE_PREFIX).split("?", 1)[0])
+    if not uri.startswith(_SQLITE_PREFIX) or not path.absolute().parent.is_dir():
         yield
+        return
+    lock = FileLock(f"{path.absolute()}.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.info("waiting for another run to finish setting up the tracking store %s", path)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def experiment_id(client: MlflowClient, name: str) -> str:
