@@ -8,7 +8,7 @@ On a 2-core machine two processes at one torch thread each, started in different
 more per hour than one at two threads (``convnet_1``'s training step on a 2-core EPYC: 56 ms a
 batch at two threads; 83 ms at one thread with two processes side by side, 1.34 times the
 throughput); each waits for a view the other is training and then reuses it (the study of
-docs/protocols.md trained in 60 minutes so, on a 2-core EPYC):
+docs/protocols.md trained a seed in 49 to 60 minutes so, on a 2-core EPYC):
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/protocol_study.py &
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/protocol_study.py --order mixed_split,eval_stream,eval_fix
