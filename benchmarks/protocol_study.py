@@ -29,7 +29,7 @@ import argparse
 import json
 import os
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,7 @@ def study_records(
     with KedroSession.create(project_path=PROJECT, env=env, runtime_params=runtime) as session:
         context = session.load_context()
         params, store = context.params, context.catalog.load("adapt_results")
-    methods = params["method"] if isinstance(params["method"], list) else [params["method"]]
+    methods = study_methods(params)
     records = [
         record
         for record in gather_results(sequence_spec(validate_parameters(params)), store)
@@ -79,6 +79,11 @@ def study_records(
         and shown_name(record) in methods
     ]
     return params, records
+
+
+def study_methods(params: Mapping[str, Any]) -> list[str]:
+    """The methods the study asks for (one name or a list in the parameters)."""
+    return params["method"] if isinstance(params["method"], list) else [params["method"]]
 
 
 def summary(params: Mapping[str, Any], records: list[dict[str, Any]]) -> str:
@@ -93,13 +98,14 @@ def summary(params: Mapping[str, Any], records: list[dict[str, Any]]) -> str:
         protocol: by_method_and_seed(protocol_scores(records, protocol, options))
         for protocol in PROTOCOLS
     }
-    methods = params["method"] if isinstance(params["method"], list) else [params["method"]]
+    methods = study_methods(params)
     lines = [
         "| method | ID (fix) | OOD avg (fix) | OOD worst (fix) | stream avg | stream worst | "
         "OOD avg (mixed) | ID→OOD drop (fix) | OOD gain by mixing | training GFLOPs |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    drops, gains, named, seeds_seen = [], [], [], set()
+    drop_and_gain: dict[str, tuple[float, float]] = {}
+    seeds_seen: set[int] = set()
     for method in methods:
         fix, stream, mixed = (scores[p].get(method, {}) for p in PROTOCOLS)
         seeds = sorted(set(fix) & set(stream) & set(mixed))
@@ -109,9 +115,7 @@ def summary(params: Mapping[str, Any], records: list[dict[str, Any]]) -> str:
         seeds_seen.update(seeds)
         drop = [fix[s]["id_accuracy"] - fix[s]["ood_average"] for s in seeds]
         gain = [mixed[s]["ood_average"] - fix[s]["ood_average"] for s in seeds]
-        named.append(method)
-        drops.append(statistics.mean(drop))
-        gains.append(statistics.mean(gain))
+        drop_and_gain[method] = (statistics.mean(drop), statistics.mean(gain))
         cells = [
             [fix[s]["id_accuracy"] for s in seeds],
             [fix[s]["ood_average"] for s in seeds],
@@ -129,29 +133,29 @@ def summary(params: Mapping[str, Any], records: list[dict[str, Any]]) -> str:
             f"{_cell(drop, '+')} | {_cell(gain, '+')} | {flops / 1e9:,.0f} |"
         )
     machine = ", ".join(f"{k} {v}" for k, v in describe_machine(engine_device(params)).items())
-    totals = f"Seeds {', '.join(map(str, sorted(seeds_seen)))}. " if drops else ""
-    if drops:
-        totals += (
-            f"Over the {len(drops)} methods: mean ID→OOD drop (eval_fix) "
-            f"{statistics.mean(drops):.3f}, mean OOD gain by mixing {statistics.mean(gains):.3f}"
-            f"{_share(gains, drops)}. "
+    totals = ""
+    if drop_and_gain:
+        mean_drop = statistics.mean(d for d, _ in drop_and_gain.values())
+        clear = {m: dg for m, dg in drop_and_gain.items() if dg[0] > mean_drop}
+        totals = (
+            f"Seeds {', '.join(map(str, sorted(seeds_seen)))}. Over the {len(drop_and_gain)} "
+            f"methods: {_drop_and_gain(drop_and_gain.values())}. "
         )
-        clear = [i for i, drop in enumerate(drops) if drop > statistics.mean(drops)]
-        if clear and len(clear) < len(drops):
+        if clear and len(clear) < len(drop_and_gain):
             totals += (
-                f"Over those whose drop is above the mean ("
-                f"{', '.join(named[i] for i in clear)}): drop "
-                f"{statistics.mean(drops[i] for i in clear):.3f}, gain "
-                f"{statistics.mean(gains[i] for i in clear):.3f}"
-                f"{_share([gains[i] for i in clear], [drops[i] for i in clear])}. "
+                f"Over those whose drop is above the mean ({', '.join(clear)}): "
+                f"{_drop_and_gain(clear.values())}. "
             )
     return "\n".join([*lines, "", f"{totals}Machine: {machine}."])
 
 
-def _share(gains: list[float], drops: list[float]) -> str:
-    """`` (N % of the drop)`` where there is a drop to close."""
-    drop = statistics.mean(drops)
-    return f" ({statistics.mean(gains) / drop:.0%} of the drop)" if drop > 0 else ""
+def _drop_and_gain(pairs: Iterable[tuple[float, float]]) -> str:
+    """Mean ID→OOD drop and mean OOD gain by mixing of (drop, gain) pairs, and the share of the
+    drop the gain closes where there is a drop to close."""
+    drops, gains = zip(*pairs, strict=True)
+    drop, gain = statistics.mean(drops), statistics.mean(gains)
+    share = f" ({gain / drop:.0%} of the drop)" if drop > 0 else ""
+    return f"mean ID→OOD drop (eval_fix) {drop:.3f}, mean OOD gain by mixing {gain:.3f}{share}"
 
 
 def _cell(values: list[float], sign: str = "") -> str:

@@ -117,23 +117,24 @@ def learning_curves(curves: pd.DataFrame, title: str) -> Figure:
     return figure
 
 
+_SHADES = plt.get_cmap("tab20b").colors
+_PALETTE = [
+    *plt.get_cmap("tab20").colors,
+    *_SHADES[::4],
+    *[c for c in _SHADES if c not in _SHADES[::4]],
+    *plt.get_cmap("tab20c").colors,
+]
+
+
 def _method_colour(method: str) -> tuple[float, ...]:
     """One colour per method, stable across figures (the paper's column order): ``tab20``'s
     twenty, then the darkest shade of each of ``tab20b``'s five hues, then their other shades
     and ``tab20c``'s, so registered methods (plugins' included) do not share a colour (cycling
     ``tab20`` alone painted ERM and LISA alike); an unregistered name gets the colour after
     them."""
-    shades = plt.get_cmap("tab20b").colors
-    darkest = shades[::4]
-    palette = [
-        *plt.get_cmap("tab20").colors,
-        *darkest,
-        *[c for c in shades if c not in darkest],
-        *plt.get_cmap("tab20c").colors,
-    ]
     columns = paper_columns()
     index = columns.index(method) if method in columns else len(columns)
-    return palette[index % len(palette)]
+    return _PALETTE[index % len(_PALETTE)]
 
 
 def _wrapped(text: str, width: int = 70) -> str:
