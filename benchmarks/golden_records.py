@@ -1,10 +1,14 @@
-"""Regenerate tests/golden/default_run_smoke.json: the default run's records with budget smoke.
+"""Regenerate tests/golden/default_run_smoke/<CPU capability>.json: the default run's records with
+budget smoke, as this machine's instruction set computes them.
 
-The golden file pins what the default parameters produce (sequence bytes, job keys, metrics, every
+The golden files pin what the default parameters produce (sequence bytes, job keys, metrics, every
 fit and trial), so a refactor that changes any of it fails tests/pipelines/test_default_run_unchanged.
-Regenerate it only for a deliberate change of results, and say why in the commit:
+torch's CPU kernels differ by instruction set (AVX2, AVX512), and with them a few predictions, so
+each instruction set has its own file. Regenerate them only for a deliberate change of results (on
+a machine of each instruction set), and say why in the commit:
 
-    .venv/bin/python benchmarks/golden_records.py tests/golden/default_run_smoke.json
+    .venv/bin/python benchmarks/golden_records.py          # this CPU's file
+    .venv/bin/python benchmarks/golden_records.py PATH     # elsewhere
 
 It runs in a throw-away copy of the project, in the test environment, on one CPU thread as the
 test suite does (thread counts change float reductions, so they change NLL and ECE in the last
@@ -63,4 +67,6 @@ def main(target: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]).resolve())
+    capability = torch.backends.cpu.get_cpu_capability()
+    default = PROJECT / "tests" / "golden" / "default_run_smoke" / f"{capability}.json"
+    main(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else default)
