@@ -2,13 +2,18 @@
 (the ``tiny_results`` project of ``conftest.py``)."""
 
 import json
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
+import matplotlib.pyplot as plt
 import mlflow
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
+from seq2final.methods import paper_columns
+from seq2final.pipelines.visualize import nodes
 from seq2final.reporting.interpolation import accuracy, path_key
 from seq2final.reporting.tables import shown_name
 from seq2final.training.engine import Engine
@@ -62,7 +67,10 @@ def test_interpolation_endpoints_are_the_two_models_test_accuracies(tiny_results
     )
 
 
-def test_the_summary_run_holds_the_tables_and_figures_and_best_points_at_the_best_job(tiny_results):
+def test_the_summary_run_holds_the_tables_and_figures_and_best_points_at_the_best_job(
+    tiny_results, monkeypatch
+):
+    monkeypatch.chdir(tiny_results)  # artifact locations are relative to the project
     mlflow.set_tracking_uri(f"sqlite:///{tiny_results / 'mlflow.db'}")
     client = MlflowClient()
     (summary,) = client.search_runs(
@@ -84,3 +92,78 @@ def test_the_summary_run_holds_the_tables_and_figures_and_best_points_at_the_bes
     )
     assert set(comparisons["method"]) == set(records) - {"baseline"}
     assert (comparisons["reference"] == "baseline").all() and (comparisons["pairs"] == 1).all()
+
+
+def _spec(records: dict[str, dict]) -> SimpleNamespace:
+    """What the plotting nodes read of a sequence spec: its name and dataset."""
+    record = next(iter(records.values()))
+    return SimpleNamespace(name=record["sequence"], dataset=record["dataset"])
+
+
+def test_the_learning_curve_overview_has_a_panel_per_job(tiny_results):
+    folder = tiny_results / f"data/08_reporting/learning_curve_figures/{FOLDER}/curves"
+    records = _records(tiny_results)
+    for suffix in ("png", "pdf"):
+        (overview,) = folder.glob(f"overview-smoke-convnet_1-seed*.{suffix}")
+        assert overview.stat().st_size > 1000
+    assert len(list(folder.glob("*.png"))) == len(records) + 1  # beside the per-job figures
+
+
+def test_the_visualize_nodes_leave_no_figure_open_and_no_panel_empty(tiny_results, stores_of):
+    """Kedro holds every figure a node returns until its dataset saves them: made with pyplot,
+    26 jobs' curves held 26 figures open and pyplot warned past 20."""
+    records = _records(tiny_results)
+    stores = stores_of(tiny_results)
+    spec = _spec(records)
+    before = plt.get_fignums()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "More than 20 figures")
+        outputs = [
+            nodes.plot_learning_curves(list(records.values()), stores.results, spec),
+            nodes.plot_projections(list(records.values()), stores.results, stores.states, spec),
+            nodes.plot_compute(list(records.values()), spec),
+            nodes.plot_heatmaps(list(records.values()), spec, "smoke")[:2],
+            nodes.plot_adjacency_sweep(list(records.values()), spec),
+        ]
+    assert plt.get_fignums() == before
+    curves, projections = outputs[0][0], outputs[1][0]
+    (overview,) = [f for k, f in curves.items() if "/overview-" in k]
+    assert len(overview.axes) == len(records)
+    assert projections
+    for figure in projections.values():
+        assert figure.axes and all(axis.lines for axis in figure.axes)  # no empty panel
+
+
+class _Curves:
+    """A result store that only has learning curves."""
+
+    def __init__(self, empty: set[str]) -> None:
+        self.empty = empty
+
+    def learning_curves(self, key: str) -> pd.DataFrame:
+        epochs = 0 if key in self.empty else 3
+        return pd.DataFrame({"stage": ["fit"] * epochs, "epoch": range(epochs),
+                             "train_loss": 1.0, "train_accuracy": 0.4,
+                             "valid_loss": 1.0, "valid_accuracy": 0.5})  # fmt: skip
+
+
+def test_thirty_jobs_make_one_overview_per_group_in_registry_order():
+    methods = [*paper_columns(), "plugin_a", "plugin_b", "plugin_c", "plugin_d"]
+    records = [{"job_key": f"k{i}", "method": m, "budget": "smoke", "arch": "convnet_4",
+                "seed": 0} for i, m in enumerate(reversed(methods))]  # fmt: skip
+    records.append({"job_key": "v", "method": "ft", "budget": "smoke", "arch": "convnet_4",
+                    "seed": 0, "view": {"name": "0-2"}})  # fmt: skip
+    spec = SimpleNamespace(name="digits_clr", dataset="digits")
+    before = plt.get_fignums()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "More than 20 figures")
+        png, pdf = nodes.plot_learning_curves(records, _Curves({"k0"}), spec)
+    assert plt.get_fignums() == before
+    folder = "digits_clr-digits/curves"
+    overview = png[f"{folder}/overview-smoke-convnet_4-seed0.png"]
+    assert overview is pdf[f"{folder}/overview-smoke-convnet_4-seed0.pdf"]
+    shown = [m for m in methods if m != "plugin_d"]  # k0: the last record, no curves yet
+    assert [axis.get_title() for axis in overview.axes] == shown
+    views = png[f"{folder}/overview-smoke-convnet_4-seed0-views.png"]
+    assert [axis.get_title() for axis in views.axes] == ["ft · steps 0-2"]
+    assert len(png) == len(records) + 2

@@ -106,4 +106,6 @@ def test_activations_run_on_the_runs_device(data):
     gpu = ENGINE.model_copy(update={"device": "cuda"})
     on_gpu = layer_activations(model, TensorSplit(data.x[:4], data.y[:4]), gpu, None)
     assert next(model.parameters()).is_cuda
-    assert np.allclose(on_cpu["model"], on_gpu["model"], atol=1e-4)
+    # cuDNN runs fp32 convolutions in TF32 on Ampere and later (torch's default), a 10-bit
+    # mantissa: on an H200 the two differ by up to about 1e-4 of values near 1
+    assert np.allclose(on_cpu["model"], on_gpu["model"], rtol=1e-3, atol=1e-3)

@@ -1,9 +1,98 @@
-"""Figures whose content is a rule: the compute figure's Pareto front and axis, colours, limits."""
+"""Figures whose content is a rule: the compute figure's Pareto front and axis, one look per
+method, labels that never overlap, no empty panel, nothing cut off, no figure left open."""
 
+import io
+import warnings
+from itertools import combinations
+
+import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+from matplotlib.text import Annotation, Text
 
 from seq2final.methods import paper_columns
-from seq2final.reporting.plots import _method_colour, compute_pareto, protocol_figure
+from seq2final.reporting import plots
+from seq2final.reporting.plots import (
+    _palette,
+    compute_pareto,
+    interpolation_panels,
+    learning_curve_overview,
+    method_style,
+    projection_panels,
+    protocol_figure,
+    svcca_panels,
+)
+
+METHODS = list(paper_columns())
+
+
+def _saved(figure: Figure) -> Figure:
+    """The figure after Kedro saved it (PNG at the catalog's dpi), drawn again on screen: the
+    layout and the labels the checks read are those of the file."""
+    figure.savefig(io.BytesIO(), format="png", dpi=110)
+    figure.canvas.draw()
+    return figure
+
+
+def _crowded_points() -> pd.DataFrame:
+    """Every registered method, fifteen of them on one spot, two pairs a hair apart and the rest
+    close by, as a smoke run's compute figure has them."""
+    steps = np.arange(len(METHODS)) - 15  # the rest in a tight diagonal, markers ~15 px apart
+    flops, accuracy = 2e13 * 1.02**steps, 0.45 + 0.012 * steps
+    flops[:15], accuracy[:15] = 1e13, 0.3
+    flops[16], accuracy[16] = flops[17] * 1.01, accuracy[17] + 0.001  # "lp_ftagem" was this
+    flops[20], accuracy[20] = flops[21], accuracy[21]
+    return pd.DataFrame({"method": METHODS, "train_flops": flops, "test_accuracy": accuracy})
+
+
+def _labels(figure: Figure) -> list[Annotation]:
+    return [t for axis in figure.axes for t in axis.texts if isinstance(t, Annotation)]
+
+
+def _assert_labels_apart_and_inside(figure: Figure) -> None:
+    """No two names overlap, none leaves its axes, no leader line runs through another name."""
+    renderer = figure.canvas.get_renderer()
+    for axis in figure.axes:
+        boxes = [Text.get_window_extent(t, renderer) for t in axis.texts]  # the text alone
+        for first, second in combinations(boxes, 2):
+            assert not first.overlaps(second), (first, second)
+        frame = axis.get_window_extent(renderer)
+        for box in boxes:
+            assert frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1)
+        for label, own in zip(axis.texts, boxes, strict=True):
+            if label.arrow_patch is None:
+                continue
+            start = axis.transData.transform(label.xy)
+            end = np.array([own.x0 + own.width / 2, own.y0 + own.height / 2])
+            for share in np.linspace(0, 1, 200):
+                x, y = start + share * (end - start)
+                assert not any(b.contains(x, y) for b in boxes if b is not own)
+
+
+def _assert_inside_figure(figure: Figure) -> None:
+    """Legends and titles lie within the saved image (nothing clipped)."""
+    renderer = figure.canvas.get_renderer()
+    page = figure.bbox.padded(1)
+    for artist in [*figure.legends, *[a.title for a in figure.axes]]:
+        box = artist.get_window_extent(renderer)
+        assert page.contains(box.x0, box.y0) and page.contains(box.x1, box.y1), artist
+
+
+def _named(figure: Figure) -> set[str]:
+    """Every method a figure names in a label (a shared label names several)."""
+    return {n.strip() for t in _labels(figure) for n in t.get_text().replace("\n", " ").split(",")}
+
+
+def _looks(figure: Figure) -> dict[str, tuple[str, str]]:
+    """(colour, marker) of each method-drawn artist, by the method it draws (its gid)."""
+    return {
+        line.get_gid(): (line.get_color(), line.get_marker())
+        for axis in figure.axes
+        for line in axis.lines
+        if line.get_gid()
+    }
 
 
 def test_the_compute_figure_joins_exactly_the_pareto_front():
@@ -31,16 +120,150 @@ def test_the_compute_axis_has_labelled_ticks_within_one_decade():
     assert labels == ["50 TFLOP", "100 TFLOP"]
 
 
-def test_every_registered_method_has_a_colour_of_its_own():
-    colours = [_method_colour(method) for method in paper_columns()]
-    assert len(set(colours)) == len(colours)
+def test_every_registered_method_has_a_look_of_its_own():
+    looks = [(method_style(m).colour, method_style(m).marker) for m in METHODS]
+    assert len(set(looks)) == len(METHODS)  # colour and marker: line style is for past 70
+    colours = [colour for colour, _ in looks]
+    for first, second in zip(looks, looks[1:], strict=False):  # neighbours in the tables
+        assert first[0] != second[0] and first[1] != second[1]
+    assert len(set(colours)) == 10  # ten colours a reader can tell apart, not 26 shades
+    for name in ("erm", "dro_t", "baseline", "mixup", "sft", "agem"):  # the report's clashes
+        assert looks.count((method_style(name).colour, method_style(name).marker)) == 1
 
 
-def test_the_stream_figure_zooms_to_its_accuracies():
-    rows = [
-        {"method": method, "per_time": [{"time": t, "average": a, "worst": a - 0.02}
-                                        for t, a in zip((1, 2), accuracies, strict=True)]}
-        for method, accuracies in (("erm", (0.21, 0.22)), ("lisa", (0.19, 0.24)))
-    ]  # fmt: skip
-    low, high = protocol_figure(rows, "eval_stream", "t").axes[0].get_ylim()
-    assert 0.1 < low < 0.17 and 0.24 < high < 0.3  # not 0..1, where 5 points are a hair apart
+def test_the_palette_stays_distinct_beyond_the_registry():
+    many = tuple(f"plugin_{index}" for index in range(plots.STYLES))
+    styles = _palette(many)
+    assert len({(s.colour, s.marker, s.linestyle) for s in styles.values()}) == len(many)
+    assert len({(s.colour, s.marker) for s in list(styles.values())[:70]}) == 70
+    assert method_style("not_registered") == method_style("not_registered")  # stable
+    assert method_style("not_registered") not in {method_style(m) for m in METHODS}
+
+
+def test_a_method_looks_the_same_in_every_figure():
+    paths = {"convnet_4": {m: pd.DataFrame({"s": [0, 0.5, 1], "test_accuracy": [0.2, 0.3, 0.4]})
+                           for m in ("ft", "sft", "agem", "erm")}}  # fmt: skip
+    interpolation = interpolation_panels(paths, "t")
+    compute = compute_pareto(_crowded_points(), "t")
+    projection = projection_panels(_projection_frame(), "t")
+    rows = [{"method": m, "ood_per_step": {"3": 0.4, "4": 0.5}} for m in ("ft", "sft", "agem")]
+    protocol = protocol_figure(rows, "eval_fix", "t")
+    for figure in (interpolation, compute, projection, protocol):
+        for method, look in _looks(figure).items():
+            style = method_style(method)
+            assert look == (style.colour, style.marker), (method, figure)
+
+
+def test_compute_labels_never_overlap_on_a_crowded_input():
+    figure = _saved(compute_pareto(_crowded_points(), "crowded"))
+    _assert_labels_apart_and_inside(figure)
+    _assert_inside_figure(figure)
+    named = _named(figure)
+    assert set(METHODS[:15]) <= named  # the fifteen on one spot share one label
+    assert len(named) >= len(METHODS) - 2  # a name left out for want of room is in the legend
+    legend = [t.get_text() for t in figure.legends[0].get_texts()]
+    assert legend == [*METHODS, "Pareto front"]
+    renderer = figure.canvas.get_renderer()
+    axis = figure.axes[0]
+    boxes = [Text.get_window_extent(t, renderer) for t in axis.texts]
+    for x, y in axis.transData.transform(_crowded_points()[["train_flops", "test_accuracy"]]):
+        assert not any(box.contains(x, y) for box in boxes)  # no name covers a point
+    (front,) = [line for line in axis.lines if line.get_label() == "Pareto front"]
+    corners = axis.transData.transform(np.column_stack(front.get_data()))
+    for start, end in zip(corners, corners[1:], strict=False):  # nor the front's line
+        for x, y in start + np.linspace(0, 1, 200)[:, None] * (end - start):
+            assert not any(box.contains(x, y) for box in boxes)
+
+
+def _projection_frame(layers=("conv1", "layer1", "fc", "model"), crowd: int = 15) -> pd.DataFrame:
+    """Every method but the oracle, a trajectory of three points per layer; ``crowd`` of them
+    ending on one spot, as the smoke run's projection has them."""
+    rng = np.random.default_rng(5)
+    rows = []
+    for index, method in enumerate(m for m in METHODS if m != "oracle"):
+        for layer in layers:
+            end = (0.4, -0.2) if index < crowd else rng.normal(size=2)
+            for point in range(3):
+                x, y = end if point == 2 else rng.normal(size=2)
+                rows.append({"label": method, "point": point, "layer": layer, "x": x, "y": y,
+                             "svcca_50": 0.5 + x / 10, "svcca_90": 0.5 + y / 10})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("draw", [projection_panels, svcca_panels])
+def test_layer_panels_are_only_the_drawn_ones_and_their_labels_do_not_overlap(draw):
+    figure = _saved(draw(_projection_frame(), "t"))
+    assert [a.get_title() for a in figure.axes] == ["conv1", "layer1", "fc", "model"]
+    assert len(figure.axes) == 4  # 2 × 2, not 3 + 1 beside two empty slots
+    for axis in figure.axes:
+        assert axis.lines and axis.get_visible()
+    _assert_labels_apart_and_inside(figure)
+    _assert_inside_figure(figure)
+    for axis in figure.axes:
+        crowd = [t for t in axis.texts if "baseline" in t.get_text()]
+        assert len(crowd) == 1 and all(m in crowd[0].get_text() for m in METHODS[:15])
+
+
+def test_a_layer_without_points_gets_no_panel_and_no_layer_no_figure():
+    frame = _projection_frame(crowd=0)
+    frame.loc[frame["layer"] == "fc", ["x", "y"]] = np.nan
+    figure = projection_panels(frame, "t")
+    assert [a.get_title() for a in figure.axes] == ["conv1", "layer1", "model"]
+    assert projection_panels(frame.iloc[0:0], "t") is None
+
+
+def test_the_interpolation_legend_is_readable_and_fits():
+    methods = [*METHODS, *(f"plugin_{i}" for i in range(14))]  # 40 methods
+    paths = {arch: {m: pd.DataFrame({"s": [0, 1], "test_accuracy": [0.1, 0.2]}) for m in methods}
+             for arch in ("convnet_4", "resnet_4")}  # fmt: skip
+    figure = _saved(interpolation_panels(paths, "t"))
+    (legend,) = figure.legends
+    assert [t.get_text() for t in legend.get_texts()] == methods
+    assert min(t.get_fontsize() for t in legend.get_texts()) >= 8
+    assert all(not a.get_legend() for a in figure.axes)  # one legend, beside the panels
+    _assert_inside_figure(figure)
+    renderer = figure.canvas.get_renderer()
+    legend_box = legend.get_window_extent(renderer)
+    for axis in figure.axes:  # it covers no panel
+        assert not axis.get_window_extent(renderer).overlaps(legend_box)
+
+
+def _curves(epochs: int, stages: tuple[str, ...] = ("fit",)) -> pd.DataFrame:
+    return pd.DataFrame([
+        {"stage": stage, "epoch": epoch, "train_loss": 1.0, "train_accuracy": 0.5,
+         "valid_loss": 1.0, "valid_accuracy": 0.6}
+        for stage in stages for epoch in range(epochs)
+    ])  # fmt: skip
+
+
+def test_the_overview_has_one_panel_per_job_with_curves():
+    stages = {"lp_ft": ("head", "all"), "sft": ("exponential_2e-4_0.5/final",)}  # a long name
+    jobs = [(m, _curves(4, stages.get(m, ("final",)))) for m in METHODS]
+    jobs.append(("unfinished", _curves(0)))
+    figure = _saved(learning_curve_overview(jobs, "t"))
+    assert [a.get_title() for a in figure.axes] == METHODS
+    assert all(a.lines for a in figure.axes)
+    assert len(figure.axes[METHODS.index("lp_ft")].lines) == 4  # train and valid per stage
+    _assert_inside_figure(figure)
+
+
+def test_no_figure_is_left_open_for_pyplot():
+    """Kedro saves the figures after the node returns them all: a node that made them with
+    pyplot held dozens open (and pyplot warned past 20). None of these may register with it."""
+    trials = pd.DataFrame({"adjacency": [0.1], "valid_accuracy": [0.5], "state": ["a"]})
+    before = plt.get_fignums()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "More than 20 figures")  # pyplot's warning fails here
+        figures = [
+            figure
+            for _ in range(5)
+            for figure in (
+                compute_pareto(_crowded_points().iloc[:4], "t"),
+                learning_curve_overview([("ft", _curves(3))], "t"),
+                plots.learning_curves(_curves(3), "t"),
+                plots.result_heatmap(pd.DataFrame({"ft": [0.5]}, index=["convnet_4"]), "t"),
+                plots.adjacency_sweep(trials, {"baseline": 0.4, "erm": 0.45}, "t"),
+            )
+        ]
+    assert len(figures) == 25  # pyplot would have warned at the 21st
+    assert plt.get_fignums() == before

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -55,16 +56,30 @@ def layer_activations(
     return shaped
 
 
-def _whitening(gram: np.ndarray, variance: float) -> np.ndarray:
-    """Maps centred activations X to the top left-singular vectors of X that explain
-    ``variance`` of its squared singular values: X @ W = U_k. Computed from the Gram matrix XᵀX,
-    so the n data points (n·H·W for conv layers) never form an n×k matrix."""
-    energy, vectors = np.linalg.eigh(gram)
-    energy, vectors = energy[::-1].clip(min=0.0), vectors[:, ::-1]
-    if energy.sum() <= 0:
-        return vectors[:, :0]
-    keep = int(np.searchsorted(np.cumsum(energy) / energy.sum(), variance - 1e-12) + 1)
-    return vectors[:, :keep] / np.sqrt(energy[:keep])
+@dataclass(frozen=True)
+class _Reduced:
+    """One side of an SVCCA comparison: centred activations and the eigendecomposition of their
+    Gram matrix XᵀX (energies descending), computed once however many cut-offs and partners."""
+
+    centred: np.ndarray
+    energy: np.ndarray
+    vectors: np.ndarray
+
+    @classmethod
+    def of(cls, activations: np.ndarray) -> _Reduced:
+        centred = activations - activations.mean(axis=0)
+        energy, vectors = np.linalg.eigh(centred.T @ centred)
+        return cls(centred, energy[::-1].clip(min=0.0), vectors[:, ::-1])
+
+    def whitening(self, variance: float) -> np.ndarray:
+        """Maps the centred activations X to the top left-singular vectors of X that explain
+        ``variance`` of its squared singular values: X @ W = U_k. From the Gram matrix, so the n
+        data points (n·H·W for conv layers) never form an n×k matrix."""
+        if self.energy.sum() <= 0:
+            return self.vectors[:, :0]
+        share = np.cumsum(self.energy) / self.energy.sum()
+        keep = int(np.searchsorted(share, variance - 1e-12) + 1)
+        return self.vectors[:, :keep] / np.sqrt(self.energy[:keep])
 
 
 def svcca(a: np.ndarray, b: np.ndarray, variance: float) -> float:
@@ -74,25 +89,26 @@ def svcca(a: np.ndarray, b: np.ndarray, variance: float) -> float:
 
 
 def svcca_at(a: np.ndarray, b: np.ndarray, variances: Sequence[float]) -> list[float]:
-    """:func:`svcca` at several variance cut-offs, sharing the costly products.
-
-    The reduced activations span the columns of U_a and U_b (orthonormal), so their canonical
-    correlations are the singular values of U_aᵀU_b = W_aᵀ (AᵀB) W_b.
-    """
+    """:func:`svcca` at several variance cut-offs, sharing the costly products."""
     # The matrices are small (channels × channels): one BLAS thread is ~100× faster than a pool
     # of threads spinning on a machine whose cores are busy training.
     with threadpool_limits(1, user_api="blas"):
-        a, b = a - a.mean(axis=0), b - b.mean(axis=0)
-        gram_a, gram_b, cross = a.T @ a, b.T @ b, a.T @ b
-        means = []
-        for variance in variances:
-            wa, wb = _whitening(gram_a, variance), _whitening(gram_b, variance)
-            if not wa.shape[1] or not wb.shape[1]:
-                means.append(0.0)
-                continue
-            correlations = np.linalg.svd(wa.T @ cross @ wb, compute_uv=False)
-            means.append(float(np.clip(correlations, 0.0, 1.0).mean()))
-        return means
+        return _svcca_at(_Reduced.of(a), _Reduced.of(b), variances)
+
+
+def _svcca_at(a: _Reduced, b: _Reduced, variances: Sequence[float]) -> list[float]:
+    """The reduced activations span the columns of U_a and U_b (orthonormal), so their canonical
+    correlations are the singular values of U_aᵀU_b = W_aᵀ (AᵀB) W_b."""
+    cross = a.centred.T @ b.centred
+    means = []
+    for variance in variances:
+        wa, wb = a.whitening(variance), b.whitening(variance)
+        if not wa.shape[1] or not wb.shape[1]:
+            means.append(0.0)
+            continue
+        correlations = np.linalg.svd(wa.T @ cross @ wb, compute_uv=False)
+        means.append(float(np.clip(correlations, 0.0, 1.0).mean()))
+    return means
 
 
 def svcca_similarity(
@@ -107,14 +123,19 @@ def svcca_similarity(
     Rows are (label, point, layer, svcca_50, svcca_90) for the paper's Fig. 17 axes (the mean
     correlation keeping 50 % and 90 % of the variance).
     """
-    reference = layer_activations(oracle, data, engine, None)
+    with threadpool_limits(1, user_api="blas"):  # see svcca_at
+        reference = {
+            layer: _Reduced.of(acts)
+            for layer, acts in layer_activations(oracle, data, engine, None).items()
+        }  # the oracle's side once, not once per model and cut-off
     rows = []
     for label, trajectory in models.items():
         for point, (model, step) in enumerate(trajectory):
             for layer, acts in layer_activations(model, data, engine, step).items():
-                if layer not in reference or acts.shape[0] != reference[layer].shape[0]:
+                if layer not in reference or acts.shape[0] != reference[layer].centred.shape[0]:
                     continue
-                low, high = svcca_at(acts, reference[layer], variances)
+                with threadpool_limits(1, user_api="blas"):
+                    low, high = _svcca_at(_Reduced.of(acts), reference[layer], variances)
                 rows.append(
                     {"label": label, "point": point, "layer": layer, "svcca_50": low,
                      "svcca_90": high}

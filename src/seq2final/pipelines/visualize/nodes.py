@@ -19,7 +19,7 @@ from plotly.subplots import make_subplots
 from torch import nn
 
 from seq2final.data.spec import SequenceSpec
-from seq2final.methods import ORACLE, HistoricalState
+from seq2final.methods import ORACLE, HistoricalState, paper_columns
 from seq2final.models import JointModel
 from seq2final.protocols import PROTOCOLS, ProtocolOptions
 from seq2final.reporting import plots
@@ -231,9 +231,11 @@ def plot_projections(
             models.final(group["baseline"]),
         )
         frames.append(frame.assign(budget=budget, arch=arch, seed=seed))
-        figures[f"{_folder(spec)}/{budget}-{arch}-seed{seed}-projection"] = plots.projection_panels(
+        figure = plots.projection_panels(
             frame, f"{spec.name}, {arch}, budget {budget}, seed {seed}: weights around the oracle"
         )
+        if figure is not None:  # no layer with a point: no figure of empty panels
+            figures[f"{_folder(spec)}/{budget}-{arch}-seed{seed}-projection"] = figure
     return *_formats(figures), {_folder(spec): _concat(frames)}
 
 
@@ -260,9 +262,11 @@ def plot_svcca(
             trajectories, models.final(group[ORACLE]), data, _engine(group[ORACLE])
         )
         frames.append(frame.assign(budget=budget, arch=arch, seed=seed))
-        figures[f"{_folder(spec)}/{budget}-{arch}-seed{seed}-svcca"] = plots.svcca_panels(
+        figure = plots.svcca_panels(
             frame, f"{spec.name}, {arch}, budget {budget}, seed {seed}: SVCCA with the oracle"
         )
+        if figure is not None:
+            figures[f"{_folder(spec)}/{budget}-{arch}-seed{seed}-svcca"] = figure
     return *_formats(figures), {_folder(spec): _concat(frames)}
 
 
@@ -286,9 +290,7 @@ def plot_adjacency_sweep(
             columns=["adjacency", "valid_accuracy", "state"],
         )  # fmt: skip
         references = {
-            label: group[name]["valid_accuracy"]
-            for name, label in (("baseline", "ERM final step (baseline)"), ("erm", "ERM all steps"))
-            if name in group
+            name: group[name]["valid_accuracy"] for name in ("baseline", "erm") if name in group
         }
         figures[f"{_folder(spec)}/{budget}-{arch}-seed{seed}-adjacency"] = plots.adjacency_sweep(
             trials, references, f"{spec.name}, {arch}, budget {budget}: JM's λ_adj"
@@ -331,17 +333,34 @@ def plot_heatmaps(
 def plot_learning_curves(
     records: list[dict[str, Any]], results: Any, spec: SequenceSpec
 ) -> tuple[dict[str, Figure], dict[str, Figure]]:
-    """Each job's per-epoch loss and accuracy (every fit stage), as stored when it trained."""
+    """Each job's per-epoch loss and accuracy (every fit stage), as stored when it trained, and
+    per budget, architecture and seed an overview with a small panel per job
+    (``curves/overview-<budget>-<arch>-seed<seed>``; a temporal protocol's views in
+    ``…-views``), so a run of 26 methods reads on one page."""
     figures = {}
+    overviews: dict[tuple[str, str, int, bool], list[tuple[str, pd.DataFrame]]] = defaultdict(list)
     for record in records:
         name = shown_name(record)
         view = f"-steps{record['view']['name']}" if "view" in record else ""
-        figures[
-            f"{_folder(spec)}/curves/{record['budget']}-{record['arch']}-seed{record['seed']}-{name}{view}"
-        ] = plots.learning_curves(
-            results.learning_curves(record["job_key"]),
+        group = f"{record['budget']}-{record['arch']}-seed{record['seed']}"
+        curves = results.learning_curves(record["job_key"])
+        figures[f"{_folder(spec)}/curves/{group}-{name}{view}"] = plots.learning_curves(
+            curves,
             f"{name}{view.replace('-steps', ' · steps ')} · {record['arch']} · seed {record['seed']} "
             f"· {record['budget']}",
+        )
+        panel = f"{name} · steps {record['view']['name']}" if view else name
+        overviews[(record["budget"], record["arch"], record["seed"], bool(view))].append(
+            (panel, curves)
+        )
+    order = {name: index for index, name in enumerate(paper_columns())}
+    for (budget, arch, seed, views), jobs in overviews.items():
+        jobs.sort(key=lambda job: (order.get(job[0].split(" ")[0], len(order)), job[0]))
+        suffix = "-views" if views else ""
+        figures[f"{_folder(spec)}/curves/overview-{budget}-{arch}-seed{seed}{suffix}"] = (
+            plots.learning_curve_overview(
+                jobs, f"{spec.name} ({spec.dataset}), {arch}, budget {budget}, seed {seed}"
+            )
         )
     return _formats(figures)
 
