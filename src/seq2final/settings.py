@@ -1,8 +1,10 @@
 """Project settings (see Kedro's configuration docs for the defaults left untouched here)."""
 
+from seq2final.core.console import plain_when_piped
 from seq2final.core.known_warnings import silence_known_warnings
 
 silence_known_warnings()  # before the imports below, which set some of them off
+plain_when_piped()  # Kedro has configured logging by now: one line per record in a log file
 
 from kedro.config import OmegaConfigLoader  # noqa: E402
 
@@ -10,7 +12,8 @@ from seq2final.hooks import RunSummaryHook, ValidateParametersHook  # noqa: E402
 from seq2final.tracking.kedro_hook import TrackingHook  # noqa: E402
 
 HOOKS = (ValidateParametersHook(), TrackingHook(), RunSummaryHook())
-# kedro-mlflow's own hook is replaced by TrackingHook, its subclass that a parameter switches off.
+# kedro-mlflow's own hook (and its pipeline run) is replaced by TrackingHook, which reads the same
+# mlflow.yml, checks it before any work and files the summary run; a parameter switches it off.
 DISABLE_HOOKS_FOR_PLUGINS = (
     "kedro_mlflow",
     "kedro-mlflow",

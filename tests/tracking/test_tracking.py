@@ -2,6 +2,7 @@
 
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,9 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pytest
+import torch
 from mlflow import MlflowClient
+from mlflow.entities import ViewType
 
 from seq2final.config.parameters import MlflowOptions
 from seq2final.core.errors import Seq2FinalError
@@ -17,9 +20,17 @@ from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.recipes import JobRecipe
 from seq2final.runs.sequence_store import SequenceStore
 from seq2final.tracking.jobs import JobTracker
-from seq2final.tracking.mlflow_io import store_setup_lock
+from seq2final.tracking.mlflow_io import (
+    EXPERIMENT_DESCRIPTION,
+    NOTE,
+    experiment_id,
+    metric_value,
+    store_setup_lock,
+    trash_empty_default_experiment,
+)
 from seq2final.tracking.names import render_name, safe_name
 from seq2final.tracking.pyfunc import ImageClassifier, predict_probabilities
+from seq2final.tracking.summary import SequenceSummary
 from seq2final.training.engine import Engine
 
 TINY = {
@@ -68,7 +79,12 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
     for stage, values in record["hyperparameters"].items():
         assert float(run.data.params[f"hp.{stage}.lr"]) == pytest.approx(values["lr"])
     assert run.data.metrics.keys() >= SUMMARY
-    assert run.data.metrics["test_accuracy"] == pytest.approx(record["test_accuracy"])
+    # Metrics are the Python floats of their values: the test accuracy is correct / test size
+    # exactly, not the float32 mean widened to float64 that the record keeps.
+    correct = round(record["test_accuracy"] * record["test_size"])
+    assert run.data.metrics["test_accuracy"] == correct / record["test_size"]
+    for name in SUMMARY - {"parameter_count"}:
+        assert run.data.metrics[name] == metric_value(record[name])
     # compute: the job's own training and, apart, the ERM state it continues (shared with FT)
     assert run.data.metrics["train_flops"] == record["train_flops"] > 0
     erm = record["historical_flops"]["states"][record["historical_state"]]
@@ -80,7 +96,7 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
     final_rows = curves[curves["stage"] == "all"]
     history = client.get_metric_history(run.info.run_id, "curve/valid_accuracy")
     assert [m.step for m in history] == list(final_rows["epoch"])
-    assert [m.value for m in history] == pytest.approx(list(final_rows["valid_accuracy"]))
+    assert [m.value for m in history] == [metric_value(v) for v in final_rows["valid_accuracy"]]
     head = client.get_metric_history(run.info.run_id, "stages/head/valid_loss")
     assert len(head) == (curves["stage"] == "head").sum()
 
@@ -101,6 +117,9 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
     assert all(t.info.status == "FINISHED" for t in trials)  # smoke trials all complete
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"learning_curves.png", "model", f"{record['job_key']}.json"} <= artifacts
+    # ... under the project, at a path relative to it (see the moved-project test)
+    assert run.info.artifact_uri == f"mlruns/{run.info.experiment_id}/{run.info.run_id}/artifacts"
+    assert (project / run.info.artifact_uri / "learning_curves.png").is_file()
 
     # The registered model predicts exactly what the in-memory model predicts, NHWC or NCHW.
     name = f"{safe_name(TINY['sequence'])}.convnet_1.lp_ft"
@@ -141,8 +160,34 @@ def test_rerunning_a_finished_job_adds_no_run_and_untracked_jobs_are_logged_late
     assert client.get_run(run.info.run_id).data.tags["superseded_by"] != run.info.run_id
 
 
-def test_sessions_one_after_another_in_one_process_each_get_their_own_pipeline_run(project):
-    """As a script running several protocols does: no run is ended by hand in between."""
+def test_a_job_asked_for_under_two_names_is_one_run_named_as_in_the_tables(project, run_kedro):
+    """On a ConvNet ``st_1`` and ``st_b`` are one job, which the tables call ``st_1``: so do its
+    run's tag, name and registered model, and a search for ``tags.kind = 'job'`` finds it once."""
+    _run(run_kedro, method=["st_b", "st_1"])
+    client = _client(project)
+    (job,) = _job_runs(client)
+    assert (job.data.tags["method"], job.data.tags["aliases"]) == ("st_1", "st_b")
+    assert job.data.params["method"] == "st_1"
+    assert job.info.run_name.startswith("st_1 · convnet_1")
+    assert job.data.tags[NOTE].startswith("ST-1 (`st_1`, also `st_b`) on ")
+    sequence = safe_name(TINY["sequence"])
+    models = client.search_registered_models()
+    assert [m.name for m in models] == [f"{sequence}.convnet_1.st_1"]
+    (version,) = client.search_model_versions(f"name = '{sequence}.convnet_1.st_1'")
+    assert version.description.startswith("st_1 on ")
+    # Every run says what it is; only job runs answer the README's comparison filter.
+    experiment = client.get_experiment_by_name(f"seq2final/{sequence}")
+    runs = client.search_runs([experiment.experiment_id], run_view_type=ViewType.ALL)
+    assert {r.data.tags.get("kind") for r in runs} == {"job", "trial"}
+    assert len(runs) == 1 + job.data.metrics["trials"]
+    assert experiment.tags[NOTE] == EXPERIMENT_DESCRIPTION
+
+
+def test_sessions_open_no_run_of_their_own_and_leave_no_empty_default_experiment(project):
+    """A ``kedro run`` adds only job, trial and summary runs: kedro-mlflow's run of the pipeline
+    (its parameters as text, no metrics) is not made, nor its experiment; MLflow's own empty
+    ``Default`` goes to the trash. Sessions one after another in one process (a script running
+    several protocols) leave no run active."""
     from kedro.framework.session import KedroSession
     from kedro.framework.startup import bootstrap_project
 
@@ -153,11 +198,68 @@ def test_sessions_one_after_another_in_one_process_each_get_their_own_pipeline_r
             s.run(pipeline_names=["build_sequences"])
         assert mlflow.active_run() is None
     client = _client(project)
-    pipeline_runs = client.search_runs(
-        [client.get_experiment_by_name("seq2final").experiment_id], "params.protocol != ''"
+    assert client.search_experiments() == []  # neither "seq2final" nor "Default"
+    (default,) = client.search_experiments(view_type=ViewType.DELETED_ONLY)
+    assert (default.experiment_id, default.name) == ("0", "Default")
+    assert client.search_runs(["0"], run_view_type=ViewType.ALL) == []
+
+
+def test_a_default_experiment_with_runs_or_outside_the_project_is_left_alone(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client.create_run("0")
+    trash_empty_default_experiment(client)
+    assert client.get_experiment("0").lifecycle_stage == "active"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # the store is not this project's own
+    shared = MlflowClient(f"sqlite:///{tmp_path / 'shared.db'}")
+    trash_empty_default_experiment(shared)
+    assert shared.get_experiment("0").lifecycle_stage == "active"
+
+
+def test_a_moved_copy_of_the_project_reads_its_own_artifacts(tmp_path, monkeypatch):
+    """Artifact paths are stored relative to the project, so a copy reads its own files, and
+    a store made with absolute paths is made relative the next time its experiment is used."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    monkeypatch.chdir(first)
+    client = MlflowClient(f"sqlite:///{first / 'mlflow.db'}")
+    summary = SequenceSummary(client, MlflowOptions(), "s", "digits", 1)
+    summary.log_text("tables", {"table.md": "first"})
+    run = client.get_run(summary.run_id)
+    experiment = client.get_experiment(run.info.experiment_id)
+    assert experiment.artifact_location == f"mlruns/{experiment.experiment_id}"
+    assert run.info.artifact_uri == f"mlruns/{experiment.experiment_id}/{run.info.run_id}/artifacts"
+    assert experiment.tags[NOTE] == EXPERIMENT_DESCRIPTION
+    assert "models:/s.digits.<arch>@best" in run.data.tags[NOTE]
+
+    shutil.copytree(first, second)
+    (second / run.info.artifact_uri / "tables" / "table.md").write_text("second")
+    monkeypatch.chdir(second)
+    moved = MlflowClient(f"sqlite:///{second / 'mlflow.db'}")
+    (listed,) = moved.list_artifacts(run.info.run_id, "tables")
+    assert listed.path == "tables/table.md"
+    assert (
+        Path(moved.download_artifacts(run.info.run_id, "tables/table.md")).read_text() == "second"
     )
-    assert sorted(r.data.params["protocol"] for r in pipeline_runs) == ["eval_fix", "final"]
-    assert {r.info.status for r in pipeline_runs} == {"FINISHED"}
+
+    # A store made before (absolute paths, as MLflow writes them) is made relative.
+    old = moved.create_experiment("old")
+    assert moved.get_experiment(old).artifact_location == f"{second}/mlruns/{old}"
+    old_run = moved.create_run(old).info.run_id
+    assert experiment_id(moved, "old") == old
+    assert moved.get_experiment(old).artifact_location == f"mlruns/{old}"
+    assert moved.get_run(old_run).info.artifact_uri == f"mlruns/{old}/{old_run}/artifacts"
+
+
+def test_metrics_are_logged_as_the_floats_of_their_values():
+    """float32 metrics widened to float64 lose their extra digits; nothing else changes."""
+    assert metric_value(float(torch.tensor(37.0) / 40)) == 0.925
+    assert metric_value(np.float32(1) / np.float32(3)) == 0.33333334
+    for value in (0.1, 7 / 9, 0.5, 0.0, 12.3456789, float(2**30), 123456789):
+        assert metric_value(value) == value
+    assert isinstance(metric_value(np.int64(3)), float)
+    assert np.isnan(metric_value(float("nan")))
 
 
 def test_a_job_that_raises_leaves_a_failed_run(project, run_kedro, monkeypatch):
@@ -189,6 +291,16 @@ def test_bad_tracking_settings_stop_before_any_work(
         point_mlflow_at(project, uri)
     with pytest.raises(Seq2FinalError, match=message) as error:
         _run(run_kedro, method="baseline", **params)
+    assert "\n" not in str(error.value)
+    assert not any(p.is_file() for p in (project / "data").rglob("*"))
+
+
+def test_an_mlflow_yml_that_does_not_fit_kedro_mlflows_schema_is_one_line(project, run_kedro):
+    (project / "conf" / "test" / "mlflow.yml").write_text(
+        f"server:\n  mlflow_tracking_uri: sqlite:///{project / 'mlflow.db'}\n  tracking_uri: x\n"
+    )
+    with pytest.raises(Seq2FinalError, match="mlflow.yml: 'server.tracking_uri'") as error:
+        _run(run_kedro, method="baseline")
     assert "\n" not in str(error.value)
     assert not any(p.is_file() for p in (project / "data").rglob("*"))
 
@@ -260,14 +372,16 @@ def test_each_trial_is_a_child_run_whose_status_says_how_the_trial_ended(tmp_pat
     example = np.zeros((1, 3, 8, 8), np.uint8)
     tracker = JobTracker(client, plan, MlflowOptions(), "{}", example, 2)
     parent = tracker.start(job)
+    widened = float(np.float32(0.925))  # a float32 accuracy, as the records keep it
     trials = [
-        {"number": 0, "state": "COMPLETE", "params": {"lr": 1e-3}, "value": 0.5,
-         "valid_curve": [0.1, 0.5]},
+        {"number": 0, "state": "COMPLETE", "params": {"lr": 1e-3}, "value": widened,
+         "valid_curve": [0.1, widened]},
         {"number": 1, "state": "PRUNED", "params": {"lr": 1e-2}, "value": None,
          "valid_curve": [0.1]},
         {"number": 2, "state": "FAIL", "params": {"lr": 1e-1}, "value": None, "valid_curve": []},
     ]  # fmt: skip
-    tracker._log_trials(parent, job, {"fits": [{"stage": "final", "trial_summaries": trials}]})
+    record = {"method": "ft", "fits": [{"stage": "final", "trial_summaries": trials}]}
+    tracker._log_trials(parent, job, record)
     experiment = client.get_experiment_by_name("seq2final/s").experiment_id
     children = client.search_runs([experiment], filter_string="tags.kind = 'trial'")
     ended = {
@@ -279,7 +393,10 @@ def test_each_trial_is_a_child_run_whose_status_says_how_the_trial_ended(tmp_pat
         "0": ("FINISHED", "COMPLETE"), "1": ("KILLED", "PRUNED"), "2": ("FAILED", "FAIL"),
     }  # fmt: skip
     finished = next(run for run in children if run.data.params["trial"] == "0")
-    assert finished.data.metrics["valid_accuracy"] == 0.5
+    assert finished.data.metrics["valid_accuracy"] == 0.925
+    history = client.get_metric_history(finished.info.run_id, "curve/valid_accuracy")
+    assert [m.value for m in history] == [0.1, 0.925]
+    assert {run.data.tags["kind"] for run in children} == {"trial"}
 
 
 def test_a_registered_model_of_a_plugin_architecture_loads_in_a_fresh_process(tmp_path):

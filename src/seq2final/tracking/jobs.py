@@ -1,10 +1,17 @@
 """MLflow tracking: one run per job, its Optuna trials as nested runs, its model in the registry.
 
-A job run is a top-level run in one experiment per sequence (``seq2final/<sequence>`` by default),
-not a child of the run kedro-mlflow opens for each ``kedro run``: a job is trained by one
-``kedro run`` and reused by every later one, and comparing methods across architectures means
-comparing jobs made by many ``kedro run`` calls, which the UI does best when they are rows of one
-experiment. Each job run carries the id of the kedro-mlflow run that made it (tag ``kedro_run_id``).
+A job run is a top-level run in one experiment per sequence (``seq2final/<sequence>`` by default):
+a job is trained by one ``kedro run`` and reused by every later one, and comparing methods across
+architectures means comparing jobs made by many ``kedro run`` calls, which the UI does best when
+they are rows of one experiment. There is no run of the ``kedro run`` itself (kedro-mlflow's, see
+``kedro_hook``): a job run holds everything that determines the job (its parameters), and the
+sequence's summary run the tables and figures.
+
+Every run made here has the tag ``kind`` (``job``, ``trial``; the summary run ``summary``), so a
+search for ``tags.kind = 'job'`` lists one row per job. A job goes by one name everywhere, the one
+the result tables, figures and terminal give it (:func:`seq2final.reporting.tables.shown_name`):
+on ConvNets the job that answers both ``st_1`` and ``st_b`` is ``st_1`` in its tag ``method``, its
+run name and its registered model's name, with ``st_b`` in its tag ``aliases``.
 
 Everything a finished job logs is read back from the result store (record, curves, model file), so
 a job trained while tracking was off is logged, without retraining, the next time it is reused with
@@ -24,8 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
-import mlflow
-import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 from mlflow import MlflowClient
@@ -35,14 +40,16 @@ from seq2final.config.parameters import MlflowOptions
 from seq2final.methods import METHODS
 from seq2final.protocols import STEP_SPLITS
 from seq2final.reporting.plots import learning_curves
-from seq2final.reporting.tables import shared_train_flops
+from seq2final.reporting.tables import shared_train_flops, shown_name
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.recipes import JobOutcome, JobRecipe
 from seq2final.runs.result_store import ResultStore
 from seq2final.tracking.mlflow_io import (
+    NOTE,
     code_version,
     ensure_registered_model,
     experiment_id,
+    metric_value,
     param_value,
     quiet_model_logging,
 )
@@ -66,7 +73,6 @@ class JobTracker:
     sequence_spec: str
     example: np.ndarray
     num_classes: int
-    kedro_run_id: str | None = None
     plugins: tuple[str, ...] = ()  # imported again wherever a registered model is loaded
     sequence_digest: str = ""  # the stored sequence's content hash: the runs' dataset input
     seconds: float = 0.0  # time spent on MLflow, so its cost can be set against the run's
@@ -92,7 +98,6 @@ class JobTracker:
         """
         if not options.enabled:
             return None
-        active = mlflow.active_run()
         return cls(
             MlflowClient(),
             plan,
@@ -100,14 +105,15 @@ class JobTracker:
             sequence_spec,
             example,
             num_classes,
-            active.info.run_id if active else None,
             tuple(plugins),
             sequence_digest,
         )
 
-    def names(self, job: JobPlan) -> JobNames:
+    def names(self, job: JobPlan, record: Mapping[str, Any] | None = None) -> JobNames:
+        """The job's experiment and registered-model names (``record``: see :func:`method_names`)."""
+        method = method_names(job, record)[0]
         # a temporal protocol's view is a model of its own: its name says which view
-        method = job.method if job.view is None else f"{job.method}.{job.view.name}"
+        method = method if job.view is None else f"{method}.{job.view.name}"
         return JobNames.of(self.options, **plan_fields(self.plan, method))
 
     def _experiment_id(self, job: JobPlan) -> str:
@@ -128,16 +134,19 @@ class JobTracker:
         )
         return [run.info.run_id for run in runs]
 
-    def start(self, job: JobPlan) -> str:
-        """A RUNNING run for a job about to train; runs an interrupted process left open end KILLED."""
+    def start(self, job: JobPlan, record: Mapping[str, Any] | None = None) -> str:
+        """A RUNNING run for a job about to train (or, with its ``record``, one trained
+        earlier); runs an interrupted process left open end KILLED."""
         started = time.perf_counter()
         for run_id in self._runs(job, "RUNNING"):
             self.client.set_tag(run_id, "ended_by", "a later run of the same job")
             self.client.set_terminated(run_id, "KILLED")
         run = self.client.create_run(
-            self._experiment_id(job), run_name=_run_name(self.plan, job), tags=self._tags(job)
+            self._experiment_id(job),
+            run_name=_run_name(self.plan, job, method_names(job, record)[0]),
+            tags={**self._tags(job, record), NOTE: self._description(job, record)},
         )
-        self._log_params(run.info.run_id, job)
+        self._log_params(run.info.run_id, job, record)
         self._log_dataset(run.info.run_id)
         self.seconds += time.perf_counter() - started
         return run.info.run_id
@@ -188,7 +197,7 @@ class JobTracker:
             return
         reused = run_id is None
         if run_id is None:
-            run_id = self.start(job)
+            run_id = self.start(job, store[job.key])
             log.info("logging finished job %s to MLflow", job.key)
         try:
             self._log_result(run_id, job, store)
@@ -204,12 +213,29 @@ class JobTracker:
         for old in earlier:
             self.client.set_tag(old, "superseded_by", run_id)
         log.info(
-            "MLflow: %s logged (%.1f s of tracking in this run so far)", job.method, self.seconds
-        )
+            "MLflow: %s logged (%.1f s of tracking in this run so far)",
+            method_names(job, None)[0], self.seconds,
+        )  # fmt: skip
 
     # -- what a job run holds ----------------------------------------------------------------
 
-    def _tags(self, job: JobPlan) -> dict[str, str]:
+    def _description(self, job: JobPlan, record: Mapping[str, Any] | None) -> str:
+        """The run's description (the UI's *Description*): the job in words, and where the rest
+        of it is, for a user who opens the run from a list of names."""
+        method, aliases = method_names(job, record)
+        paper = METHODS[method].paper_name if method in METHODS else method
+        also = f", also `{'`, `'.join(aliases)}`" if aliases else ""
+        view = f", steps {job.view.name} of the sequence" if job.view is not None else ""
+        plan = self.plan
+        return (
+            f"{paper} (`{method}`{also}) on `{plan.sequence_name}` ({plan.dataset}){view}, "
+            f"`{plan.arch}`, seed {plan.seed}, budget `{plan.budget_name}`: historical mode "
+            f"`{job.historical}`, then final mode `{job.final}`. Its Optuna trials are nested "
+            "under it; its result record, learning curves and model are under *Artifacts*."
+        )
+
+    def _tags(self, job: JobPlan, record: Mapping[str, Any] | None = None) -> dict[str, str]:
+        method, aliases = method_names(job, record)
         family = METHODS[job.method].family if job.method in METHODS else "custom"
         tags = {
             "kind": "job",
@@ -218,23 +244,22 @@ class JobTracker:
             "sequence_key": self.plan.sequence_key,
             "dataset": self.plan.dataset,
             "arch": self.plan.arch,
-            "method": job.method,
+            "method": method,
             "family": family,
             "seed": str(self.plan.seed),
             "budget": self.plan.budget_name,
             "code_version": code_version(),
         }
-        aliases = [name for name in job.requested if name != job.method]
-        if aliases:  # on ConvNets st_1, sst_1 and jst_1 are their block versions' runs
+        if aliases:  # on ConvNets st_1, sst_1 and jst_1 are the runs of st_b, sst_b and jst_b
             tags["aliases"] = ",".join(aliases)
-        if self.kedro_run_id:
-            tags["kedro_run_id"] = self.kedro_run_id
         if job.view is not None:  # one of a temporal protocol's views of the sequence
             tags["view"] = job.view.name
             tags["view_steps"] = ",".join(map(str, job.view.steps))
         return tags
 
-    def _log_params(self, run_id: str, job: JobPlan) -> None:
+    def _log_params(
+        self, run_id: str, job: JobPlan, record: Mapping[str, Any] | None = None
+    ) -> None:
         params = {
             "sequence": self.plan.sequence_name,
             "sequence_key": self.plan.sequence_key,
@@ -243,7 +268,7 @@ class JobTracker:
             "data_path": self.plan.data_path,
             "seed": self.plan.seed,
             "arch": self.plan.arch,
-            "method": job.method,
+            "method": method_names(job, record)[0],
             "historical": job.historical,
             "final": job.final,
             "historical_state": job.state_key,
@@ -270,9 +295,9 @@ class JobTracker:
                 summary[name] = record[name]
         if record.get("historical_flops"):  # the shared states it continues, charged to them
             summary["historical_train_flops"] = sum(shared_train_flops(record).values())
-        metrics = [Metric(k, float(v), now, 0) for k, v in summary.items()]
+        metrics = [Metric(k, metric_value(v), now, 0) for k, v in summary.items()]
         for step, row in record.get("step_accuracies", {}).items():  # a protocol's view
-            metrics += [Metric(f"steps/{split}_accuracy", float(row[split]), now, int(step))
+            metrics += [Metric(f"steps/{split}_accuracy", metric_value(row[split]), now, int(step))
                         for split in STEP_SPLITS]  # fmt: skip
         final_stage = _final_stage(record)
         stages = list(dict.fromkeys(curves["stage"]))
@@ -285,9 +310,9 @@ class JobTracker:
                     for column in _CURVE_COLUMNS:
                         value = getattr(row, column)
                         if value == value:  # epoch 0 has no training metrics (NaN)
-                            metrics.append(
-                                Metric(f"{prefix}/{column}", float(value), now, int(row.epoch))
-                            )
+                            metrics.append(Metric(
+                                f"{prefix}/{column}", metric_value(value), now, int(row.epoch)
+                            ))  # fmt: skip
         params = {
             f"hp.{stage}.{k}": v
             for stage, hp in record["hyperparameters"].items()
@@ -300,7 +325,7 @@ class JobTracker:
             figure_path = Path(folder) / "learning_curves.png"
             _save_figure(
                 curves,
-                f"{record['method']} on {record['sequence']} ({record['arch']})",
+                f"{shown_name(record)} on {record['sequence']} ({record['arch']})",
                 figure_path,
             )
             self.client.log_artifact(run_id, str(figure_path))
@@ -313,7 +338,7 @@ class JobTracker:
         for fit in record["fits"]:
             for trial in fit.get("trial_summaries", []):
                 tags = {
-                    **self._tags(job),
+                    **self._tags(job, record),
                     "kind": "trial",
                     "mlflow.parentRunId": run_id,
                     "stage": fit["stage"],
@@ -326,11 +351,11 @@ class JobTracker:
                 ).info.run_id
                 now = int(time.time() * 1000)
                 metrics = [
-                    Metric("curve/valid_accuracy", float(v), now, epoch)
+                    Metric("curve/valid_accuracy", metric_value(v), now, epoch)
                     for epoch, v in enumerate(trial.get("valid_curve") or [])
                 ]
                 if trial.get("value") is not None:
-                    metrics.append(Metric("valid_accuracy", float(trial["value"]), now, 0))
+                    metrics.append(Metric("valid_accuracy", metric_value(trial["value"]), now, 0))
                 params = {f"hp.{k}": v for k, v in trial["params"].items()}
                 params.update(stage=fit["stage"], trial=trial["number"])
                 self._batch(child, metrics=metrics, params=params)
@@ -346,7 +371,7 @@ class JobTracker:
                 record["engine"]["input_scale"], record["eval_step"], self.plugins,
             )  # fmt: skip
             self.client.log_artifacts(run_id, str(path), "model")
-        name = self.names(job).registered_model
+        name = self.names(job, record).registered_model
         ensure_registered_model(self.client, name)
         # One name holds every dataset, seed and budget of a sequence × arch × method: the
         # version's tags tell them apart.
@@ -361,7 +386,7 @@ class JobTracker:
                     "seed": str(self.plan.seed),
                     "budget": self.plan.budget_name,
                 },
-                description=f"{job.method} on {self.plan.sequence_key} ({self.plan.arch})",
+                description=f"{shown_name(record)} on {self.plan.sequence_key} ({self.plan.arch})",
             )
         self.client.set_tag(run_id, "registered_model", f"{name}/{version.version}")
 
@@ -387,6 +412,10 @@ class TrackedJob:
     recipe: JobRecipe
     tracker: JobTracker
     _run_id: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.recipe.label
 
     @property
     def force(self) -> bool:
@@ -417,9 +446,25 @@ def plan_fields(plan: RunPlan, method: str) -> dict[str, Any]:
     }
 
 
-def _run_name(plan: RunPlan, job: JobPlan) -> str:
+def method_names(job: JobPlan, record: Mapping[str, Any] | None) -> tuple[str, list[str]]:
+    """The name a job goes by in MLflow, and its other names (the tag ``aliases``).
+
+    The name is the one the tables, figures and terminal give the job
+    (:func:`~seq2final.reporting.tables.shown_name`), so a method is found under one name
+    everywhere. A job trained now has no record yet: its names are those the run asked for, which
+    its record will keep. A job trained earlier and logged now goes by its record's names, as in
+    the tables.
+    """
+    if record is None:
+        record = {"method": job.method, "aliases": [n for n in job.requested if n != job.method]}
+    shown = shown_name(record)
+    names = dict.fromkeys([record["method"], *record.get("aliases", [])])
+    return shown, [name for name in names if name != shown]
+
+
+def _run_name(plan: RunPlan, job: JobPlan, method: str) -> str:
     view = f" · steps {job.view.name}" if job.view is not None else ""
-    return f"{job.method}{view} · {plan.arch} · seed {plan.seed} · {plan.budget_name}"
+    return f"{method}{view} · {plan.arch} · seed {plan.seed} · {plan.budget_name}"
 
 
 def _final_stage(record: Mapping[str, Any]) -> str:

@@ -1,24 +1,29 @@
-"""kedro-mlflow's hook, switched by ``mlflow.enabled`` and checked before any work."""
+"""MLflow for a Kedro run: pointed at ``mlflow.yml``'s server, switched by ``mlflow.enabled``,
+checked before any work, and fed the reporting datasets of the sequence's summary run."""
 
 from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path, PurePath
 from typing import Any
+from urllib.parse import urlparse
 
 import mlflow
+from kedro.config import MissingConfigException
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
-from kedro.io import CatalogProtocol
-from kedro.pipeline import Node, Pipeline
-from kedro_mlflow.framework.hooks import MlflowHook
+from kedro.pipeline import Node
+from kedro_mlflow.config.kedro_mlflow_config import KedroMlflowConfig
 from mlflow import MlflowClient
+from pydantic import ValidationError
 
 from seq2final.config.checks import sequence_spec, validate_parameters
 from seq2final.config.parameters import RunParameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.methods import requested_jobs
-from seq2final.tracking.mlflow_io import store_setup_lock
+from seq2final.reporting.tables import shown_name
+from seq2final.tracking.mlflow_io import store_setup_lock, trash_empty_default_experiment
 from seq2final.tracking.names import (
     JobNames,
     check_experiment_names,
@@ -30,40 +35,45 @@ from seq2final.tracking.summary import SequenceSummary
 log = logging.getLogger(__name__)
 
 
-class TrackingHook(MlflowHook):
-    """kedro-mlflow's hook, off when ``mlflow.enabled`` is false, checked before any work.
+class TrackingHook:
+    """MLflow for a Kedro run, in place of kedro-mlflow's hook (disabled in ``settings.py``).
 
-    kedro-mlflow itself has no run-time switch (only a per-pipeline list in ``mlflow.yml``), and
-    a bad tracking URI surfaces as a long traceback, or as minutes of HTTP retries, from inside
-    its setup. This subclass (registered in ``settings.py`` in place of the plugin's own) skips
-    every hook when tracking is off, and otherwise checks the URI and the registered-model names
-    the run will use before any pipeline starts, failing in one line.
+    kedro-mlflow's hook opens one run per ``kedro run`` in an experiment of its own, logs the run
+    parameters into it as text, and nothing else: a row with no metrics beside the job runs, which
+    already hold every parameter that shaped them (the sequence's summary run holds its tables and
+    figures). So no such run is made here. What is kept of kedro-mlflow is its ``mlflow.yml``
+    (read with its own schema): this hook points MLflow at the file's server, with its credentials
+    and request-header provider.
+
+    It also does what kedro-mlflow cannot: it is off when ``mlflow.enabled`` is false, and it
+    checks the URI and the names the run will use before any pipeline starts, failing in one line
+    (a bad URI otherwise surfaces as a long traceback, or minutes of HTTP retries, mid-run).
     """
 
     enabled = False  # until after_context_created has read the parameter
-    pipeline_run = True  # kedro-mlflow's run of the whole pipeline (off with mlflow.tracking_uri)
     _run: RunParameters | None = None
     _summary: SequenceSummary | None = None
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
+        """Set MLflow up and check what the run will name, at the earliest hook, so a bad URI or
+        name costs no work; open no experiment or run (the jobs open theirs when they log)."""
         run = validate_parameters(context.params)
         self.enabled = run.mlflow.enabled
         self._run, self._summary = run, None  # one hook object serves every session of a process
         if not self.enabled:
             log.info("MLflow tracking is off (mlflow.enabled: false)")
             return
-        self.pipeline_run = run.mlflow.tracking_uri is None
-        uri = run.mlflow.tracking_uri or _configured_uri(context)
+        server = _server_settings(context)
+        # a sweep's worker is given the sweep's server instead of mlflow.yml's
+        uri = run.mlflow.tracking_uri or _configured_uri(server)
         with fail_fast():
             try:
                 with store_setup_lock(uri):
-                    if self.pipeline_run:
-                        super().after_context_created(context)
-                    else:  # a sweep's worker: job runs to the sweep's server, no pipeline run
-                        mlflow.set_tracking_uri(run.mlflow.tracking_uri)
+                    _point_mlflow_at(context, server, uri, own=run.mlflow.tracking_uri is None)
                     client = MlflowClient()
                     client.search_experiments(max_results=1)
+                    trash_empty_default_experiment(client)
             except Exception as error:  # MLflow, SQLAlchemy and HTTP errors alike
                 reason = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
                 raise Seq2FinalError(
@@ -75,57 +85,6 @@ class TrackingHook(MlflowHook):
                 check_registry_names(
                     client, [m for n in names for m in (n.registered_model, n.best_model)]
                 )
-
-    @hook_impl
-    def after_catalog_created(  # noqa: PLR0913 (kedro-mlflow's hook signature)
-        self,
-        catalog: CatalogProtocol,
-        conf_catalog: dict[str, Any],
-        conf_creds: dict[str, Any],
-        parameters: dict[str, Any],
-        save_version: str,
-        load_versions: dict[str, str],
-    ) -> None:
-        if self.enabled and self.pipeline_run:
-            super().after_catalog_created(
-                catalog, conf_catalog, conf_creds, parameters, save_version, load_versions
-            )
-
-    @hook_impl
-    def before_pipeline_run(
-        self, run_params: dict[str, Any], pipeline: Pipeline, catalog: CatalogProtocol
-    ) -> None:
-        if self.enabled and self.pipeline_run:
-            super().before_pipeline_run(run_params, pipeline, catalog)
-
-    @hook_impl
-    def before_node_run(
-        self, node: Node, catalog: CatalogProtocol, inputs: dict[str, Any], is_async: bool
-    ) -> None:
-        if self.enabled and self.pipeline_run:
-            super().before_node_run(node, catalog, inputs, is_async)
-
-    @hook_impl
-    def after_pipeline_run(
-        self, run_params: dict[str, Any], pipeline: Pipeline, catalog: CatalogProtocol
-    ) -> None:
-        if self.enabled and self.pipeline_run:
-            try:
-                super().after_pipeline_run(run_params, pipeline, catalog)
-            finally:  # Kedro calls no error hook for a failure in this one
-                if not self._already_active_mlflow:
-                    self._close_pipeline_run()
-
-    def _close_pipeline_run(self) -> None:
-        """Take the pipeline's run off MLflow's stack of active runs entirely.
-
-        kedro-mlflow re-opens its run before every node, and MLflow 3 pushes a run already active
-        onto the stack again, so its one ``end_run`` at the end leaves the run active once per
-        node. A second session in the same process (a script or notebook running several
-        protocols) would then adopt it and fail on logging its parameters a second time.
-        """
-        while (active := mlflow.active_run()) is not None and active.info.run_id == self.run_id:
-            mlflow.end_run()
 
     @hook_impl
     def after_dataset_saved(self, dataset_name: str, data: Any, node: Node) -> None:
@@ -169,17 +128,6 @@ class TrackingHook(MlflowHook):
             )
         return self._summary
 
-    @hook_impl
-    def on_pipeline_error(
-        self,
-        error: Exception,
-        run_params: dict[str, Any],
-        pipeline: Pipeline,
-        catalog: CatalogProtocol,
-    ) -> None:
-        if self.enabled and self.pipeline_run:
-            super().on_pipeline_error(error, run_params, pipeline, catalog)
-
 
 # Reporting datasets logged to the summary run: artifact folder and file suffix.
 _SUMMARY_DATASETS = {
@@ -190,31 +138,82 @@ _SUMMARY_DATASETS = {
 }
 
 
-def _configured_uri(context: KedroContext) -> str:
-    """The URI as the user wrote it in ``mlflow.yml``, read before kedro-mlflow sets it (with
-    the file pattern kedro-mlflow registers when it reads the file itself)."""
+def _server_settings(context: KedroContext) -> KedroMlflowConfig:
+    """``mlflow.yml`` as kedro-mlflow reads it (its file pattern and schema; all defaults without
+    one), so the file keeps kedro-mlflow's format and ``kedro mlflow ui`` reads the same one. A
+    file that does not fit is one line, before any work."""
     patterns = context.config_loader.config_patterns
     patterns.setdefault("mlflow", ["mlflow*", "mlflow*/**", "**/mlflow*"])
     try:
-        uri = context.config_loader["mlflow"]["server"]["mlflow_tracking_uri"]
-    except Exception:  # no mlflow.yml, or no server block: MLflow's own default
-        return mlflow.get_tracking_uri()
-    # null: kedro-mlflow reads the environment, then its own default
-    return str(uri) if uri is not None else os.environ.get("MLFLOW_TRACKING_URI", "mlruns")
+        config = context.config_loader["mlflow"]
+    except MissingConfigException:
+        config = {}
+    try:
+        return KedroMlflowConfig.model_validate(dict(config or {}))
+    except ValidationError as error:
+        problem = error.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"])
+        raise Seq2FinalError(f"mlflow.yml: '{where}': {problem['msg']}") from None
+
+
+def _configured_uri(config: KedroMlflowConfig) -> str:
+    """The tracking URI as the user wrote it in ``mlflow.yml``; null, as kedro-mlflow reads it:
+    ``MLFLOW_TRACKING_URI``, else ``mlruns``."""
+    uri = config.server.mlflow_tracking_uri
+    return uri if uri is not None else os.environ.get("MLFLOW_TRACKING_URI", "mlruns")
+
+
+def _point_mlflow_at(context: KedroContext, config: KedroMlflowConfig, uri: str, own: bool) -> None:
+    """Point MLflow at ``uri`` and, for ``mlflow.yml``'s own server (``own``), at its registry,
+    with its credentials and request-header provider, as kedro-mlflow's set-up does (without the
+    experiment and run it would open)."""
+    project = Path(context.project_path)
+    if own:
+        server = config.server
+        if server.credentials:
+            try:
+                credentials = context.config_loader["credentials"]
+            except MissingConfigException:
+                credentials = {}
+            os.environ.update(
+                {k: str(v) for k, v in credentials.get(server.credentials, {}).items()}
+            )
+        if server.request_header_provider.type is not None:
+            config._register_request_header_provider(context)  # kedro-mlflow's own registration
+        if server.mlflow_registry_uri is not None:
+            mlflow.set_registry_uri(_as_uri(server.mlflow_registry_uri, project))
+    mlflow.set_tracking_uri(_as_uri(uri, project))
+
+
+def _as_uri(uri: str, project: Path) -> str:
+    """A URI as kedro-mlflow takes it: a bare path is a folder of the project; a URI is kept
+    (``sqlite:///mlflow.db`` is relative to the working directory, the project's root)."""
+    if uri in ("databricks", "databricks-uc"):
+        return uri
+    if PurePath(uri).is_absolute():
+        return Path(uri).as_uri()
+    return (project / uri).as_uri() if urlparse(uri).scheme == "" else uri
 
 
 def _job_names(run: RunParameters) -> list[JobNames]:
-    """The names this run's jobs will use, as the tracker will render them (templates checked)."""
+    """The names this run's jobs will use, as the tracker will render them (templates checked).
+
+    A job asked for under several names (``st_1`` and ``st_b`` on a ConvNet) is one job with one
+    name, the tables' (:func:`~seq2final.reporting.tables.shown_name`).
+    """
     spec = sequence_spec(run)
+    asked: dict[str, list[str]] = {}
+    for job in requested_jobs(run.method, run.historical, run.final, run.arch):
+        asked.setdefault(job.method, []).append(job.requested)
     return [
         JobNames.of(
             run.mlflow,
             sequence=spec.name,
             dataset=spec.dataset,
             arch=run.arch,
-            method=job.method,
+            method=shown_name({"method": method, "aliases": [n for n in names if n != method]}),
             budget=run.budget,
             seed=spec.seed,
         )
-        for job in requested_jobs(run.method, run.historical, run.final, run.arch)
+        for method, names in asked.items()
     ]

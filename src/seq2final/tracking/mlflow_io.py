@@ -5,9 +5,11 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
+import sqlite3
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import numpy as np
 import torch
 from filelock import FileLock, Timeout
 from mlflow import MlflowClient
+from mlflow.entities import Experiment, ViewType
 from mlflow.exceptions import MlflowException
 
 from seq2final import __version__
@@ -54,22 +57,155 @@ def store_setup_lock(uri: str) -> Iterator[None]:
         lock.release()
 
 
-def experiment_id(client: MlflowClient, name: str) -> str:
-    """The experiment called ``name``, created (or restored from deletion) when needed."""
+EXPERIMENT_DESCRIPTION = """\
+seq2final runs of one sequence: search tags.kind = 'job' for one row per job, then Group by the \
+tag method to compare methods.
+
+Every run has the tag `kind`:
+
+- `job`: one adapted job (a method on an architecture, seed and budget): its metrics, learning
+  curves, result record and registered model;
+- `trial`: an Optuna trial of a job's tuning, nested under the job (the `+` before its name);
+- `summary`: the sequence's tables and figures from `evaluate` and `visualize`.
+
+What each run holds: `docs/tracking.md`.
+"""
+"""The description (``mlflow.note.content``) of every experiment seq2final creates: the UI shows it
+above the runs, where a user who opens the experiment first looks for what the rows are. Its first
+line, all the experiment list and a folded description show, is plain text and says how to
+compare methods."""
+
+NOTE = "mlflow.note.content"
+"""The tag MLflow's UI shows and edits as an experiment's or a run's description."""
+
+
+def experiment_id(
+    client: MlflowClient, name: str, description: str = EXPERIMENT_DESCRIPTION
+) -> str:
+    """The experiment called ``name``, created (or restored from deletion) when needed.
+
+    It gets ``description`` unless it has one (a user's own edit in the UI stays), and, in a
+    store of the project's own, artifact paths that survive moving the project
+    (:func:`relative_artifacts`).
+    """
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         try:  # the kind MLflow 3's own experiment-type selector records for training runs
-            return client.create_experiment(
-                name, tags={"mlflow.experimentKind": "custom_model_development"}
+            client.create_experiment(
+                name, tags={"mlflow.experimentKind": "custom_model_development", NOTE: description}
             )
         except MlflowException as error:  # another worker created it first: use that one
             if error.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
-            experiment = client.get_experiment_by_name(name)
-            assert experiment is not None
+        experiment = client.get_experiment_by_name(name)
+        assert experiment is not None
     if experiment.lifecycle_stage == "deleted":
         client.restore_experiment(experiment.experiment_id)
+    if NOTE not in experiment.tags:  # made before experiments had descriptions
+        client.set_experiment_tag(experiment.experiment_id, NOTE, description)
+    database = project_database(client.tracking_uri)
+    if database is not None:
+        relative_artifacts(database, experiment)
     return experiment.experiment_id
+
+
+def project_database(tracking_uri: str) -> Path | None:
+    """The SQLite file of ``tracking_uri`` when it lies in the working directory, else None.
+
+    Kedro runs in the project's root, so that directory is the project: a database inside it moves
+    with it (``sqlite:///mlflow.db``, the committed URI, always does). A database elsewhere, or a
+    tracking server, is a store shared beyond the project, which this module leaves as MLflow
+    made it.
+    """
+    if not tracking_uri.startswith(_SQLITE_PREFIX):
+        return None
+    path = tracking_uri.removeprefix(_SQLITE_PREFIX).split("?", 1)[0]
+    if not path or path == ":memory:":
+        return None
+    database = Path(path).resolve()
+    return (
+        database if database.is_file() and database.is_relative_to(Path.cwd().resolve()) else None
+    )
+
+
+def relative_artifacts(database: Path, experiment: Experiment) -> None:
+    """Store the artifact paths of ``experiment`` relative to the project, so a moved or copied
+    project reads its own artifacts.
+
+    MLflow 3.17 resolves a local artifact location to an absolute path when it creates an
+    experiment (relative ones included), and each run copies its experiment's location when it
+    starts. After a move, the UI and ``models:/`` loads would read the old folder, or another
+    copy's. MLflow's location-free alternative, ``mlflow-artifacts:``, works only through a
+    tracking server, which ``kedro run`` and ``mlflow.pyfunc.load_model`` on ``sqlite:///``
+    do not use. A relative path MLflow keeps as it is, and resolves, as it does the relative
+    ``sqlite:///mlflow.db``, against the working directory: the project root for ``kedro run``,
+    ``make mlflow`` and the notebooks. MLflow has no call that changes a location, so the
+    experiment's row and its runs' rows are rewritten in the database: only paths inside the
+    project, which name the same files afterwards, so the rewrite moves nothing and can run again.
+    A failure leaves the absolute paths, which work as long as the project is not moved.
+    """
+    root = Path.cwd().resolve().as_posix()
+    location = experiment.artifact_location
+    local = location.removeprefix("file://")
+    relative = local[len(root) + 1 :] if local.startswith(f"{root}/") else None
+    try:
+        with closing(sqlite3.connect(database, timeout=60)) as db, db:
+            if relative:
+                db.execute(
+                    "UPDATE experiments SET artifact_location = ? "
+                    "WHERE experiment_id = ? AND artifact_location = ?",
+                    (relative, int(experiment.experiment_id), location),
+                )
+            for prefix in (f"{root}/", f"file://{root}/"):  # runs made before, or by a server
+                db.execute(
+                    "UPDATE runs SET artifact_uri = substr(artifact_uri, ?) "
+                    "WHERE experiment_id = ? AND substr(artifact_uri, 1, ?) = ?",
+                    (len(prefix) + 1, int(experiment.experiment_id), len(prefix), prefix),
+                )
+    except sqlite3.Error as error:
+        log.warning(
+            "could not make the artifact paths of MLflow experiment '%s' relative to the project "
+            "(they stay absolute, and break if the project is moved): %s",
+            experiment.name, error,
+        )  # fmt: skip
+
+
+def trash_empty_default_experiment(client: MlflowClient) -> None:
+    """Move MLflow's own ``Default`` experiment to the trash while it holds no run.
+
+    MLflow creates it in every new store; seq2final never logs to it, so beside the project's
+    experiments it is an empty row that looks like a run went missing. Only in a store of the
+    project's own (:func:`project_database`); one with runs, or a description, is left alone, and
+    ``mlflow experiments restore --experiment-id 0`` brings it back.
+    """
+    if project_database(client.tracking_uri) is None:
+        return
+    try:
+        default = client.get_experiment("0")
+    except MlflowException:
+        return
+    if default.lifecycle_stage != "active" or NOTE in default.tags:
+        return
+    if client.search_runs(["0"], run_view_type=ViewType.ALL, max_results=1):
+        return
+    client.delete_experiment("0")
+
+
+def metric_value(value: float | np.floating | np.integer) -> float:
+    """A metric as the Python float of its value: ``0.925``, not ``0.925000011920929``.
+
+    Training computes its metrics in float32, and the result records keep them widened to float64,
+    which adds digits float32 never had (``float(torch.tensor(0.925))`` is 0.925000011920929); the
+    UI shows them all. A value that a float32 holds exactly is taken as one and logged as the
+    shortest decimal that float32 prints (``0.925``). Any other value, integers and float64
+    arithmetic included, is logged as it is; so are values from 2**24 up, where a float32's short
+    decimal would drop digits of genuine float64 numbers.
+    """
+    number = float(value)
+    if isinstance(value, int | np.integer) or not math.isfinite(number) or abs(number) >= 2**24:
+        return number
+    single = np.float32(number)
+    return float(str(single)) if float(single) == number else number
 
 
 def ui_url(tracking_uri: str, experiment: str | None = None, local: str = UI_ADDRESS) -> str:

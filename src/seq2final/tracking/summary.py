@@ -15,6 +15,7 @@ from mlflow.exceptions import MlflowException
 from seq2final.config.parameters import MlflowOptions
 from seq2final.reporting.tables import report_folder
 from seq2final.tracking.mlflow_io import (
+    NOTE,
     ensure_registered_model,
     experiment_id,
     quiet_model_logging,
@@ -57,7 +58,9 @@ class SequenceSummary:
             winner = self._settled_oldest(experiment, tags)
             if winner is None:
                 run = self.client.create_run(
-                    experiment, tags=tags, run_name=f"summary · {self.sequence} · {self.dataset}"
+                    experiment,
+                    tags={**tags, NOTE: self._description()},
+                    run_name=f"summary · {self.sequence} · {self.dataset}",
                 )
                 self.client.set_terminated(run.info.run_id, "FINISHED")
                 # Workers racing here each create one; all keep the oldest, the others go.
@@ -66,6 +69,17 @@ class SequenceSummary:
                     self.client.delete_run(run.info.run_id)
             self._run_id = winner
         return self._run_id
+
+    def _description(self) -> str:
+        """What the UI shows atop the run: it has artifacts only, which a user finds under
+        *Artifacts*, and it changes in place."""
+        best = self._names("ARCH").best_model.replace("ARCH", "<arch>")
+        return (
+            f"The tables and figures of the sequence `{self.sequence}` ({self.dataset}), under "
+            "*Artifacts*: `tables/` from `evaluate`, `figures/` from `visualize`. Each later run of "
+            "those pipelines replaces them in place, so they are always the latest. The best "
+            f"adapted model of each architecture on validation is `models:/{best}@best`."
+        )
 
     def _settled_oldest(self, experiment: str, tags: Mapping[str, str]) -> str | None:
         """The oldest summary run, once no older one can still appear.
