@@ -102,8 +102,8 @@ def _user_error(error: BaseException | None) -> Seq2FinalError | None:
 class _FailureReport(logging.Filter):
     """Holds back what Kedro and kedro-mlflow log when a node fails, until the cause is known.
 
-    For a user error (a :class:`Seq2FinalError`) the node-failure block, the resume hint and the
-    "run closed" lines only repeat, at length, the one ``Error:`` line we print; they are dropped.
+    For a user error (a :class:`Seq2FinalError`) the node-failure block and the resume hint only
+    repeat, at length, the one ``Error:`` line we print; they are dropped.
     For anything else they are logged as usual, just before the traceback.
     """
 
@@ -111,7 +111,6 @@ class _FailureReport(logging.Filter):
         ("kedro.pipeline.node", "failed with error"),
         ("kedro.runner", "nodes that have not run"),
         ("kedro.runner", "No nodes ran"),
-        ("kedro_mlflow", "closed because of an error"),
     )
 
     def __init__(self) -> None:
@@ -189,7 +188,9 @@ cli.add_command(_build_run_command(), name="run")
 
 
 @cli.command("sweep")
-@click.option("--sequences", required=True, help="Comma list of sequences (presets or specs).")
+@click.option(
+    "--sequences", help="Comma list of sequences, presets or specs (default: parameter sequence)."
+)
 @click.option("--archs", help="Comma list of architectures, or all (default: parameter arch).")
 @click.option("--methods", help="Comma list of methods, or all (the default).")
 @click.option("--pairs", help="Comma list of historical:final mode pairs, instead of --methods.")
@@ -216,10 +217,17 @@ def sweep(**options: Any) -> None:
 
 
 @cli.command("bench")
-@click.option("--sections", default="fit,fused,search,projection", help="Comma list of sections.")
-@click.option("--quick", is_flag=True, help="Short fit and fused measurements (K <= 8).")
+@click.option("--sections", help="Comma list of sections (default: all; with --quick: fit,fused).")
 @click.option(
-    "--archs", default="convnet_4,densenet_1,resnet_4", help="Architectures of fit and fused."
+    "--quick",
+    is_flag=True,
+    help="Short fit and fused measurements (K <= 8), no data needed; written to "
+    "data/08_reporting/bench/, never docs/benchmarks.md.",
+)
+@click.option(
+    "--archs",
+    help="Architectures of fit and fused (default: convnet_4,densenet_1,resnet_4; with --quick: "
+    "convnet_4,resnet_4).",
 )
 @click.option("--data-path", default="data/01_raw/cifar10.npz", help="CIFAR-10 npz (search).")
 @click.option(
@@ -228,8 +236,9 @@ def sweep(**options: Any) -> None:
 @click.option("--seeds", type=int, default=3, help="Seeds of the search section.")
 @click.option("--device", default="auto", help="Device to measure on (auto, cpu, cuda:N).")
 @click.option("--env", "-e", help="Kedro configuration environment (budgets, training).")
+@click.option("--output", help="Folder for bench.json and benchmarks.md instead of the defaults.")
 def bench(**options: Any) -> None:
-    """Measure speed and search efficiency; write docs/benchmarks.md and its JSON."""
+    """Measure speed and search efficiency; write docs/benchmarks.md (--quick: its own page)."""
     from seq2final.bench.command import BenchOptions  # lazy: benchmark code loads only here
     from seq2final.bench.command import bench as run_bench  # lazy: as above
 

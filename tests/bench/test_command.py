@@ -8,7 +8,14 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from seq2final.bench.command import render
+from seq2final.bench.command import (
+    PAGE,
+    QUICK_OUTPUT,
+    RESULTS,
+    BenchOptions,
+    destinations,
+    render,
+)
 from seq2final.bench.search import SearchRun, summarize
 from seq2final.cli import cli
 
@@ -22,11 +29,20 @@ def kedro(project, *args):
     )
 
 
-def test_bench_quick_prints_each_ratio_and_writes_its_json_and_page(project):
-    done = kedro(project, "bench", "--quick", "--sections", "fit,fused", "--archs", "convnet_4",
-                 "--device", "cpu")  # fmt: skip
+def test_bench_quick_runs_without_data_prints_each_ratio_and_writes_its_own_json_and_page(
+    project,
+):
+    """As on a fresh clone: no CIFAR-10 npz, no --sections; the committed page stays as it is."""
+    committed = "# Benchmarks\n\nThe measured page.\n"
+    (project / "docs").mkdir()
+    (project / "docs/benchmarks.md").write_text(committed)
+    assert not (project / "data/01_raw/cifar10.npz").exists()
+    done = kedro(project, "bench", "--quick", "--archs", "convnet_4", "--device", "cpu")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    results = json.loads((project / "benchmarks/results/bench.json").read_text())
+    assert (project / "docs/benchmarks.md").read_text() == committed
+    assert not (project / "benchmarks/results/bench.json").exists()
+    results = json.loads((project / "data/08_reporting/bench/bench.json").read_text())
+    assert set(results) == {"fit", "fused"}
     entry = results["fit"]
     assert entry["machine"]["device"] == "cpu" and entry["machine"]["cores"] >= 1
     assert entry["command"].startswith("kedro bench --quick")
@@ -46,8 +62,12 @@ def test_bench_quick_prints_each_ratio_and_writes_its_json_and_page(project):
         assert min(speeds) > 0 and abs(row["ratio"] - speeds[0] / speeds[1]) < 0.01
         assert any(f"{row['arch']} K={row['width']}: {row['ratio']:.3f}" in line
                    for line in ratio_lines)  # fmt: skip
-    page = (project / "docs/benchmarks.md").read_text()
-    assert "`kedro bench --quick --sections fit,fused --archs convnet_4 --device cpu`" in page
+    page = (project / "data/08_reporting/bench/benchmarks.md").read_text()
+    assert page.startswith("# Benchmarks (quick)")
+    assert "`kedro bench --quick --archs convnet_4 --device cpu`" in page
+    assert "Figures: data/08_reporting/bench/bench.json; page: data/08_reporting/bench/" in (
+        done.stdout
+    )
     assert all(f"| `{arch}` |" in page for arch in rows)
     assert all(f"| `{arch}` | 8 |" in page for arch in rows)
 
@@ -60,6 +80,8 @@ def test_bad_bench_input_stops_in_one_line_before_any_work(project):
         (["--seeds", "0"], "--seeds 0: needs at least 1 seed"),
         (["--archs", "convnet_4,resnet_99"], "--archs 'convnet_4,resnet_99': unknown resnet_99; "),
         (["--device", "cuda:7"], "device 'cuda:7' requested but"),
+        (["--quick", "--sections", "fit,search"], "--quick shortens only fit and fused; "),
+        (["--quick", "--output", "docs"], "a quick run never writes docs/benchmarks.md"),
     ]:
         if "--budgets" in args:  # the data path must exist for the budgets to be checked
             (project / "fake.npz").write_bytes(b"")
@@ -69,6 +91,24 @@ def test_bad_bench_input_stops_in_one_line_before_any_work(project):
         errors = [line for line in done.output.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1 and expected in errors[0], done.output[-1500:]
         assert not (project / "benchmarks/results/bench.json").exists()
+
+
+def test_a_full_run_writes_the_committed_page_a_quick_one_its_own_or_the_folder_named():
+    def options(quick, output=None):
+        return BenchOptions(None, quick, "convnet_4", "x.npz", "default", 1, "cpu", None, output)
+
+    assert destinations(options(quick=False)) == (RESULTS, PAGE)
+    assert destinations(options(quick=True)) == (
+        QUICK_OUTPUT / "bench.json",
+        QUICK_OUTPUT / "benchmarks.md",
+    )
+    assert PAGE.parent not in {path.parent for path in destinations(options(quick=True))}
+    elsewhere = Path("elsewhere")
+    for quick in (False, True):
+        assert destinations(options(quick, "elsewhere")) == (
+            elsewhere / "bench.json",
+            elsewhere / "benchmarks.md",
+        )
 
 
 def test_the_search_page_shows_every_seed_beside_the_means():

@@ -140,6 +140,24 @@ def test_bad_sweep_input_stops_in_one_line_before_any_work(project):
     assert not (project / "data/03_primary").exists()
 
 
+def test_without_sequences_a_sweep_takes_the_run_parameters_sequence(project, project_parameters):
+    """As --archs and --budget do; --params sets it as for kedro run, a spec with a comma whole."""
+
+    def dry_run(*args):
+        return CliRunner().invoke(cli, ["sweep", "--env", "test", "--archs", "convnet_1",
+                                        "--methods", "ft", "--dry-run", *args])  # fmt: skip
+
+    default = dry_run()
+    assert default.exit_code == 0, default.output
+    assert f"Sequence: {project_parameters['sequence']} (the run parameter" in default.output
+    assert "Sweep: 1 sequences (0 done), 1 states (0 done), 1 jobs (0 done)" in default.output
+    given = dry_run("--params", "sequence=source100:rotation,corruption60")
+    assert given.exit_code == 0, given.output
+    assert "Sweep: 1 sequences (0 done), 1 states (0 done), 1 jobs (0 done)" in given.output
+    assert "\n  source100-rotation-corruption60-digits-seed" in given.output
+    assert not (project / "data/03_primary").exists()
+
+
 def _journal_trials(project):
     storage = optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(
@@ -263,7 +281,10 @@ def test_a_second_run_waits_for_the_first_and_fails_none_of_its_trials(project):
     outputs = [run.communicate(timeout=300)[0] for run in both]
     assert [run.returncode for run in both] == [0, 0], outputs
     log = (project / "logs/info.log").read_text()
-    assert log.count("trained in") == 1  # one process trained the state
+    trained = [
+        line for line in log.splitlines() if "historical state" in line and "done in" in line
+    ]
+    assert len(trained) == 1, trained  # one process trained the state
     assert "waiting for " in log and "exists; reusing it" in log
     assert "finished earlier; reusing it" in log  # and the job, which the other one ran
     assert len(records(project)) == 1

@@ -4,6 +4,11 @@ Figures are kept per section in ``benchmarks/results/bench.json``, each with the
 measured on and the command that measured it; ``docs/benchmarks.md`` is rendered from all of them,
 so a run of one section updates its part of the page and leaves the others' figures as they were
 measured.
+
+``--quick`` is the first look on a fresh clone: the fit and fused sections only (they train on
+random images, so no data set is needed), shortened, on two architectures, in about a minute on
+two cores. Its figures are not comparable with the committed page's, so it writes its own JSON and
+page under ``data/08_reporting/bench/`` (or ``--output``) and never ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -41,31 +46,74 @@ from seq2final.training.engine import Engine
 from seq2final.training.search import get_budget
 
 SECTIONS = ("fit", "fused", "search", "projection")
+QUICK_SECTIONS = ("fit", "fused")  # random images: no data set needed
+ARCHS = ("convnet_4", "densenet_1", "resnet_4")  # of fit and fused: one of each family
+# On two idle cores the quick fit and fused sections took 53 s for densenet_1 and 29 s for the
+# other two together (imports and Kedro's start-up on top): --quick leaves densenet_1 out unless
+# --archs names it, to stay near a minute.
+QUICK_ARCHS = ("convnet_4", "resnet_4")
 RESULTS = Path("benchmarks/results/bench.json")
 SEARCH_STORE = Path("benchmarks/results/search")  # resumes an interrupted search
 PAGE = Path("docs/benchmarks.md")
+QUICK_OUTPUT = Path("data/08_reporting/bench")  # beside the other reports, ignored by git
 
 
 @dataclass(frozen=True)
 class BenchOptions:
     """The command line's options."""
 
-    sections: str
+    sections: str | None  # None: every section, or QUICK_SECTIONS with ``quick``
     quick: bool
-    archs: str
+    archs: str | None  # None: ARCHS, or QUICK_ARCHS with ``quick``
     data_path: str
     budgets: str
     seeds: int
     device: str
     env: str | None = None
+    output: str | None = None  # folder for bench.json and benchmarks.md
+
+
+def destinations(options: BenchOptions) -> tuple[Path, Path]:
+    """Where the figures' JSON and the page go (relative to the project).
+
+    A full run keeps the committed page, ``docs/benchmarks.md``, and its JSON; a quick run's
+    shortened figures would replace the measured ones there, so it goes to ``QUICK_OUTPUT``
+    and is refused the committed page even when ``--output`` names its folder.
+    """
+    if options.output is not None:
+        folder = Path(options.output)
+        results, page = folder / "bench.json", folder / "benchmarks.md"
+    elif options.quick:
+        results, page = QUICK_OUTPUT / "bench.json", QUICK_OUTPUT / "benchmarks.md"
+    else:
+        results, page = RESULTS, PAGE
+    if options.quick and page.resolve() == PAGE.resolve():
+        raise Seq2FinalError(
+            f"--output {options.output}: a quick run never writes {PAGE} (the measured page); "
+            "name another folder"
+        )
+    return results, page
 
 
 def bench(options: BenchOptions, say: Callable[[str], None]) -> None:
     """Check the options, run each section, merge its figures into the JSON, render the page."""
-    sections = _listed("sections", options.sections, SECTIONS)
-    archs = _listed("archs", options.archs, list(ARCHITECTURES))
+    sections = _listed(
+        "sections",
+        options.sections or ",".join(QUICK_SECTIONS if options.quick else SECTIONS),
+        SECTIONS,
+    )
+    if options.quick and set(sections) - set(QUICK_SECTIONS):
+        raise Seq2FinalError(
+            f"--quick --sections {','.join(sections)}: --quick shortens only "
+            f"{' and '.join(QUICK_SECTIONS)}; run search and projection without --quick"
+        )
+    archs = _listed(
+        "archs", options.archs or ",".join(QUICK_ARCHS if options.quick else ARCHS),
+        list(ARCHITECTURES),
+    )  # fmt: skip
     if options.seeds < 1:
         raise Seq2FinalError(f"--seeds {options.seeds}: needs at least 1 seed")
+    results_path, page = destinations(options)
     project = Path.cwd()
     bootstrap_project(project)
     with KedroSession.create(project_path=project, env=options.env) as session:
@@ -104,7 +152,7 @@ def bench(options: BenchOptions, say: Callable[[str], None]) -> None:
         else:
             figures = _projection(params, options, engine, say)
         # Read again: another section's run may have written in the meantime (hours apart).
-        results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        results = json.loads(results_path.read_text()) if results_path.exists() else {}
         results[section] = {
             "machine": describe_machine(device),
             "command": command,
@@ -112,11 +160,11 @@ def bench(options: BenchOptions, say: Callable[[str], None]) -> None:
             "seconds": round(time.perf_counter() - started, 1),
             "figures": figures,
         }
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-    PAGE.parent.mkdir(parents=True, exist_ok=True)
-    PAGE.write_text(render(results))
-    say(f"Figures: {RESULTS}; page: {PAGE}")
+        results_path.parent.mkdir(parents=True, exist_ok=True)
+        results_path.write_text(json.dumps(results, indent=1) + "\n")
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(render(results, quick=options.quick))
+    say(f"Figures: {results_path}; page: {page}")
 
 
 def _listed(option: str, text: str, valid: Sequence[str]) -> list[str]:
@@ -195,14 +243,20 @@ def _search(
     return figures
 
 
-def render(results: dict[str, Any]) -> str:
-    """``docs/benchmarks.md`` from every section's figures."""
+def render(results: dict[str, Any], quick: bool = False) -> str:
+    """``docs/benchmarks.md`` (or a quick run's page) from every section's figures."""
     lines = [
-        "# Benchmarks",
+        "# Benchmarks" + (" (quick)" if quick else ""),
         "",
         "Every figure here was measured by `kedro bench` (the command is shown with each "
         "section, with the machine and date); `kedro bench --sections NAME` re-measures one "
         "section and leaves the others as they are. Ratios compare like with like in one run.",
+        "",
+        f"`kedro bench --quick` (fit and fused only, shortened; no data set needed) writes its "
+        f"own page, `{QUICK_OUTPUT}/benchmarks.md`, and never this one."
+        if not quick
+        else "Measured by `kedro bench --quick`: the fit and fused sections, shortened, as a "
+        f"first look; the measured page is `{PAGE}`, which a quick run never writes.",
         "",
     ]
     for section in SECTIONS:

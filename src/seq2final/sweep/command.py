@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -38,7 +39,7 @@ from seq2final.tracking.names import (
 class SweepOptions:
     """The command line's options."""
 
-    sequences: str
+    sequences: str | None  # None: the run parameters' sequence, as --archs and --budget default
     archs: str | None
     methods: str | None
     pairs: str | None
@@ -79,9 +80,12 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
             catalog.load("adapt_results"),
         )
     request = parse_request(
-        options.sequences, options.archs or params["arch"], options.methods, options.pairs,
-        options.seeds,
+        options.sequences or str(params["sequence"]), options.archs or params["arch"],
+        options.methods, options.pairs, options.seeds,
     )  # fmt: skip
+    if options.sequences is None:  # the one sequence, whole: a spec string may hold commas
+        request = dataclasses.replace(request, sequences=(str(params["sequence"]),))
+        say(f"Sequence: {params['sequence']} (the run parameter; --sequences to choose)")
     planning = time.perf_counter()
     graph = expand(request, params, stores)
     if params["mlflow"]["enabled"]:

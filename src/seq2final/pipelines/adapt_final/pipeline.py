@@ -5,12 +5,19 @@ from __future__ import annotations
 from kedro.pipeline import Node, Pipeline
 
 from seq2final.pipelines.adapt_final import nodes
-from seq2final.pipelines.build_sequences.pipeline import resolve_sequence_node, select_sequence_node
+from seq2final.pipelines.build_sequences.pipeline import (
+    in_namespace,
+    resolve_sequence_node,
+    select_sequence_node,
+)
 from seq2final.pipelines.pretrain_historical.pipeline import plan_jobs_node
+
+NAMESPACE = "adapt_final"
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    return Pipeline(
+    return in_namespace(
+        NAMESPACE,
         [
             resolve_sequence_node(),
             select_sequence_node(),
@@ -29,9 +36,9 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 nodes.report_results,
-                inputs=["adapt_results", "job_plan"],
+                inputs=["adapt_results", "job_plan", "params:evaluate"],
                 outputs="result_reports",
                 name="report_results",
             ),
-        ]
+        ],
     )

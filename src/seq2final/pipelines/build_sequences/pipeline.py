@@ -6,6 +6,24 @@ from kedro.pipeline import Node, Pipeline
 
 from seq2final.pipelines.build_sequences import nodes
 
+NAMESPACE = "build_sequences"
+
+
+def in_namespace(namespace: str, members: list[Node]) -> Pipeline:
+    """A pipeline's nodes grouped under its namespace (their names become ``<namespace>.<name>``).
+
+    The namespace is what kedro-viz collapses a pipeline into and what ``kedro run --namespaces``
+    selects. Dataset and parameter names stay as they are (no prefix), so the catalog and all code
+    that names a dataset keep working. A node shared by several pipelines (so each runs on its
+    own) is made in its owner's namespace by its ``*_node`` factory and keeps it here: every copy
+    is then equal, and ``__default__``, the sum of all pipelines, holds it once, in one namespace.
+    """
+    shared = [node for node in members if node.namespace]
+    own = [node for node in members if not node.namespace]
+    return Pipeline(
+        [*shared, Pipeline(own, namespace=namespace, prefix_datasets_with_namespace=False)]
+    )
+
 
 def resolve_sequence_node() -> Node:
     """Shared by every pipeline that reads a sequence, so each can run on its own."""
@@ -21,6 +39,7 @@ def resolve_sequence_node() -> Node:
         ],
         outputs="sequence_spec",
         name="resolve_sequence",
+        namespace=NAMESPACE,
     )
 
 
@@ -31,11 +50,13 @@ def select_sequence_node() -> Node:
         inputs=["sequences", "sequence_spec", "params:build_sequences"],
         outputs="sequence",
         name="select_sequence",
+        namespace=NAMESPACE,
     )
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    return Pipeline(
+    return in_namespace(
+        NAMESPACE,
         [
             resolve_sequence_node(),
             Node(
@@ -57,5 +78,5 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs="sequence_figures",
                 name="plot_sequence_examples",
             ),
-        ]
+        ],
     )

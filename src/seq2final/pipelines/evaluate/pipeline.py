@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from kedro.pipeline import Node, Pipeline
 
-from seq2final.pipelines.build_sequences.pipeline import resolve_sequence_node
+from seq2final.pipelines.build_sequences.pipeline import in_namespace, resolve_sequence_node
 from seq2final.pipelines.evaluate import nodes
+
+NAMESPACE = "evaluate"
 
 
 def gather_results_node() -> Node:
@@ -15,11 +17,13 @@ def gather_results_node() -> Node:
         inputs=["sequence_spec", "adapt_results"],
         outputs="sequence_results",
         name="gather_results",
+        namespace=NAMESPACE,
     )
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    return Pipeline(
+    return in_namespace(
+        NAMESPACE,
         [
             resolve_sequence_node(),
             gather_results_node(),
@@ -41,5 +45,5 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs="best_models",
                 name="choose_best_models",
             ),
-        ]
+        ],
     )

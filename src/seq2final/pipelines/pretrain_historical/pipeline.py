@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from kedro.pipeline import Node, Pipeline
 
-from seq2final.pipelines.build_sequences.pipeline import resolve_sequence_node, select_sequence_node
+from seq2final.pipelines.build_sequences.pipeline import (
+    in_namespace,
+    resolve_sequence_node,
+    select_sequence_node,
+)
 from seq2final.pipelines.pretrain_historical import nodes
+
+NAMESPACE = "pretrain_historical"
 
 
 def plan_jobs_node() -> Node:
@@ -33,11 +39,13 @@ def plan_jobs_node() -> Node:
         },
         outputs="job_plan",
         name="plan_jobs",
+        namespace=NAMESPACE,
     )
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    return Pipeline(
+    return in_namespace(
+        NAMESPACE,
         [
             resolve_sequence_node(),
             select_sequence_node(),
@@ -48,5 +56,5 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs="historical_states",
                 name="train_historical_states",
             ),
-        ]
+        ],
     )

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from kedro.pipeline import Node, Pipeline
 
-from seq2final.pipelines.build_sequences.pipeline import resolve_sequence_node, select_sequence_node
+from seq2final.pipelines.build_sequences.pipeline import (
+    in_namespace,
+    resolve_sequence_node,
+    select_sequence_node,
+)
 from seq2final.pipelines.quantify_shift import nodes
+
+NAMESPACE = "quantify_shift"
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    return Pipeline(
+    return in_namespace(
+        NAMESPACE,
         [
             resolve_sequence_node(),
             select_sequence_node(),
@@ -31,5 +38,5 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs=["shift_tables", "shift_reports", "shift_figures"],
                 name="tabulate_shift",
             ),
-        ]
+        ],
     )

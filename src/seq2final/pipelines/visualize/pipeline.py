@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from kedro.pipeline import Node, Pipeline
 
-from seq2final.pipelines.build_sequences.pipeline import resolve_sequence_node
+from seq2final.pipelines.build_sequences.pipeline import in_namespace, resolve_sequence_node
 from seq2final.pipelines.evaluate.pipeline import gather_results_node
 from seq2final.pipelines.visualize import nodes
 
 _STORES = ["adapt_results", "historical_states"]
 
+NAMESPACE = "visualize"
+
 
 def create_pipeline(**kwargs) -> Pipeline:
-    return Pipeline(
+    return in_namespace(
+        NAMESPACE,
         [
             resolve_sequence_node(),
             gather_results_node(),
@@ -91,5 +94,5 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs=["learning_curve_figures", "learning_curve_figures_pdf"],
                 name="plot_learning_curves",
             ),
-        ]
+        ],
     )
