@@ -1,6 +1,7 @@
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from kedro.framework.startup import bootstrap_project
 
 from seq2final.cli import _FailureReport, _user_error, cli, parse_params
 from seq2final.core.errors import Seq2FinalError
+from seq2final.methods import paper_columns
 
 
 def test_parse_params_accepts_both_syntaxes_and_keeps_later_separators():
@@ -113,13 +115,13 @@ def test_failure_logs_are_shown_when_the_failure_is_a_bug():
 
 
 def test_a_run_keeps_dataset_records_off_the_terminal_and_ends_with_a_results_table(project):
-    """The terminal gets no per-dataset records (the log file keeps them) and ends with one table
-    row per method at the terminal's width, its numbers those of the stored records, then the
-    folders."""
+    """Piped to a file, the run writes one plain line per record (none per dataset: the log file
+    keeps them), each fit and job named, and ends with one table row per method at the
+    terminal's width, its numbers those of the stored records, then the folders."""
     environment = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1", "COLUMNS": "72"}
     params = (
         "sequence:source100:rotation60,build_sequences.test_size:50,build_sequences.oracle_size:"
-        "120,arch:convnet_1,budget:smoke,method:ft,mlflow.enabled:false"
+        "120,arch:convnet_1,budget:smoke,method:[ft,baseline],mlflow.enabled:false"
     )
     result = subprocess.run(
         [str(Path(sys.executable).with_name("kedro")), "run", "--env", "test", "--pipelines",
@@ -131,20 +133,38 @@ def test_a_run_keeps_dataset_records_off_the_terminal_and_ends_with_a_results_ta
     assert not [line for line in lines if "Loading data from" in line or "Saving data to" in line]
     logged = (project / "logs" / "info.log").read_text()
     assert "Saving data to adapt_results" in logged and "Loading data from job_plan" in logged
-    assert max(len(line) for line in lines) <= 72
-    (path,) = (project / "data/07_model_output/results").glob("*.json")
-    record = json.loads(path.read_text())
+    records = {}
+    for path in (project / "data/07_model_output/results").glob("*.json"):
+        record = json.loads(path.read_text())
+        records[record["method"]] = record
     title = lines.index("source100:rotation60 (digits) · convnet_1 · budget smoke")
-    header, row = lines[title + 2], lines[title + 4]
-    assert [cell.strip() for cell in header.split("┃")[1:-1]] == [
-        "method", "test", "valid", "epochs", "seconds"
-    ]  # fmt: skip
-    cells = [cell.strip() for cell in row.split("│")[1:-1]]
-    assert cells[:4] == [
-        "ft", f"{record['test_accuracy']:.3f}", f"{record['valid_accuracy']:.3f}",
-        str(record["epochs"]),
-    ]  # fmt: skip
-    assert lines[title + 6 :] == [
+    logs, table = lines[:title], lines[title:]
+    stamp = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (INFO|WARNING) [\w.]+: ")
+    assert all(stamp.match(line) for line in logs), [x for x in logs if not stamp.match(x)]
+    for name, record in records.items():  # grep finds each job's start, fit and end, key included
+        job = [
+            line.split(": ", 1)[1] for line in logs if f" {name}: " in line or f" {name} · " in line
+        ]
+        assert job[0].startswith("job ") and job[0].endswith(f" {name}: started"), job
+        assert job[1].startswith(f"{name} · final: valid {record['valid_accuracy']:.3f}"), job
+        assert f" {name}: done in " in job[2] and record["job_key"] in job[2], job
+    assert max(len(line) for line in table) <= 72
+    header = [cell.strip() for cell in table[2].split("┃")[1:-1]]
+    assert header == ["method", "test", "valid", "epochs", "seconds", ""]
+    rows = [[cell.strip() for cell in row.split("│")[1:-1]] for row in table[4:6]]
+    order = paper_columns()
+    best, second = sorted(
+        records.values(), key=lambda r: (-r["test_accuracy"], order.index(r["method"]))
+    )
+    for row, record in zip(rows, (best, second), strict=True):
+        assert row[:4] == [
+            record["method"], f"{record['test_accuracy']:.3f}",
+            f"{record['valid_accuracy']:.3f}", str(record["epochs"]),
+        ]  # fmt: skip
+    marks = {row[0]: row[5] for row in rows}
+    assert marks[best["method"]].startswith("best")
+    assert marks["baseline"].endswith("reference")
+    assert table[7:] == [
         "Results: data/07_model_output/results/ (one JSON record per job)",
         "Log of every step: logs/info.log",
     ]

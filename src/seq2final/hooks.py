@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import mlflow
@@ -14,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from seq2final.config.checks import sequence_spec, validate_parameters
+from seq2final.config.parameters import EvaluateOptions
 from seq2final.pipelines.adapt_final.nodes import run_table
 from seq2final.pipelines.visualize import create_pipeline as visualize_pipeline
 from seq2final.reporting.tables import report_folder
@@ -49,14 +51,16 @@ class RunSummaryHook:
 
     @hook_impl
     def after_node_run(self, node: Node, inputs: dict[str, Any]) -> None:
-        if node.name == "report_results":
-            title, columns, rows = run_table(inputs["adapt_results"], inputs["job_plan"])
+        if "result_reports" in node.outputs:  # adapt_final's report, under any namespace
+            evaluate = EvaluateOptions.model_validate(inputs["params:evaluate"])
+            result = run_table(inputs["adapt_results"], inputs["job_plan"], evaluate.reference)
             table = Table()
-            for column in columns:
-                table.add_column(column, justify="left" if column == "method" else "right")
-            for row in rows:
-                table.add_row(*row)
-            self._tables.append((title, table))
+            for column in result.columns:
+                table.add_column(column, justify="left" if column in ("method", "") else "right")
+            for name, row in result.rows.items():
+                style = {result.reference: "italic", result.best: "bold"}.get(name)
+                table.add_row(*row, style=style)
+            self._tables.append((result.title, table))
 
     @hook_impl
     def after_pipeline_run(
@@ -85,8 +89,12 @@ class RunSummaryHook:
                 "LaTeX beside)"
             )
         drawn = outputs & visualize_pipeline().all_outputs()  # not the per-build figures
-        figures = sorted(o.removesuffix("_figures") for o in drawn if o.endswith("_figures"))
-        if figures:
+        figures = sorted(
+            o.removesuffix("_figures")
+            for o in drawn
+            if o.endswith("_figures") and Path(f"data/08_reporting/{o}/{folder}").is_dir()
+        )  # only folders this run (or an earlier one) filled: a figure with nothing to draw
+        if figures:  # is not drawn, and its folder not made
             lines.append(
                 f"Figures: data/08_reporting/{{{','.join(figures)}}}_figures/{folder}/ (PNG, PDF)"
             )

@@ -32,7 +32,7 @@ def _with(base: dict, **overrides):
         ({"seed": "abc"}, "parameter 'seed' = 'abc'"),
         (
             {"budget": "huge"},
-            "parameter 'budget': unknown budget 'huge'; valid: smoke, quick, default, tpe30, efficient, paper",
+            "parameter 'budget': unknown budget 'huge'; valid: smoke, tour, quick, default, tpe30, efficient, paper",
         ),
         (
             {"method": "st_b", "final": "ft"},

@@ -69,7 +69,7 @@ class EvaluateOptions(StrictModel):
 class VisualizeOptions(StrictModel):
     """``visualize`` block: how finely paths are sampled and how many test images SVCCA uses."""
 
-    interpolation_points: int = Field(default=101, ge=2)
+    interpolation_points: int = Field(default=21, ge=2)
     svcca_images: int = Field(default=500, ge=10)
 
 

@@ -21,7 +21,7 @@ from seq2final.methods.base import (
     historical_mode,
     method,
 )
-from seq2final.methods.catalogue import ORACLE, paper_columns
+from seq2final.methods.catalogue import ORACLE, job_name, paper_columns
 from seq2final.methods.context import Context, space_of
 from seq2final.methods.final import chain_space, continue_chains, stage_name
 from seq2final.methods.requests import RequestedJob, requested_jobs
@@ -29,6 +29,6 @@ from seq2final.methods.requests import RequestedJob, requested_jobs
 __all__ = [
     "FINAL_MODES", "HISTORICAL_MODES", "METHODS", "ORACLE", "Context", "FinalMode", "FinalOutcome",
     "HistoricalMode", "HistoricalState", "MethodRecipe", "ModelChain", "RequestedJob",
-    "chain_space", "continue_chains", "final_mode", "historical_mode", "method", "paper_columns",
+    "chain_space", "continue_chains", "final_mode", "historical_mode", "job_name", "method", "paper_columns",
     "requested_jobs", "space_of", "stage_name",
 ]  # fmt: skip

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from seq2final.methods.base import METHODS, method
 
 ORACLE = "oracle"
@@ -34,3 +36,15 @@ def paper_columns() -> tuple[str, ...]:
     """The tables' column order: every registered method in registration order (the paper's,
     then any added), with the oracle moved last as the paper's tables show it."""
     return (*(name for name in METHODS if name != ORACLE), ORACLE)
+
+
+def job_name(method: str, aliases: Iterable[str] = ()) -> str:
+    """The one name a job has in every view (terminal, MLflow, tables, figures, files): its first
+    name in :func:`paper_columns` order, else its method.
+
+    A job can answer to several names: on ConvNets ``st_1`` and ``st_b`` train the same model, so
+    the plan keeps one job for both. The paper's tables show it as ST-1 and leave ST-B empty;
+    every other view follows, and lists the other names as the job's aliases.
+    """
+    names = [method, *aliases]
+    return next((name for name in paper_columns() if name in names), method)

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.progress import current
 from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.models import build_model
@@ -29,7 +29,7 @@ from seq2final.training.loop import FitResult, fit
 from seq2final.training.objectives import HyperParameters, Task
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tensors import TensorSplit
-from seq2final.training.tuner import TrialRun, Tuner, quiet_progress
+from seq2final.training.tuner import TrialRun, Tuner
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +98,8 @@ class Context:
             model = make_model()
             hp = HyperParameters.from_dict(params)
             epochs = self.budget.max_epochs
-            with tqdm(
-                total=epochs, desc=stage, unit="epoch", leave=False, disable=quiet_progress()
-            ) as bar:
-                result = fit(model, task, hp, self.engine, epochs, seed, report, bar.update)
+            progress.epochs(epochs)
+            result = fit(model, task, hp, self.engine, epochs, seed, report, progress.epoch)
             return result, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
         def fused(runs: list[TrialRun]) -> None:
@@ -114,7 +112,9 @@ class Context:
             fit_fused(models, task, trials, self.engine, self.budget.max_epochs)
 
         width = self.engine.fuse_width() if fusable(task) else 1
-        tuned = self.tuner.tune(f"{self.owner_key}/{stage}", space, objective, fused, width)
+        progress = current()
+        with progress.fit(stage):
+            tuned = self.tuner.tune(f"{self.owner_key}/{stage}", space, objective, fused, width)
         model = make_model()
         cost = fit_cost(model, task, HyperParameters.from_dict(tuned.params), self.engine)
         model.load_state_dict(tuned.state_dict)
@@ -134,7 +134,8 @@ class Context:
             }
         )
         log.info(
-            "%s: valid %.3f (epoch %d of %d, %d trial(s)) with %s",
+            "%s%s: valid %.3f (epoch %d of %d, %d trial(s)) with %s",
+            f"{progress.label} · " if progress.label not in ("", stage) else "",
             stage,
             tuned.fit.valid_accuracy,
             tuned.fit.best_epoch,

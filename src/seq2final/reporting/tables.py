@@ -24,7 +24,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from seq2final.methods import ORACLE, paper_columns
+from seq2final.methods import ORACLE, job_name, paper_columns
 from seq2final.models import ARCHITECTURES
 
 Style = Literal["", "bold", "italic", "bold_italic"]
@@ -63,10 +63,9 @@ def report_folder(sequence: str, dataset: str) -> str:
 
 
 def shown_name(record: Mapping[str, Any]) -> str:
-    """The name a job's column has: its first name in the paper's order (``st_1`` for the ConvNet
-    job that also answers to ``st_b``), else its method."""
-    names = [record["method"], *record.get("aliases", [])]
-    return next((n for n in paper_columns() if n in names), record["method"])
+    """The one name a job has everywhere (:func:`seq2final.methods.job_name`): ``st_1`` for the
+    ConvNet job that also answers to ``st_b``."""
+    return job_name(record["method"], record.get("aliases", []))
 
 
 def shared_train_flops(record: Mapping[str, Any]) -> dict[str, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from seq2final.methods import METHODS
+from seq2final.methods import METHODS, job_name
 from seq2final.training.engine import Engine
 
 STEP0 = "step0"
@@ -38,6 +38,11 @@ class StatePlan:
     step0_key: str | None = None
     view: ViewPlan | None = None
 
+    @property
+    def name(self) -> str:
+        """The state as progress lines show it: its mode, and its view under a protocol."""
+        return self.mode + (f" (steps {self.view.name})" if self.view is not None else "")
+
 
 @dataclass(frozen=True)
 class JobPlan:
@@ -51,6 +56,16 @@ class JobPlan:
     state_key: str | None
     config: dict[str, Any]
     view: ViewPlan | None = None
+
+    @property
+    def name(self) -> str:
+        """The job's one name in every view (:func:`seq2final.methods.job_name`)."""
+        return job_name(self.method, self.requested)
+
+    @property
+    def other_names(self) -> list[str]:
+        """The job's other names (``st_b`` for the ConvNet job named ``st_1``)."""
+        return [n for n in dict.fromkeys((self.method, *self.requested)) if n != self.name]
 
 
 @dataclass(frozen=True)

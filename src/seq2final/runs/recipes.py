@@ -134,9 +134,6 @@ class StateRecipe:
 
             assert mode.train is not None
             chains = mode.train(ctx, self.state.config, step0)
-        log.info(
-            "historical state %s trained in %.1f s", self.state.key, time.perf_counter() - started
-        )
         return HistoricalState(
             self.state.mode,
             self.plan.arch,
@@ -197,6 +194,12 @@ class JobRecipe:
     historical_costs: Mapping[str, int]
     force: bool = False
     _context: Context | None = None
+
+    @property
+    def label(self) -> str:
+        """The job in progress lines: its one name, and its view under a protocol."""
+        view = f" (steps {self.job.view.name})" if self.job.view is not None else ""
+        return self.job.name + view
 
     def run(self) -> JobOutcome:
         started = time.perf_counter()

@@ -19,6 +19,7 @@ from kedro.io import AbstractDataset
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write, json_safe, stored_files
+from seq2final.core.progress import Progress
 from seq2final.models.storage import pack, unpack
 from seq2final.runs.leases import claim
 
@@ -84,7 +85,7 @@ class ResultStore(Mapping[str, dict[str, Any]]):
 class ResultStoreDataset(AbstractDataset[Mapping[str, Any], ResultStore]):
     """Finished jobs, saved lazily: a job recipe runs only if its record is missing or forced.
 
-    A recipe has ``force``, ``run()`` (returning record, model and curves), ``failed(error)``,
+    A recipe has ``label`` (its name in progress lines), ``force``, ``run()`` (returning record, model and curves), ``failed(error)``,
     called when running or storing it raised, and ``finished(store, computed)``, called once the
     job's record is in the store, whether it was just computed or reused (tracking logs it from
     there). A job runs under its lease (:mod:`seq2final.runs.leases`), so processes sharing the
@@ -106,26 +107,34 @@ class ResultStoreDataset(AbstractDataset[Mapping[str, Any], ResultStore]):
 
     def save(self, data: Mapping[str, Any]) -> None:
         store = ResultStore(*self._paths)
-        for key, recipe in data.items():
-            if key in store and not recipe.force:
-                self._reuse(store, key, recipe)
-                continue
-            # One process runs a job; another asking for it meanwhile waits and reuses it.
-            with claim(self._paths[0], key, done=lambda key=key: key in store) as claimed:
-                if not claimed or (key in store and not recipe.force):
-                    computed = False
+        with Progress("job", [recipe.label for recipe in data.values()]) as progress:
+            for key, recipe in data.items():
+                if key in store and not recipe.force:
+                    progress.reused()
+                    self._reuse(store, key, recipe)
+                    continue
+                # One process runs a job; another asking for it meanwhile waits and reuses it.
+                with claim(self._paths[0], key, done=lambda key=key: key in store) as claimed:
+                    if not claimed or (key in store and not recipe.force):
+                        computed = False
+                    else:
+                        with progress.item(recipe.label) as shown:
+                            try:
+                                outcome = recipe.run()
+                                store.put(key, outcome.record, outcome.model, outcome.curves)
+                            except BaseException as error:
+                                recipe.failed(error)
+                                raise
+                            shown.note = (
+                                f"test {outcome.record['test_accuracy']:.3f}, "
+                                f"valid {outcome.record['valid_accuracy']:.3f}; {key}"
+                            )
+                        computed = True
+                if computed:
+                    recipe.finished(store, computed=True)
                 else:
-                    try:
-                        outcome = recipe.run()
-                        store.put(key, outcome.record, outcome.model, outcome.curves)
-                    except BaseException as error:
-                        recipe.failed(error)
-                        raise
-                    computed = True
-            if computed:
-                recipe.finished(store, computed=True)
-            else:
-                self._reuse(store, key, recipe)
+                    progress.reused()
+                    self._reuse(store, key, recipe)
 
     @staticmethod
     def _reuse(store: ResultStore, key: str, recipe: Any) -> None:

@@ -18,6 +18,7 @@ from kedro.io import AbstractDataset
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write, json_safe
+from seq2final.core.progress import Progress
 from seq2final.methods import HistoricalState, ModelChain
 from seq2final.models.storage import pack, unpack
 from seq2final.runs.leases import claim
@@ -138,17 +139,23 @@ class HistoricalStoreDataset(AbstractDataset[Mapping[str, Any], HistoricalStore]
 
     def save(self, data: Mapping[str, Any]) -> None:
         store = HistoricalStore(self._root)
-        for key, recipe in data.items():
-            if key in store:
-                log.info("historical state %s exists; reusing it", key)
-                continue
-            # One process trains a key; another asking for it meanwhile waits and reuses it.
-            with claim(self._root, key, done=lambda key=key: key in store) as claimed:
-                if not claimed or key in store:
+        names = [recipe.state.name for recipe in data.values()]
+        with Progress("historical state", names) as progress:
+            for key, recipe in data.items():
+                if key in store:
+                    progress.reused()
                     log.info("historical state %s exists; reusing it", key)
                     continue
-                store.put(key, recipe.build(store))
-            recipe.finished(store, computed=True)
+                # One process trains a key; another asking for it meanwhile waits and reuses it.
+                with claim(self._root, key, done=lambda key=key: key in store) as claimed:
+                    if not claimed or key in store:
+                        progress.reused()
+                        log.info("historical state %s exists; reusing it", key)
+                        continue
+                    with progress.item(recipe.state.name) as shown:
+                        store.put(key, recipe.build(store))
+                        shown.note = key
+                recipe.finished(store, computed=True)
 
     def _exists(self) -> bool:
         return self._root.exists()

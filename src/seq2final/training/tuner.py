@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -24,11 +23,11 @@ from typing import Any
 import optuna
 import torch
 from optuna.storages.journal import JournalFileBackend
-from tqdm.auto import tqdm
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write
 from seq2final.core.liveness import ProcessToken, current_process
+from seq2final.core.progress import current
 from seq2final.core.seeds import derived_seed
 from seq2final.training.loop import FitResult
 from seq2final.training.search import Budget, SearchSpace
@@ -55,7 +54,6 @@ class TrialRun:
     curve: list[float] = field(default_factory=list)
     told: bool = False
     finish: Callable[[FitResult, dict[str, torch.Tensor]], None] = lambda result, weights: None
-    on_pruned: Callable[[], object] = lambda: None
 
     def report(self, epoch: int, accuracy: float) -> None:
         self.curve.append(accuracy)
@@ -64,7 +62,6 @@ class TrialRun:
             self.trial.set_user_attr("valid_curve", self.curve)
             self.trial.study.tell(self.trial, state=optuna.trial.TrialState.PRUNED)
             self.told = True
-            self.on_pruned()
             raise optuna.TrialPruned()
 
 
@@ -85,11 +82,6 @@ class Tuned:
     @property
     def finished_trials(self) -> int:
         return sum(t["state"] in ("COMPLETE", "PRUNED") for t in self.trials)
-
-
-def quiet_progress() -> bool:
-    """Progress bars only when a person is watching: stdout is a terminal."""
-    return not sys.stdout.isatty()
 
 
 class Tuner:
@@ -207,9 +199,8 @@ class Tuner:
             pending = list(range(len(done), len(done) + remaining))
         else:
             pending = _pending_draws(done, self.budget.trials or 0)
-        bar = tqdm(
-            total=len(pending), desc=name[:40], unit="trial", leave=False, disable=quiet_progress()
-        )
+        progress = current()
+        progress.trials(len(done), len(done) + len(pending))
         chosen: dict[str, Any] = {} if best is None else best
 
         def finish(run: TrialRun, result: FitResult, state_dict: dict[str, torch.Tensor]) -> None:
@@ -224,46 +215,43 @@ class Tuner:
                 _save_checkpoint(checkpoint, chosen)
             study.tell(trial, value)
             run.told = True
-            bar.update()
 
-        try:
-            while pending:
-                size = self._batch_size(width, pending)
-                runs = [self._ask(study, name, space, draw) for draw in pending[:size]]
-                pending = pending[size:]
-                for run in runs:
-                    run.finish = functools.partial(finish, run)
-                    run.on_pruned = bar.update
-                try:
-                    if fused is not None and size > 1:
-                        with ExitStack() as beating:
-                            for run in runs:
-                                beating.enter_context(_heartbeat(self.storage, run.trial._trial_id))
-                            fused(runs)
-                    else:
+        while pending:
+            size = self._batch_size(width, pending)
+            runs = [self._ask(study, name, space, draw) for draw in pending[:size]]
+            pending = pending[size:]
+            for run in runs:
+                run.finish = functools.partial(finish, run)
+            try:
+                if fused is not None and size > 1:
+                    for _ in runs:
+                        progress.trial()
+                    with ExitStack() as beating:
                         for run in runs:
-                            try:
-                                with _heartbeat(self.storage, run.trial._trial_id):
-                                    run.finish(*objective(run.params, run.seed, run.report))
-                            except optuna.TrialPruned:  # raised outside report: tell it here
-                                if not run.told:
-                                    run.trial.set_user_attr("valid_curve", run.curve)
-                                    study.tell(run.trial, state=trial_state.PRUNED)
-                                    run.told = True
-                                    bar.update()
-                    unfinished = [run.trial.number for run in runs if not run.told]
-                    if unfinished:
-                        raise Seq2FinalError(
-                            f"study '{name}': the fused objective left trial(s) {unfinished} "
-                            "neither finished nor pruned"
-                        )
-                except BaseException:
+                            beating.enter_context(_heartbeat(self.storage, run.trial._trial_id))
+                        fused(runs)
+                else:
                     for run in runs:
-                        if not run.told:
-                            study.tell(run.trial, state=trial_state.FAIL)
-                    raise
-        finally:
-            bar.close()
+                        progress.trial()
+                        try:
+                            with _heartbeat(self.storage, run.trial._trial_id):
+                                run.finish(*objective(run.params, run.seed, run.report))
+                        except optuna.TrialPruned:  # raised outside report: tell it here
+                            if not run.told:
+                                run.trial.set_user_attr("valid_curve", run.curve)
+                                study.tell(run.trial, state=trial_state.PRUNED)
+                                run.told = True
+                unfinished = [run.trial.number for run in runs if not run.told]
+                if unfinished:
+                    raise Seq2FinalError(
+                        f"study '{name}': the fused objective left trial(s) {unfinished} "
+                        "neither finished nor pruned"
+                    )
+            except BaseException:
+                for run in runs:
+                    if not run.told:
+                        study.tell(run.trial, state=trial_state.FAIL)
+                raise
         best = chosen or None
         if best is None:
             raise Seq2FinalError(

@@ -5,21 +5,33 @@ from __future__ import annotations
 import json
 from collections import ChainMap
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from seq2final.config.parameters import MlflowOptions
+from seq2final.config.parameters import EvaluateOptions, MlflowOptions
 from seq2final.core.plugins import plugin_paths
 from seq2final.data.sequence import ShiftSequence
-from seq2final.methods import HistoricalState
+from seq2final.methods import ORACLE, HistoricalState, paper_columns
 from seq2final.protocols import PROTOCOLS, ProtocolOptions
 from seq2final.reporting.protocols import protocol_scores
 from seq2final.reporting.tables import shown_name
 from seq2final.runs.planner import load_states
-from seq2final.runs.plans import RunPlan
+from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.recipes import JobRecipe, historical_costs
 from seq2final.tracking.jobs import JobTracker, TrackedJob
 
-RESULT_COLUMNS = ("method", "test", "valid", "epochs", "seconds")
+RESULT_COLUMNS = ("method", "test", "valid", "epochs", "seconds", "")
+
+
+@dataclass(frozen=True)
+class RunTable:
+    """A run's result table: rows sorted best first, the best and the reference marked."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: dict[str, tuple[str, ...]]  # by method (a job's one name), best first
+    best: str | None  # the row (its method) with the best score, the oracle aside
+    reference: str | None  # the row (its method) every method is compared with, if run
 
 
 def job_recipes(
@@ -27,7 +39,7 @@ def job_recipes(
     plan: RunPlan,
     states: Mapping[str, HistoricalState],
     mlflow_options: Mapping[str, Any],
-    plugins: list[str] | str | None,
+    plugins: object,  # a path or a list of them; checked by plugin_paths
 ) -> dict[str, JobRecipe | TrackedJob]:
     """One recipe per job, tracked in MLflow unless tracking is off.
 
@@ -68,68 +80,113 @@ def result_title(plan: RunPlan) -> str:
     return f"{plan.sequence_name} ({plan.dataset}) · {plan.arch} · budget {plan.budget_name}"
 
 
-def result_rows(results: Mapping[str, dict[str, Any]], plan: RunPlan) -> list[tuple[str, ...]]:
-    """One row per method the run asked for (``RESULT_COLUMNS``), in the order asked; a name that
-    maps to another method's job (``st_1`` on a ConvNet) says so."""
-    rows = []
-    for name, key in plan.requested:
-        record = results[key]
-        label = name if name == record["method"] else f"{name} (= {record['method']})"
-        rows.append(
-            (
-                label,
-                f"{record['test_accuracy']:.3f}",
-                f"{record['valid_accuracy']:.3f}",
-                str(record["epochs"]),
-                f"{record['wall_seconds']:.1f}",
-            )
+def _method_label(job: JobPlan) -> str:
+    """A job's one name, with the other names it answers to (``st_1 (also st_b)``)."""
+    others = job.other_names
+    return job.name + (f" (also {', '.join(others)})" if others else "")
+
+
+def _marks(
+    scores: Mapping[str, float], reference: str
+) -> tuple[list[str], dict[str, str], str | None, str | None]:
+    """Methods by score, best first (ties in the paper's order), and each one's mark: ``best``
+    for the best but the oracle (which sees ample final data, so the paper's tables never bold
+    it), ``reference`` for the method others are compared with (``evaluate.reference``)."""
+    order = {name: i for i, name in enumerate(paper_columns())}
+    names = sorted(scores, key=lambda n: (-scores[n], order.get(n, len(order)), n))
+    best = next((n for n in names if n != ORACLE), None)
+    marks = {name: [] for name in names}
+    if best is not None:
+        marks[best].append("best")
+    if reference in marks:
+        marks[reference].append("reference")
+    if ORACLE in marks:
+        marks[ORACLE].append("ample final data")
+    notes = {name: ", ".join(m) for name, m in marks.items()}
+    return names, notes, best, reference if reference in scores else None
+
+
+def result_rows(
+    results: Mapping[str, dict[str, Any]], plan: RunPlan, reference: str
+) -> tuple[dict[str, tuple[str, ...]], str | None, str | None]:
+    """One row per job (``RESULT_COLUMNS``), by test accuracy, best first; the best method and
+    the reference."""
+    jobs = {job.name: job for job in plan.jobs}
+    scores = {name: results[job.key]["test_accuracy"] for name, job in jobs.items()}
+    names, notes, best, shown_reference = _marks(scores, reference)
+    rows = {}
+    for name in names:
+        record = results[jobs[name].key]
+        rows[name] = (
+            _method_label(jobs[name]),
+            f"{record['test_accuracy']:.3f}",
+            f"{record['valid_accuracy']:.3f}",
+            str(record["epochs"]),
+            f"{record['wall_seconds']:.1f}",
+            notes[name],
         )
-    return rows
+    return rows, best, shown_reference
 
 
 def protocol_rows(
-    results: Mapping[str, dict[str, Any]], plan: RunPlan
-) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
-    """Under a temporal protocol: one row per method, the protocol's numbers over its views."""
+    results: Mapping[str, dict[str, Any]], plan: RunPlan, reference: str
+) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]], str | None, str | None]:
+    """Under a temporal protocol: one row per method, the protocol's numbers over its views, by
+    its headline number, best first."""
     chosen = PROTOCOLS[plan.protocol]
     records = [results[job.key] for job in plan.jobs]
     scores = protocol_scores(records, plan.protocol, ProtocolOptions(**plan.protocol_options))
-    columns = ("method", *chosen.reports, "seconds")
+    columns = ("method", *chosen.reports, "seconds", "")
     seconds: dict[str, float] = {}
     for record in records:
         seconds[shown_name(record)] = seconds.get(shown_name(record), 0.0) + record["wall_seconds"]
-    rows = [
-        (row["method"], *(f"{row[m]:.3f}" for m in chosen.reports), f"{seconds[row['method']]:.1f}")
-        for row in scores
-    ]
-    return columns, rows
+    by_name = {row["method"]: row for row in scores}
+    names, notes, best, shown_reference = _marks(
+        {name: row[chosen.headline_report] for name, row in by_name.items()}, reference
+    )
+    rows = {
+        name: (
+            name,
+            *(f"{by_name[name][m]:.3f}" for m in chosen.reports),
+            f"{seconds[name]:.1f}",
+            notes[name],
+        )
+        for name in names
+    }
+    return columns, rows, best, shown_reference
 
 
 def run_table(
-    results: Mapping[str, dict[str, Any]], plan: RunPlan
-) -> tuple[str, tuple[str, ...], list[tuple[str, ...]]]:
-    """The run's table: its title, columns and rows (the final step's numbers per method, or
-    under a temporal protocol the protocol's)."""
+    results: Mapping[str, dict[str, Any]], plan: RunPlan, reference: str = "baseline"
+) -> RunTable:
+    """The run's table (the final step's numbers per method, or under a temporal protocol the
+    protocol's), sorted best first, with the best method and ``reference`` marked."""
     if PROTOCOLS[plan.protocol].temporal:
-        columns, rows = protocol_rows(results, plan)
-        return f"{result_title(plan)} · protocol {plan.protocol}", columns, rows
-    return result_title(plan), RESULT_COLUMNS, result_rows(results, plan)
+        columns, rows, best, shown = protocol_rows(results, plan, reference)
+        return RunTable(
+            f"{result_title(plan)} · protocol {plan.protocol}", columns, rows, best, shown
+        )
+    rows, best, shown = result_rows(results, plan, reference)
+    return RunTable(result_title(plan), RESULT_COLUMNS, rows, best, shown)
 
 
-def report_results(results: Mapping[str, dict[str, Any]], plan: RunPlan) -> dict[str, str]:
+def report_results(
+    results: Mapping[str, dict[str, Any]], plan: RunPlan, evaluate: Mapping[str, Any]
+) -> dict[str, str]:
     """The run's result table as Markdown, kept under ``result_reports`` (the terminal shows it
     as a table when the run ends: :class:`seq2final.hooks.RunSummaryHook`)."""
-    title, columns, rows = run_table(results, plan)
+    table = run_table(results, plan, EvaluateOptions.model_validate(evaluate).reference)
     name = f"{plan.sequence_key}/{plan.arch}-{plan.budget_name}"
     if PROTOCOLS[plan.protocol].temporal:
         name += f"-{plan.protocol}"
+    columns = [column or "note" for column in table.columns]
     lines = [
-        f"# {title}",
+        f"# {table.title}",
         "",
-        f"Sequence {plan.sequence_key}, seed {plan.seed}.",
+        f"Sequence {plan.sequence_key}, seed {plan.seed}; best first.",
         "",
         "| " + " | ".join(columns) + " |",
         "|" + "---|" * len(columns),
     ]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    lines += ["| " + " | ".join(row) + " |" for row in table.rows.values()]
     return {name: "\n".join(lines) + "\n"}
