@@ -85,11 +85,11 @@ class ResultStore(Mapping[str, dict[str, Any]]):
 class ResultStoreDataset(AbstractDataset[Mapping[str, Any], ResultStore]):
     """Finished jobs, saved lazily: a job recipe runs only if its record is missing or forced.
 
-    A recipe has ``label`` (its name in progress lines), ``force``, ``run()`` (returning record, model and curves), ``failed(error)``,
-    called when running or storing it raised, and ``finished(store, computed)``, called once the
-    job's record is in the store, whether it was just computed or reused (tracking logs it from
-    there). A job runs under its lease (:mod:`seq2final.runs.leases`), so processes sharing the
-    store run it once.
+    A recipe has ``label`` (its name in progress lines), ``force``, ``run()`` (returning record,
+    model and curves), ``failed(error)``, called when running or storing it raised, and
+    ``finished(store, computed)``, called once the job's record is in the store, whether it was
+    just computed or reused (tracking logs it from there). A job runs under its lease
+    (:mod:`seq2final.runs.leases`), so processes sharing the store run it once.
     """
 
     def __init__(
