@@ -90,8 +90,7 @@ class Progress:
     console: Any = None
     _started: float = field(default=0.0, init=False)
     _trained: list[float] = field(default_factory=list, init=False)
-    _index: int = field(default=0, init=False)  # the item started last
-    _done: int = field(default=0, init=False)  # items finished (trained or reused)
+    _index: int = field(default=0, init=False)  # the item started last (all before it finished)
     _item_started: float | None = field(default=None, init=False)
     _name: str = field(default="", init=False)
     _fits: list[_Fit] = field(default_factory=list, init=False)
@@ -131,7 +130,8 @@ class Progress:
         less the time the current one has run; None before the first item is trained."""
         if not self._trained:
             return None
-        left = sum(self._trained) / len(self._trained) * (len(self.names) - self._done)
+        done = self._index - (self._item_started is not None)
+        left = sum(self._trained) / len(self._trained) * (len(self.names) - done)
         if self._item_started is not None:
             left -= time.perf_counter() - self._item_started
         return max(left, 0.0)
@@ -157,7 +157,7 @@ class Progress:
         yield outcome
         seconds = time.perf_counter() - started
         self._trained.append(seconds)
-        self._done, self._item_started = self._done + 1, None
+        self._item_started = None
         note = f" ({outcome.note})" if outcome.note else ""
         log.info("%s: done in %.1f s%s; %s", where, seconds, note, self.times())
         self._show(advance=1)
@@ -165,7 +165,6 @@ class Progress:
     def reused(self) -> None:
         """The next item finished in an earlier run: counted, not timed (its store logs it)."""
         self._index += 1
-        self._done += 1
         self._show(advance=1)
 
     @property
