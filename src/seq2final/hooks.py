@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import mlflow
@@ -44,10 +43,17 @@ class RunSummaryHook:
     def __init__(self) -> None:
         self._params: dict[str, Any] | None = None
         self._tables: list[tuple[str, Table]] = []
+        self._drawn: set[str] = set()
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
         self._params, self._tables = context.params, []  # one hook serves every session
+        self._drawn = set()
+
+    @hook_impl
+    def after_dataset_saved(self, dataset_name: str, data: Any) -> None:
+        if dataset_name.endswith("_figures") and data:  # this run drew into the folder
+            self._drawn.add(dataset_name)
 
     @hook_impl
     def after_node_run(self, node: Node, inputs: dict[str, Any]) -> None:
@@ -88,13 +94,11 @@ class RunSummaryHook:
                 f"Tables: data/08_reporting/result_table_reports/{folder}/ (Markdown; CSV and "
                 "LaTeX beside)"
             )
-        drawn = outputs & visualize_pipeline().all_outputs()  # not the per-build figures
-        figures = sorted(
-            o.removesuffix("_figures")
-            for o in drawn
-            if o.endswith("_figures") and Path(f"data/08_reporting/{o}/{folder}").is_dir()
-        )  # only folders this run (or an earlier one) filled: a figure with nothing to draw
-        if figures:  # is not drawn, and its folder not made
+        # Only the folders this run drew into (not the per-build figures): a figure with
+        # nothing to draw is not saved, and a folder an earlier run filled is not this run's.
+        drawn = self._drawn & outputs & visualize_pipeline().all_outputs()
+        figures = sorted(o.removesuffix("_figures") for o in drawn)
+        if figures:
             lines.append(
                 f"Figures: data/08_reporting/{{{','.join(figures)}}}_figures/{folder}/ (PNG, PDF)"
             )

@@ -82,6 +82,10 @@ def test_bad_bench_input_stops_in_one_line_before_any_work(project):
         (["--device", "cuda:7"], "device 'cuda:7' requested but"),
         (["--quick", "--sections", "fit,search"], "--quick shortens only fit and fused; "),
         (["--quick", "--output", "docs"], "a quick run never writes docs/benchmarks.md"),
+        (
+            ["--quick", "--output", "benchmarks/results"],
+            "a quick run never writes docs/benchmarks.md or benchmarks/results/bench.json",
+        ),
     ]:
         if "--budgets" in args:  # the data path must exist for the budgets to be checked
             (project / "fake.npz").write_bytes(b"")

@@ -44,6 +44,18 @@ def test_plain_lines_name_each_item_its_time_and_what_remains(lines, ticking):
     ]
 
 
+def test_a_slow_item_eats_only_into_its_own_share_of_the_estimate(ticking):
+    with Progress("job", ["a", "b", "c", "d"], live=False) as progress:
+        with progress.item("a"):
+            ticking(10)
+        with progress.item("b"):
+            assert progress.remaining() == 30.0  # just started: b, c and d at 10 s each
+            ticking(4)
+            assert progress.remaining() == 26.0
+            ticking(86)  # b runs far past the mean: c and d still take 10 s each
+            assert progress.remaining() == 20.0
+
+
 def test_no_estimate_before_an_item_is_trained(ticking):
     with Progress("job", ["a", "b"], live=False) as progress:
         assert progress.remaining() is None

@@ -87,10 +87,12 @@ def destinations(options: BenchOptions) -> tuple[Path, Path]:
         results, page = QUICK_OUTPUT / "bench.json", QUICK_OUTPUT / "benchmarks.md"
     else:
         results, page = RESULTS, PAGE
-    if options.quick and page.resolve() == PAGE.resolve():
+    if options.quick and (
+        page.resolve() == PAGE.resolve() or results.resolve() == RESULTS.resolve()
+    ):
         raise Seq2FinalError(
-            f"--output {options.output}: a quick run never writes {PAGE} (the measured page); "
-            "name another folder"
+            f"--output {options.output}: a quick run never writes {PAGE} or {RESULTS} (the "
+            "measured page and its figures); name another folder"
         )
     return results, page
 

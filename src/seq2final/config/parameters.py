@@ -69,7 +69,7 @@ class EvaluateOptions(StrictModel):
 class VisualizeOptions(StrictModel):
     """``visualize`` block: how finely paths are sampled and how many test images SVCCA uses."""
 
-    interpolation_points: int = Field(default=21, ge=2)
+    interpolation_points: int = Field(default=11, ge=2)
     svcca_images: int = Field(default=500, ge=10)
 
 
@@ -99,7 +99,7 @@ class RunParameters(StrictModel):
     method: Annotated[str | list[str] | None, AfterValidator(_methods)] = None
     historical: Annotated[str | None, AfterValidator(HISTORICAL_MODES.validate)] = None
     final: Annotated[str | None, AfterValidator(FINAL_MODES.validate)] = None
-    budget: str = "default"
+    budget: str = "tour"
     force: bool = False
     protocol: Annotated[str, AfterValidator(PROTOCOLS.validate)] = "final"
     protocol_options: ProtocolOptions = ProtocolOptions()

@@ -11,8 +11,9 @@ them runs trials of epochs. :class:`Progress` follows all of it:
   when it ends, with the same numbers, so that a log file says where a run is and ``grep``
   finds every job by name.
 
-The estimate is the mean time of the items trained so far times the items left; items reused
-from an earlier run take no time and are left out of the mean.
+The estimate is the mean time of the items trained so far for each item still to start, plus
+what the mean leaves of the current one (nothing once it runs longer than the mean); items
+reused from an earlier run take no time and are left out of the mean.
 
 Code deep in a fit reports through :func:`current` (a context variable, so nested fits and the
 stores need not hand a reporter down through every call); outside a :class:`Progress` it is a
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich import progress as rich_progress
+from rich import text as rich_text
 
 log = logging.getLogger(__name__)
 
@@ -106,13 +108,11 @@ class Progress:
                 rich_progress.BarColumn(bar_width=20),
                 rich_progress.MofNCompleteColumn(),
                 rich_progress.TextColumn("{task.fields[where]}"),
-                rich_progress.TextColumn("[dim]{task.fields[times]}"),
+                _TimesColumn(self),
                 console=self.console,
                 transient=True,
             )
-            self._task = self._display.add_task(
-                f"{self.kind}s", total=len(self.names), where="", times=""
-            )
+            self._task = self._display.add_task(f"{self.kind}s", total=len(self.names), where="")
             self._display.start()
         self._token = _CURRENT.set(self)
         return self
@@ -126,15 +126,16 @@ class Progress:
         return time.perf_counter() - self._started
 
     def remaining(self) -> float | None:
-        """Seconds left: the mean time of the items trained so far for each item not finished,
-        less the time the current one has run; None before the first item is trained."""
+        """Seconds left: the mean time of the items trained so far for each item not started,
+        plus what the mean leaves of the current one (a slow item eats only into its own
+        share); None before the first item is trained."""
         if not self._trained:
             return None
-        done = self._index - (self._item_started is not None)
-        left = sum(self._trained) / len(self._trained) * (len(self.names) - done)
+        mean = sum(self._trained) / len(self._trained)
+        left = mean * (len(self.names) - self._index)
         if self._item_started is not None:
-            left -= time.perf_counter() - self._item_started
-        return max(left, 0.0)
+            left += max(mean - (time.perf_counter() - self._item_started), 0.0)
+        return left
 
     def times(self) -> str:
         left = self.remaining()
@@ -151,8 +152,8 @@ class Progress:
         self._fits.clear()
         where = f"{self.kind} {self._index}/{len(self.names)} {name}"
         log.info("%s: started", where)
-        self._show()
         started = self._item_started = time.perf_counter()
+        self._show()
         outcome = Outcome()
         yield outcome
         seconds = time.perf_counter() - started
@@ -212,9 +213,19 @@ class Progress:
         if self._display is None:
             return
         fit = f" · {self._fits[-1].describe()}" if self._fits else ""
-        self._display.update(
-            self._task, advance=advance, where=f"{self._name}{fit}", times=self.times()
-        )
+        self._display.update(self._task, advance=advance, where=f"{self._name}{fit}")
+
+
+class _TimesColumn(rich_progress.ProgressColumn):
+    """Elapsed and left, computed whenever the display redraws (several times a second), so the
+    clock runs through a long epoch instead of stopping between events."""
+
+    def __init__(self, progress: Progress) -> None:
+        super().__init__()
+        self.progress = progress
+
+    def render(self, task: Any) -> Any:
+        return rich_text.Text(self.progress.times(), style="dim")
 
 
 class _Silent:

@@ -106,6 +106,12 @@ def _marks(
     return names, notes, best, reference if reference in scores else None
 
 
+def _row_name(plan: RunPlan, name: str) -> str:
+    """The row a method appears under: a reference given by an alias (``st_b`` on a ConvNet,
+    whose job is ``st_1``) marks its job's row."""
+    return next((job.name for job in plan.jobs if name in job.other_names), name)
+
+
 def result_rows(
     results: Mapping[str, dict[str, Any]], plan: RunPlan, reference: str
 ) -> tuple[dict[str, tuple[str, ...]], str | None, str | None]:
@@ -113,6 +119,7 @@ def result_rows(
     the reference."""
     jobs = {job.name: job for job in plan.jobs}
     scores = {name: results[job.key]["test_accuracy"] for name, job in jobs.items()}
+    reference = _row_name(plan, reference)
     names, notes, best, shown_reference = _marks(scores, reference)
     rows = {}
     for name in names:
@@ -141,6 +148,7 @@ def protocol_rows(
     for record in records:
         seconds[shown_name(record)] = seconds.get(shown_name(record), 0.0) + record["wall_seconds"]
     by_name = {row["method"]: row for row in scores}
+    reference = _row_name(plan, reference)
     names, notes, best, shown_reference = _marks(
         {name: row[chosen.headline_report] for name, row in by_name.items()}, reference
     )
