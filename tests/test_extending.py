@@ -20,6 +20,7 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 TEXT = PAGE.read_text()
 FILES = dict(re.findall(r"```\w+\n# file: (\S+)\n(.*?)```", TEXT, re.S))
 (RUN,) = re.findall(r"```bash\n# run\n(.*?)\n```", TEXT, re.S)
+(RUN_METHODS,) = re.findall(r"```bash\n# run methods\n(.*?)\n```", TEXT, re.S)
 
 
 def test_the_page_holds_a_plugin_package_its_configuration_and_the_command():
@@ -27,6 +28,12 @@ def test_the_page_holds_a_plugin_package_its_configuration_and_the_command():
     assert modules == {"__init__", "methods", "shifts", "architectures", "sources"}
     assert "conf/local/parameters_my_lab.yml" in FILES
     assert RUN.startswith("kedro run --params ")
+    methods = {Path(name).stem for name in FILES if name.startswith("my_methods/")}
+    assert methods == {"__init__", "vrex", "lwf", "phased"}
+    assert "conf/my_methods/parameters_my_methods.yml" in FILES
+    assert RUN_METHODS.startswith("kedro run --env my_methods --params ")
+    lines = len(FILES["my_methods/vrex.py"].splitlines())
+    assert f"Adding V-REx took one file of {lines} lines" in TEXT  # the page's count is its own
 
 
 def test_the_plugin_uses_public_names_only():
@@ -35,8 +42,9 @@ def test_the_plugin_uses_public_names_only():
         (package, name.strip())
         for name_, text in FILES.items()
         if name_.endswith(".py")
-        for package, names in re.findall(r"^from (seq2final\S*) import (.*)$", text, re.M)
-        for name in names.split(",")
+        for package, names in re.findall(r"^from (seq2final\S*) import (\([^)]*\)|.*)$", text, re.M)
+        for name in names.strip("()").split(",")
+        if name.strip()
     ]
     assert imports
     for package, name in imports:
@@ -44,23 +52,53 @@ def test_the_plugin_uses_public_names_only():
         assert name in importlib.import_module(package).__all__, (package, name)
 
 
-@pytest.fixture(scope="module")
-def plugin_run(tmp_path_factory, copy_project_to) -> Path:
-    """The page's package in a folder of its own, the page's config in a copy of the project, and
-    the page's command run there (budget smoke, tracking off) in a fresh process."""
+def _run_page(run: str, tmp_path_factory, copy_project_to) -> Path:
+    """The page's packages in a folder of their own, the page's config in a copy of the project,
+    and the page's command ``run`` there (budget smoke, tracking off) in a fresh process."""
     outside = tmp_path_factory.mktemp("outside")
     project = copy_project_to(tmp_path_factory.mktemp("project"))
     for name, text in FILES.items():
         target = (project if name.startswith("conf/") else outside) / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    command = shlex.split(RUN)
+    command = shlex.split(run)
     command[0] = str(Path(sys.executable).with_name("kedro"))
     command[-1] += ",budget:smoke,mlflow.enabled:false"
-    env = {**os.environ, "PYTHONPATH": str(outside), "KEDRO_DISABLE_TELEMETRY": "1"}
+    path = os.pathsep.join(filter(None, [str(outside), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "KEDRO_DISABLE_TELEMETRY": "1"}
     result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     return project
+
+
+@pytest.fixture(scope="module")
+def plugin_run(tmp_path_factory, copy_project_to) -> Path:
+    return _run_page(RUN, tmp_path_factory, copy_project_to)
+
+
+@pytest.fixture(scope="module")
+def methods_run(tmp_path_factory, copy_project_to) -> Path:
+    return _run_page(RUN_METHODS, tmp_path_factory, copy_project_to)
+
+
+def test_the_three_methods_of_three_kinds_train_end_to_end(methods_run):
+    records = {}
+    for path in (methods_run / "data/07_model_output/results").glob("*.json"):
+        record = json.loads(path.read_text())
+        records[record["method"]] = record
+    assert {name: (r["historical"], r["final"]) for name, r in records.items()} == {
+        "vrex_ft": ("vrex", "ft"),
+        "lwf": ("sequential_lwf", "lwf"),
+        "fresh_head": ("erm", "fresh_head_ft"),
+    }
+    params = records["lwf"]["fits"][0]["params"]  # the final fit: lr drawn, the rest fixed
+    assert 1e-5 <= params.pop("lr") <= 1e-3
+    assert params == {"lwf_lambda": 1.0, "lwf_temperature": 2.0}
+    log = (methods_run / "logs/info.log").read_text()
+    drawn = re.findall(r" vrex: valid [\d.]+ \(.*\) with lr=\S+, vrex_lambda=([\d.e+-]+)", log)
+    assert drawn and 0.1 <= float(drawn[0]) <= 100.0  # the term's own value, from its space
+    steps = re.findall(r"sequential_lwf · (step\d): valid .* lwf_lambda=1, lwf_temperature=2", log)
+    assert steps == ["step1", "step2"]  # every step of the chain distils its predecessor
 
 
 def test_the_page_command_trains_the_new_method_on_everything_new(plugin_run):

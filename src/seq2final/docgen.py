@@ -21,7 +21,7 @@ from seq2final.data.shifts import SHIFTS
 from seq2final.data.sources import SOURCES
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES, METHODS, MethodRecipe
 from seq2final.models import ARCHITECTURES, build_model, count_parameters, forward_macs
-from seq2final.training.objectives import ANCHOR_WEIGHTS
+from seq2final.training.terms import LOSS_TERMS, AnchorPull
 
 
 def _first_line(obj: Any) -> str:
@@ -109,7 +109,12 @@ def _final_grid(recipe: MethodRecipe, historicals: dict[str, Any], finals: dict[
     continues in its own space, whose λ weights the pull; an SFT chain in its own space with the
     schedule's learning rate at step T; every other method in its final mode's."""
     chain = historicals.get(recipe.historical) or {}
-    if any(weight in (chain.get("space") or {}) for weight in ANCHOR_WEIGHTS):
+    pulls = [
+        t
+        for t in HISTORICAL_MODES[recipe.historical].terms
+        if issubclass(LOSS_TERMS[t], AnchorPull)
+    ]
+    if pulls:
         return f"{_space(chain)} (the chain's own)"
     if chain.get("schedules"):
         return f"{_space(chain)} (the chain's own; each schedule but `none` fixes lr at step T)"

@@ -60,6 +60,16 @@ def _with(base: dict, **overrides):
             "historical_modes.erm.space.dropout 'grid' = []",
         ),
         (
+            {"final_modes.ft.space.irm_penalty": {"grid": [1.0]}},
+            "search space final_modes.ft.space names hyper-parameter(s) irm_penalty that no loss "
+            "term of the mode declares; valid: dropout, lr, weight_decay",
+        ),
+        (
+            {"historical_modes.irm.space.irm_penalty.grid": [-1.0]},
+            "search space historical_modes.irm.space (loss term 'irm') 'irm_penalty' = -1.0: Input "
+            "should be greater than or equal to 0",
+        ),
+        (
             {"training.input_scale": "raw255"},
             "parameter 'training.input_scale' = 'raw255': Input should be 'unit' or 'raw'",
         ),

@@ -8,14 +8,9 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.methods.wild_time import Windows, time_windows, windows_of
 from seq2final.training.engine import Engine, scale_images
 from seq2final.training.mixing import Mixer
-from seq2final.training.objectives import (
-    Batch,
-    HyperParameters,
-    Task,
-    coral_penalty,
-    objective_loss,
-)
+from seq2final.training.objectives import Task, objective_loss
 from seq2final.training.tensors import TensorSplit
+from seq2final.training.terms import Batch, coral_penalty
 
 
 def test_overlapping_windows_slide_back_one_step_and_are_cut_at_step_zero():
@@ -63,7 +58,8 @@ def test_the_coral_objective_adds_lambda_times_the_penalty_to_the_domains_mean_l
     task = Task([TensorSplit(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), torch.zeros(1).long())],
                 TensorSplit(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), torch.zeros(1).long()),
                 objective="coral")  # fmt: skip
-    loss, *_ = objective_loss(model, batches, task, HyperParameters(lr=1e-3, coral=0.9), None)
+    hp = task.hyperparameters({"lr": 1e-3, "coral": 0.9})
+    loss, *_ = objective_loss(model, batches, task, hp, None)
     outputs = [model(x) for x in xs]
     ce = (F.cross_entropy(outputs[0], ys[0]) + F.cross_entropy(outputs[1], ys[1])) / 2
     torch.testing.assert_close(loss, ce + 0.9 * coral_penalty(outputs))
@@ -122,7 +118,7 @@ def test_the_mixup_loss_weighs_each_labels_loss_by_its_share_of_the_image():
     task = Task([TensorSplit(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), torch.zeros(1).long())],
                 TensorSplit(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), torch.zeros(1).long()))  # fmt: skip
     batch = Batch(x, y, None, None, 1.0, None, other, mix)
-    loss, *_ = objective_loss(model, [batch], task, HyperParameters(lr=1e-3), None)
+    loss, *_ = objective_loss(model, [batch], task, task.hyperparameters({"lr": 1e-3}), None)
     logits = model(x)
     expected = 0.3 * F.cross_entropy(logits, y) + 0.7 * F.cross_entropy(logits, other)
     torch.testing.assert_close(loss, expected)
@@ -181,7 +177,7 @@ def test_each_time_window_domain_holds_exactly_its_steps_training_images(overlap
         False: [[(3, 4), (1, 2), (0,)], [(4, 5), (2, 3), (0, 1)]],
     }[overlapping]
     for task, windows in zip(ctx.tasks, expected, strict=True):
-        assert task.objective == "coral"
+        assert task.objective.name == "coral"
         assert [sorted(d.x[:, 0, 0, 0].tolist()) for d in task.domains] == [
             sorted(10 * t + i for t in window for i in range(t + 2)) for window in windows
         ]

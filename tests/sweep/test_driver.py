@@ -6,7 +6,7 @@ from pathlib import Path
 
 from seq2final.sweep.driver import PRIORITY, Sweep, architecture_order
 from seq2final.sweep.graph import Stores, SweepRequest
-from seq2final.sweep.work import Task
+from seq2final.sweep.work import PipelineRun
 
 
 class RecordingClient:
@@ -32,7 +32,7 @@ def test_states_then_long_jobs_then_final_step_jobs_each_largest_first():
     sweep._arch_rank = architecture_order(request.archs)
 
     def submit(name: str, kind: str, arch: str, free: bool = False) -> None:
-        sweep._submit(Task(kind, name, "p", {"arch": arch}, "log"), training=True, free=free)
+        sweep._submit(PipelineRun(kind, name, "p", {"arch": arch}, "log"), training=True, free=free)
 
     submit("state small", "state", "convnet_1")
     submit("state large", "state", "resnet_4")

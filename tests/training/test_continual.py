@@ -8,14 +8,18 @@ from torch import nn
 from seq2final.training import loop as training
 from seq2final.training.continual import (
     EpisodicMemory,
+    GradientProjection,
     PathIntegral,
+    PathTracking,
     project_conflicting,
     reservoir_indices,
     si_importance,
 )
 from seq2final.training.engine import Engine, scale_images
+from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import fit
-from seq2final.training.objectives import HyperParameters, Task
+from seq2final.training.mixing import BatchMixing
+from seq2final.training.objectives import Task
 from seq2final.training.tensors import TensorSplit
 
 pytestmark = pytest.mark.usefixtures("float64")
@@ -84,7 +88,7 @@ def test_a_fit_returns_the_path_integral_up_to_its_selected_epoch(monkeypatch):
     monkeypatch.setattr(training, "_validate", lambda *args: (0.0, next(curve)))
     data = _data()
     model, replay = _toy(), _toy()
-    task = Task([data], data, track_path=True)
+    task = Task([data], data, callbacks=[PathTracking()])
     result = fit(model, task, HyperParameters(lr=0.05), ENGINE, 4, seed=0)
     assert result.best_epoch == 2 and result.epochs == 4
     optimizer = torch.optim.Adam(replay.parameters(), lr=0.05)
@@ -98,14 +102,14 @@ def test_a_fit_returns_the_path_integral_up_to_its_selected_epoch(monkeypatch):
         optimizer.step()
         for name, p in replay.named_parameters():
             by_hand[name] -= grads[name] * (p.detach() - before[name])
-    for name, value in result.path_integral.items():
+    for name, value in result.extras["path_integral"].items():
         assert torch.allclose(value.double(), by_hand[name], atol=1e-6), name
     # and the selected weights are the replay's after those two steps
     for (name, p), (_, q) in zip(model.named_parameters(), replay.named_parameters(), strict=True):
         assert torch.allclose(p, q, atol=1e-10), name
     monkeypatch.undo()
     plain = fit(_toy(), Task([data], data), HyperParameters(lr=0.05), ENGINE, 0, seed=0)
-    assert plain.path_integral is None  # tracked only when asked
+    assert plain.extras == {}  # tracked only when asked
 
 
 def test_the_reservoir_keeps_everything_until_full_then_each_item_with_equal_chance():
@@ -183,10 +187,11 @@ def test_the_loop_projects_against_the_whole_memory_when_the_reference_batch_cov
         assert torch.allclose(p.grad, e, atol=1e-12)
 
 
-def test_si_and_agem_fits_train_their_trials_one_at_a_time():
-    from seq2final.training.fused import fusable
-
+def test_si_agem_mixing_and_coral_fits_train_their_trials_one_at_a_time():
     data = _data()
-    assert fusable(Task([data], data))
-    assert not fusable(Task([data], data, track_path=True))
-    assert not fusable(Task([data], data, memory=data))
+    assert Task([data], data).fusable
+    assert Task([data, data], data, objective="irm").fusable
+    assert not Task([data], data, callbacks=[PathTracking()]).fusable
+    assert not Task([data], data, callbacks=[GradientProjection(data, 4)]).fusable
+    assert not Task([data], data, callbacks=[BatchMixing("mixup", 2.0)]).fusable
+    assert not Task([data, data], data, objective="coral").fusable

@@ -3,9 +3,11 @@
 import torch
 from torch import nn
 
+from seq2final.training.continual import GradientProjection
 from seq2final.training.engine import Engine
 from seq2final.training.flops import FitCost, counted_flops, fit_cost
-from seq2final.training.objectives import HyperParameters, Task
+from seq2final.training.hyperparameters import HyperParameters
+from seq2final.training.objectives import Task
 from seq2final.training.tensors import TensorSplit
 
 # a 3→4-channel 3×3 convolution (padding 1) on 8×8 images, then a linear layer 256 → 2
@@ -48,7 +50,7 @@ def test_an_agem_fit_also_pays_a_reference_gradient_on_its_memory_every_step():
     task = Task([_split(10)], _split(6))
     engine = Engine(batch_size=4)  # 3 steps an epoch
     plain = fit_cost(_model(), task, HyperParameters(lr=1e-3), engine)
-    memory = Task([_split(10)], _split(6), memory=_split(20), memory_batch=5)
+    memory = Task([_split(10)], _split(6), callbacks=[GradientProjection(_split(20), 5)])
     agem = fit_cost(_model(), memory, HyperParameters(lr=1e-3), engine)
     assert agem.train_epoch - plain.train_epoch == 3 * 5 * (2 * CONV + 3 * LINEAR)
     assert (agem.valid_pass, agem.per_image) == (plain.valid_pass, plain.per_image)

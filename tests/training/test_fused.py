@@ -9,6 +9,7 @@ import torch
 from seq2final.models import JointModel, build_model
 from seq2final.training import Engine, HyperParameters, Task, fit
 from seq2final.training.fused import FusedTrial, fit_fused
+from seq2final.training.terms import Adjacency, Ewc
 
 EPOCHS = 3
 
@@ -78,7 +79,8 @@ def test_fused_equals_single_fits_on_the_gpu(arch, learnable):
 @pytest.mark.parametrize("objective", ["dro", "irm"])
 def test_fused_equals_single_fits_for_multi_domain_objectives(objective, learnable):
     task = Task([learnable(100), learnable(60, seed=2)], learnable(60, seed=1), objective=objective)
-    hps = [HyperParameters(lr=3e-3, irm_penalty=2.0), HyperParameters(lr=1e-3, irm_penalty=0.5)]
+    penalties = [{"irm_penalty": 2.0}, {"irm_penalty": 0.5}] if objective == "irm" else [{}, {}]
+    hps = [HyperParameters(lr=3e-3, **penalties[0]), HyperParameters(lr=1e-3, **penalties[1])]
     build = lambda: build_model("convnet_2", 10)  # noqa: E731
     assert_same_fits(*single_and_fused(build, task, hps=hps, seeds=[4, 5]))
 
@@ -93,7 +95,7 @@ def test_fused_equals_single_fits_with_ewc_anchors(learnable):
     anchor = build_model("convnet_1", 10)
     values = {n: p.detach().clone() for n, p in anchor.named_parameters()}
     fisher = {n: torch.rand_like(p) for n, p in anchor.named_parameters()}
-    task = Task([learnable()], learnable(60, seed=1), anchors=[(values, fisher)])
+    task = Task([learnable()], learnable(60, seed=1), terms=[Ewc([(values, fisher)])])
     hps = [HyperParameters(lr=3e-3, ewc_lambda=10.0), HyperParameters(lr=3e-3, ewc_lambda=0.1)]
     build = lambda: build_model("convnet_1", 10)  # noqa: E731
     assert_same_fits(*single_and_fused(build, task, hps=hps, seeds=[4, 4]))
@@ -105,7 +107,8 @@ def test_fused_equals_single_fits_for_the_joint_model(mode, learnable):
     the adjacency term; ``side_tune`` trains a side module beside frozen earlier ones. On
     ``convnet_1``, for the reason given in the EWC test (adjacency pulls as EWC does)."""
     task = Task([learnable(100), learnable(100, seed=2)], learnable(60, seed=1), objective="joint",
-                steps=[0, 1], valid_step=1, step_weights=[1.0, 3.0])  # fmt: skip
+                steps=[0, 1], valid_step=1, step_weights=[1.0, 3.0],
+                terms=[Adjacency()])  # fmt: skip
     layers = [["conv1", "fc"]]
 
     def build():

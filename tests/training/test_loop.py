@@ -11,9 +11,11 @@ from seq2final.models import JointModel, build_model
 from seq2final.training import loop as training
 from seq2final.training import objectives
 from seq2final.training.engine import Engine, scale_images
+from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import fit
-from seq2final.training.objectives import HyperParameters, Task, fisher_information, irm_penalty
+from seq2final.training.objectives import Task, fisher_information
 from seq2final.training.tensors import TensorSplit
+from seq2final.training.terms import Adjacency, Batch, anchor_penalty, irm_penalty
 
 ENGINE = Engine(batch_size=8, eval_batch_size=16)
 
@@ -113,13 +115,13 @@ def test_dro_back_propagates_only_the_worst_domain():
     hard.y = (hard.y + 1) % 3
 
     def batch(d):
-        return objectives.Batch(scale_images(d.x, ENGINE), d.y, None, None, 1.0)
+        return Batch(scale_images(d.x, ENGINE), d.y, None, None, 1.0)
 
     losses = [float(F.cross_entropy(model(batch(d).x), d.y)) for d in (easy, hard)]
     worst = (easy, hard)[losses.index(max(losses))]
     task = Task([easy, hard], easy, objective="dro")
     loss, *_ = objectives.objective_loss(
-        model, [batch(easy), batch(hard)], task, HyperParameters(lr=1.0), None
+        model, [batch(easy), batch(hard)], task, task.hyperparameters({"lr": 1.0}), None
     )
     loss.backward()
     got = [p.grad.clone() for p in model.parameters()]
@@ -151,7 +153,7 @@ def test_ewc_pulls_towards_its_anchor():
     values = {n: p.detach().clone() + 1.0 for n, p in model.named_parameters()}
     fisher = {n: torch.full_like(p, 2.0) for n, p in model.named_parameters()}
     count = sum(p.numel() for p in model.parameters())
-    assert float(objectives.ewc_penalty(model, [(values, fisher)])) == pytest.approx(2.0 * count)
+    assert float(anchor_penalty(model, [(values, fisher)])) == pytest.approx(2.0 * count)
 
 
 def test_a_huge_adjacency_penalty_makes_step_modules_nearly_equal(monkeypatch):
@@ -166,6 +168,7 @@ def test_a_huge_adjacency_penalty_makes_step_modules_nearly_equal(monkeypatch):
             objective="joint",
             steps=[0, 1, 2],
             valid_step=2,
+            terms=[Adjacency()],
         )
         fit(model, task, HyperParameters(lr=0.02, adjacency=adjacency), ENGINE, 8, seed=0)
         return float(model.adjacency_norm()) / initial
@@ -218,8 +221,15 @@ def test_a_compiled_fit_matches_the_eager_one_and_compiles_once_for_a_whole_stud
 
 
 def test_bad_hyper_parameters_name_the_valid_values():
-    with pytest.raises(ValueError, match="unknown hyper-parameter"):
-        HyperParameters.from_dict({"lr": 1.0, "momentum": 0.9})
+    task = Task([_data()], _data(seed=1), objective="irm")
+    with pytest.raises(ValueError, match=r"unknown hyper-parameter\(s\) momentum; valid: dropout, "
+                       r"irm_penalty, lr, weight_decay$"):  # fmt: skip
+        task.hyperparameters({"lr": 1.0, "momentum": 0.9})
+    with pytest.raises(ValueError, match="irm_penalty' = -1.0: Input should be greater than or"):
+        task.hyperparameters({"lr": 1.0, "irm_penalty": -1.0})
+    assert task.hyperparameters({"lr": 0.5}) == HyperParameters(
+        lr=0.5, dropout=0.0, irm_penalty=1.0, weight_decay=0.0
+    )  # the defaults the terms declare
 
 
 def test_raw_input_scale_feeds_0_to_255():
@@ -243,7 +253,7 @@ def _batches(*datas, steps=None, weights=None):
     steps = steps or [None] * len(datas)
     weights = weights or [1.0] * len(datas)
     return [
-        objectives.Batch(scale_images(d.x, ENGINE), d.y, None, t, c)
+        Batch(scale_images(d.x, ENGINE), d.y, None, t, c)
         for d, t, c in zip(datas, steps, weights, strict=True)
     ]
 
@@ -254,7 +264,11 @@ def test_joint_loss_weights_steps_and_divides_by_their_number():
     a, b = _data(6, size=16), _data(6, seed=5, size=16)
     task = Task([a, b], a, objective="joint", steps=[0, 1], step_weights=[1.0, 3.0])
     loss, *_ = objectives.objective_loss(
-        model, _batches(a, b, steps=[0, 1], weights=[1.0, 3.0]), task, HyperParameters(lr=1.0), None
+        model,
+        _batches(a, b, steps=[0, 1], weights=[1.0, 3.0]),
+        task,
+        task.hyperparameters({"lr": 1.0}),
+        None,
     )
     model.eval()  # no dropout in the model; BN in train mode in both computations
     model.train()
@@ -266,7 +280,7 @@ def test_irm_loss_sums_domains_each_with_its_weighted_penalty():
     model = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
     a, b = _data(6, size=2), _data(6, seed=4, size=2)
     task = Task([a, b], a, objective="irm")
-    hp = HyperParameters(lr=1.0, irm_penalty=2.5)
+    hp = task.hyperparameters({"lr": 1.0, "irm_penalty": 2.5})
     loss, *_ = objectives.objective_loss(
         model, _batches(a, b), task, hp, torch.Generator().manual_seed(1)
     )

@@ -22,8 +22,9 @@ import torch.nn.functional as F
 
 from seq2final.models import build_model, squared_weight_norm
 from seq2final.training.engine import Engine, autocast, scale_images
+from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import fit
-from seq2final.training.objectives import HyperParameters, Task
+from seq2final.training.objectives import Task
 from seq2final.training.tensors import TensorSplit
 
 HP = HyperParameters(lr=1e-3, weight_decay=1e-4, dropout=0.5)

@@ -21,8 +21,9 @@ from seq2final.bench.fit_speed import alternating_medians, synchronize, syntheti
 from seq2final.models import build_model
 from seq2final.training.engine import Engine
 from seq2final.training.fused import FusedTrial, fit_fused
+from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import fit
-from seq2final.training.objectives import HyperParameters, Task
+from seq2final.training.objectives import Task
 
 
 def trials_of(width: int) -> list[FusedTrial]:

@@ -39,8 +39,9 @@ from seq2final.runs.planner import plan_run
 from seq2final.runs.recipes import JobRecipe, StateRecipe, historical_costs
 from seq2final.training.engine import Engine, predict_logits
 from seq2final.training.fused import fit_fused
+from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import fit
-from seq2final.training.objectives import HyperParameters, Task
+from seq2final.training.objectives import Task
 from seq2final.training.search import SearchSpace
 
 PAPER_SEQUENCES = ("clr", "rcl", "rrr", "ttt", "sss")

@@ -31,8 +31,9 @@ from seq2final.data.sequence import ShiftSequence
 from seq2final.models import build_model
 from seq2final.runs.keys import digest
 from seq2final.training.engine import Engine, accuracy
+from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import fit
-from seq2final.training.objectives import HyperParameters, Task
+from seq2final.training.objectives import Task
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.tuner import Tuned, Tuner
@@ -43,14 +44,16 @@ HISTORY_HP = HyperParameters(lr=1e-3, weight_decay=1e-4, dropout=0.0)
 """The fixed ERM fit of the historical steps that FT continues (the same model for every
 budget: what is measured is the final fit's search, not the history's)."""
 
-LATER_PENALTIES = ("coral", "si_c")
-"""Penalties added to :class:`HyperParameters` after the measurement's first studies were
-keyed: left out of the keys while off, so that adding one does not orphan hours of results."""
+KEYED_PENALTIES = {"irm_penalty": 1.0, "ewc_lambda": 0.0, "adjacency": 0.0}
+"""The penalties every fit's hyper-parameters held, at these values, when the measurement's first
+studies were keyed. Any hyper-parameter declared since is keyed only while it is on, so that
+adding one does not orphan hours of results."""
 
 
 def history_key(hp: HyperParameters = HISTORY_HP) -> dict[str, float]:
     """The history fit's hyper-parameters as the study keys hold them."""
-    return {k: v for k, v in vars(hp).items() if k not in LATER_PENALTIES or v != 0.0}
+    own = {"lr", "weight_decay", "dropout", *KEYED_PENALTIES}
+    return {**KEYED_PENALTIES, **{k: v for k, v in hp.items() if k in own or v != 0.0}}
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ def run_budget(
         torch.manual_seed(derived_seed(seed, "init"))  # every trial starts from the same init
         model = make_model()
         result = fit(
-            model, task, HyperParameters.from_dict(params), engine, budget.max_epochs,
+            model, task, HyperParameters(params), engine, budget.max_epochs,
             trial_seed, report,
         )  # fmt: skip
         return result, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}

@@ -7,7 +7,7 @@ the parameters (a project hook) and raises one line on the first problem.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -28,8 +28,9 @@ from seq2final.protocols import (
     runnable,
     sequence_options,
 )
-from seq2final.training.objectives import HyperParameters
+from seq2final.training.hyperparameters import complete, declared
 from seq2final.training.search import SearchSpace, get_budget
+from seq2final.training.terms import LOSS_TERMS
 
 
 def validate_parameters(parameters: Mapping[str, Any]) -> RunParameters:
@@ -151,7 +152,7 @@ def check_mode_configs(
             for key in mode.config_keys:
                 if key not in block:
                     raise Seq2FinalError(f"{where}.{name} needs '{key}'; it has {', '.join(block)}")
-                check_space(block[key], f"{where}.{name}.{key}")
+                check_space(block[key], f"{where}.{name}.{key}", mode.terms)
             if mode.check is not None:
                 mode.check(block, f"{where}.{name}")
             weight = block.get("final_weight", 1.0)
@@ -163,16 +164,23 @@ def check_mode_configs(
                 check_schedules(block, final_step, budget, f"{where}.{name}")
 
 
-def check_space(raw: Mapping[str, Any], where: str) -> SearchSpace:
-    """A search space that parses, names only known hyper-parameters and sets a learning rate."""
+def check_space(raw: Mapping[str, Any], where: str, terms: Sequence[str] = ()) -> SearchSpace:
+    """A search space that parses, sets a learning rate and names only hyper-parameters the fit
+    or the mode's loss terms (``terms``, besides the L2 term every fit has) declare, each value
+    it can take within the declared range."""
     space = SearchSpace.parse(raw, where)
-    known = set(HyperParameters.__dataclass_fields__)
+    schemas = [(f"loss term '{t}'", LOSS_TERMS[t].hyperparameters) for t in ("l2", *terms)]
+    known = declared(schemas)
     unknown = [name for name in space.params if name not in known]
     if unknown:
         raise Seq2FinalError(
-            f"search space {where} names unknown hyper-parameter(s) {', '.join(unknown)}; "
-            f"valid: {', '.join(sorted(known))}"
+            f"search space {where} names hyper-parameter(s) {', '.join(unknown)} that no loss "
+            f"term of the mode declares; valid: {', '.join(sorted(known))}"
         )
     if "lr" not in space.params:
         raise Seq2FinalError(f"search space {where} needs 'lr'")
+    for name, spec in space.params.items():
+        ends = [v for v in (spec.low, spec.high) if v is not None]
+        for value in (*spec.grid, *ends):
+            complete({"lr": 1.0, name: value}, schemas, f"search space {where}")
     return space

@@ -29,12 +29,11 @@ from torch import nn
 
 from seq2final.core.registry import Registry
 from seq2final.methods.context import Context
+from seq2final.training.hyperparameters import declared
+from seq2final.training.terms import LOSS_TERMS, Anchor, AnchorPull, pull_towards
 
 Leaves = Literal["nothing", "model", "side_chain"]
 LEAVES: tuple[Leaves, ...] = ("nothing", "model", "side_chain")
-Anchor = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]
-"""An earlier model's parameters and their weights in the pull towards them: EWC's (θ_k, F_k),
-SI's (θ_{T−1}, Ω)."""
 
 
 @dataclass
@@ -55,6 +54,10 @@ class ModelChain:
     @property
     def last(self) -> nn.Module:
         return self.models[-1]
+
+    def pull(self) -> AnchorPull:
+        """The pull a continuation of the chain trains under (none without anchors)."""
+        return pull_towards(self.anchor_weight, self.anchors)
 
 
 @dataclass
@@ -113,7 +116,8 @@ class HistoricalMode:
     ``side_module``: the kind of side module its chain adds (``one_layer``, ``block``), if any;
     ``block_equivalent``: the mode trained instead on architectures without ``one_layer`` side
     modules (a ConvNet block is one conv + BN already). ``config_keys``: the search spaces its
-    YAML block must hold.
+    YAML block must hold. ``terms``: the registered loss terms its fits use beyond the L2 term
+    every fit has, whose hyper-parameters its spaces may name (checked before any work).
     """
 
     name: str
@@ -125,8 +129,10 @@ class HistoricalMode:
     block_equivalent: str | None = None
     config_keys: tuple[str, ...] = ("space",)
     check: ConfigCheck | None = None
+    terms: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        _check_terms(self.name, self.terms)
         if self.leaves not in LEAVES:
             raise ValueError(
                 f"historical mode '{self.name}': unknown leaves '{self.leaves}'; "
@@ -138,9 +144,9 @@ class HistoricalMode:
 class FinalMode:
     """A way to fit the final step; ``continues_from`` lists what historical modes it follows.
 
-    ``side_module`` and ``block_equivalent`` as for :class:`HistoricalMode`. ``uses_oracle``:
-    it trains on the final step's oracle-size draw, which only a whole sequence has (the views
-    the temporal protocols train on have none).
+    ``side_module``, ``block_equivalent`` and ``terms`` as for :class:`HistoricalMode`.
+    ``uses_oracle``: it trains on the final step's oracle-size draw, which only a whole sequence
+    has (the views the temporal protocols train on have none).
     """
 
     name: str
@@ -152,14 +158,26 @@ class FinalMode:
     config_keys: tuple[str, ...] = ("space",)
     uses_oracle: bool = False
     check: ConfigCheck | None = None
+    terms: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        _check_terms(self.name, self.terms)
         unknown = [kind for kind in self.continues_from if kind not in LEAVES]
         if unknown:
             raise ValueError(
                 f"final mode '{self.name}': unknown continues_from {', '.join(unknown)}; "
                 f"valid: {', '.join(LEAVES)}"
             )
+
+
+def _check_terms(mode: str, terms: tuple[str, ...]) -> None:
+    """A mode names registered loss terms whose hyper-parameters are distinct (with L2's)."""
+    for name in terms:
+        if name not in LOSS_TERMS:
+            raise ValueError(
+                f"mode '{mode}': unknown loss term '{name}'; valid: {', '.join(LOSS_TERMS)}"
+            )
+    declared([(f"loss term '{t}'", LOSS_TERMS[t].hyperparameters) for t in ("l2", *terms)])
 
 
 HISTORICAL_MODES: Registry[HistoricalMode] = Registry("historical mode")

@@ -24,9 +24,9 @@ from seq2final.data.sequence import ShiftSequence
 from seq2final.models import build_model
 from seq2final.training.engine import Engine
 from seq2final.training.flops import fit_cost
-from seq2final.training.fused import FusedTrial, fit_fused, fusable
+from seq2final.training.fused import FusedTrial, fit_fused
 from seq2final.training.loop import FitResult, fit
-from seq2final.training.objectives import HyperParameters, Task
+from seq2final.training.objectives import Task
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.tuner import TrialRun, Tuner
@@ -96,7 +96,7 @@ class Context:
 
         def objective(params, seed, report):
             model = make_model()
-            hp = HyperParameters.from_dict(params)
+            hp = task.hyperparameters(params)
             epochs = self.budget.max_epochs
             progress.epochs(epochs)
             result = fit(model, task, hp, self.engine, epochs, seed, report, progress.epoch)
@@ -104,19 +104,19 @@ class Context:
 
         def fused(runs: list[TrialRun]) -> None:
             trials = [
-                FusedTrial(HyperParameters.from_dict(run.params), run.seed, run.report,
+                FusedTrial(task.hyperparameters(run.params), run.seed, run.report,
                            functools.partial(_finish_on_cpu, run))
                 for run in runs
             ]  # fmt: skip
             models = [make_model() for _ in runs]
             fit_fused(models, task, trials, self.engine, self.budget.max_epochs)
 
-        width = self.engine.fuse_width() if fusable(task) else 1
+        width = self.engine.fuse_width() if task.fusable else 1
         progress = current()
         with progress.fit(stage):
             tuned = self.tuner.tune(f"{self.owner_key}/{stage}", space, objective, fused, width)
         model = make_model()
-        cost = fit_cost(model, task, HyperParameters.from_dict(tuned.params), self.engine)
+        cost = fit_cost(model, task, task.hyperparameters(tuned.params), self.engine)
         model.load_state_dict(tuned.state_dict)
         model.dropout = float(tuned.params.get("dropout", 0.0))
         model.eval()

@@ -40,12 +40,18 @@ from seq2final.methods.base import (
 )
 from seq2final.methods.context import Context, space_of
 from seq2final.methods.final import continue_chains, fine_tune_chain
-from seq2final.training.continual import reservoir_indices, si_importance
+from seq2final.training.continual import (
+    GradientProjection,
+    PathTracking,
+    reservoir_indices,
+    si_importance,
+)
 from seq2final.training.engine import Engine, accuracy, scale_images
 from seq2final.training.loop import clone_model
 from seq2final.training.objectives import Task, parameters_of
 from seq2final.training.search import SearchSpace
 from seq2final.training.tensors import TensorSplit
+from seq2final.training.terms import Anchor, Si
 
 S = TypeVar("S", bound=StrictModel)
 
@@ -96,6 +102,7 @@ def _check_si(config: Mapping[str, Any], where: str) -> None:
     "sequential_si",
     "a sequential chain pulled towards the last step by SI's importance (SI)",
     check=_check_si,
+    terms=("si",),
 )
 def _sequential_si(
     ctx: Context, config: Mapping[str, Any], step0: StepZero | None
@@ -103,22 +110,22 @@ def _sequential_si(
     where = "historical_modes.sequential_si"
     damping = _settings(SISettings, config, where).damping
     space = space_of(config, "space", where)
-    anchors: list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = []
+    anchors: list[Anchor] = []
     models: list[nn.Module] = []
     importance = None
     for t in range(ctx.final_index):
         start = ctx.new_model("step0") if t == 0 else models[-1]
         before = parameters_of(start)
-        task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), anchors=anchors,
-                    anchor_weight="si_c", track_path=True)  # fmt: skip
+        task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), terms=[Si(anchors)],
+                    callbacks=[PathTracking()])  # fmt: skip
         model, fit = ctx.tuned(f"step{t}", space, lambda s=start: clone_model(s), task)
-        assert fit.path_integral is not None
         after = parameters_of(model)
-        importance = si_importance(fit.path_integral, before, after, damping, importance)
+        omega = fit.extras["path_integral"]
+        importance = si_importance(omega, before, after, damping, importance)
         importance = {name: value.to(ctx.device) for name, value in importance.items()}
         anchors = [(after, importance)]
         models.append(model)
-    return {"main": ModelChain(models, space.describe(), anchors, "si_c")}
+    return {"main": ModelChain(models, space.describe(), anchors, Si.weight_name())}
 
 
 # A-GEM ---------------------------------------------------------------------------------------
@@ -166,7 +173,8 @@ def _sequential_agem(
     space = space_of(config, "space", where)
     return {"main": ModelChain(fine_tuned_chain(ctx, step0(), space, lambda t: Task(
         [ctx.split(t, "train")], ctx.split(t, "valid"),
-        memory=episodic_memory(ctx, t, settings.memory), memory_batch=settings.reference_batch,
+        callbacks=[GradientProjection(episodic_memory(ctx, t, settings.memory),
+                                      settings.reference_batch)],
     )))}  # fmt: skip
 
 
@@ -185,7 +193,9 @@ def _agem_final(
     train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
 
     def fit_chain(name: str, chain: ModelChain) -> nn.Module:
-        task = Task([train], valid, memory=memory, memory_batch=settings.reference_batch)
+        task = Task(
+            [train], valid, callbacks=[GradientProjection(memory, settings.reference_batch)]
+        )
         return fine_tune_chain(ctx, config, name, chain, task)
 
     return continue_chains(ctx, state, fit_chain, None)

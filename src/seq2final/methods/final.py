@@ -27,6 +27,7 @@ from seq2final.training.loop import clone_model
 from seq2final.training.objectives import Task
 from seq2final.training.search import SearchSpace
 from seq2final.training.tensors import TensorSplit
+from seq2final.training.terms import Adjacency
 
 
 def stage_name(chain: str, stage: str) -> str:
@@ -104,6 +105,7 @@ for _objective in ("erm", "irm", "dro"):
         f"all_{_objective}",
         f"{_objective.upper()} on all steps 0..T (the final step's validation set selects)",
         ("nothing",),
+        terms=(_objective,),
     )(_all_steps(_objective))
 
 
@@ -127,7 +129,7 @@ def fine_tune_chain(
     the mode's, pulled towards the chain's anchors (EWC's, SI's) as its space's λ says: what
     every final mode that continues a plain model does, whatever else its task adds."""
     space = chain_space(chain, config, "space")
-    task = replace(task, anchors=chain.anchors, anchor_weight=chain.anchor_weight)
+    task = replace(task, terms=[*task.terms, chain.pull()])
     return ctx.tuned_fit(stage_name(name, "final"), space, lambda: clone_model(chain.last), task)
 
 
@@ -144,15 +146,14 @@ def _linear_probe_fine_tune(
     train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
 
     def fit_chain(name: str, chain: ModelChain) -> nn.Module:
-        pull = {"anchors": chain.anchors, "anchor_weight": chain.anchor_weight}
-        probe = Task([train], valid, trainable=["fc"], **pull)
+        probe = Task([train], valid, trainable=["fc"], terms=[chain.pull()])
         head = ctx.tuned_fit(
             stage_name(name, "head"),
             space_of(config, "head_space", "final_modes.lp_ft"),
             lambda: clone_model(chain.last),
             probe,
         )
-        task = Task([train], valid, **pull)
+        task = Task([train], valid, terms=[chain.pull()])
         space = chain_space(chain, config, "space")
         return ctx.tuned_fit(stage_name(name, "all"), space, lambda: clone_model(head), task)
 
@@ -181,12 +182,14 @@ final_mode(
     ("model", "side_chain"),
     side_module="one_layer",
     block_equivalent="side_b",
+    terms=("joint", "adjacency"),
 )(_side_final("one_layer"))
 final_mode(
     "side_b",
     "freeze the historical model, add block side modules with a new stem and head",
     ("model", "side_chain"),
     side_module="block",
+    terms=("joint", "adjacency"),
 )(_side_final("block"))
 
 
@@ -202,6 +205,7 @@ def _joint(mode: str, side_module: str, stem_head: str) -> FinalRunner:
             steps=list(range(steps)),
             valid_step=steps - 1,
             step_weights=weights,
+            terms=[Adjacency()],
         )
 
         def make() -> nn.Module:
@@ -223,6 +227,7 @@ final_mode(
     "joint",
     "one joint model over all steps, separate modules per step, adjacent L2 (JM)",
     ("nothing",),
+    terms=("joint", "adjacency"),
 )(_joint("separate", "block", "separate"))
 final_mode(
     "joint_side_1",
@@ -230,10 +235,12 @@ final_mode(
     ("nothing",),
     side_module="one_layer",
     block_equivalent="joint_side_b",
+    terms=("joint", "adjacency"),
 )(_joint("side_tune", "one_layer", "summed"))
 final_mode(
     "joint_side_b",
     "one joint model over all steps with block side modules (JST-B)",
     ("nothing",),
     side_module="block",
+    terms=("joint", "adjacency"),
 )(_joint("side_tune", "block", "summed"))

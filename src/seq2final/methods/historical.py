@@ -1,6 +1,6 @@
 """The historical modes: what a method learns from steps 0..T−1 before the final step.
 
-Fixes relative to the original (DESIGN §6): I-FT/D-FT pre-train on steps 0..T−1 only, and every
+Fixes relative to the original code (docs/methods.md): I-FT/D-FT pre-train on steps 0..T−1 only, and every
 SFT schedule starts from the same step-0 model (:func:`train_step0`, shared by every sequential
 mode and trained once).
 """
@@ -26,6 +26,7 @@ from seq2final.methods.side_tuning import side_fit
 from seq2final.training.loop import clone_model
 from seq2final.training.objectives import Task, fisher_information, parameters_of
 from seq2final.training.search import SearchSpace
+from seq2final.training.terms import Ewc
 
 HISTORICAL_MODES.add(
     "none",
@@ -62,7 +63,7 @@ for _name, _text in (
     ("irm", "one IRM model on steps 0..T−1, one environment per step"),
     ("dro", "one worst-domain DRO model on steps 0..T−1"),
 ):
-    historical_mode(_name, _text)(_one_model(_name))
+    historical_mode(_name, _text, terms=(_name,))(_one_model(_name))
 
 
 @historical_mode(
@@ -93,6 +94,7 @@ def _sequential(
     "sequential_ewc",
     "a sequential chain with EWC towards every earlier step (EWC)",
     uses_step0=True,
+    terms=("ewc",),
 )
 def _sequential_ewc(
     ctx: Context, config: Mapping[str, Any], step0: StepZero | None
@@ -108,7 +110,7 @@ def _sequential_ewc(
     ]
     for t in range(1, ctx.final_index):
         start = models[-1]
-        task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), anchors=list(anchors))
+        task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), terms=[Ewc(anchors)])
         model = ctx.tuned_fit(f"step{t}", space, lambda s=start: clone_model(s), task)
         models.append(model)
         data = ctx.split(t, "train").to(ctx.device)
@@ -137,6 +139,7 @@ historical_mode(
     side_module="one_layer",
     uses_step0=True,
     block_equivalent="sequential_side_b",
+    terms=("joint", "adjacency"),
 )(_sequential_side("one_layer"))
 historical_mode(
     "sequential_side_b",
@@ -144,6 +147,7 @@ historical_mode(
     leaves="side_chain",
     side_module="block",
     uses_step0=True,
+    terms=("joint", "adjacency"),
 )(_sequential_side("block"))
 
 

@@ -2,7 +2,7 @@
 
 The paper tries six schedules (none, two linear, three exponential) and reports the best; every
 schedule starts from the same step-0 model, and the chosen one is picked on the final step's
-validation accuracy (DESIGN §6), never on test.
+validation accuracy (docs/methods.md), never on test.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Side-tuning one more step: freeze what came before, add side modules, fit the new step.
 
-ST, SST and the side final modes all grow a joint model by one step at a time (reference §2.8):
+ST, SST and the side final modes all grow a joint model by one step at a time, as in the original code:
 the previous model's modules are loaded and frozen, the new step gets side modules on its blocks
 and a re-learned stem and head, and only those train.
 """
@@ -13,6 +13,7 @@ from seq2final.methods.context import Context
 from seq2final.models import JointModel, layer_names
 from seq2final.training.objectives import Task
 from seq2final.training.search import SearchSpace
+from seq2final.training.terms import Adjacency
 
 
 def extended_model(ctx: Context, previous: nn.Module, side_module: str) -> JointModel:
@@ -43,6 +44,7 @@ def side_fit(
         objective="joint",
         steps=[steps - 1],
         valid_step=steps - 1,
+        terms=[Adjacency()],
     )
     return ctx.tuned_fit(
         stage,

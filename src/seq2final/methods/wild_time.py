@@ -31,6 +31,7 @@ from seq2final.methods.base import (
     method,
 )
 from seq2final.methods.context import Context, space_of
+from seq2final.training.mixing import BatchMixing
 from seq2final.training.objectives import Task
 from seq2final.training.tensors import TensorSplit
 
@@ -87,7 +88,7 @@ def _task(
         ]
         return Task(domains, valid, objective=kind)
     pooled = TensorSplit.concat([ctx.split(t, "train") for t in range(last + 1)])
-    return Task([pooled], valid, mixing=kind, mix_alpha=mix_alpha(config, where))
+    return Task([pooled], valid, callbacks=[BatchMixing(kind, mix_alpha(config, where))])
 
 
 def _check(kind: str):  # noqa: ANN202 - a checker of one mode's block
@@ -136,8 +137,12 @@ _TEXTS = {
 
 for _kind, (_text, _column, _citation) in _TEXTS.items():
     _name = _NAMES[_kind]
-    historical_mode(_name, f"{_text}, on steps 0..T−1", check=_check(_kind))(_historical(_kind))
-    final_mode(f"all_{_name}", f"{_text}, on all steps 0..T", ("nothing",), check=_check(_kind))(
-        _final(_kind)
+    _terms = (_kind,) if _kind in ("coral", "irm", "dro") else ()
+    historical_mode(_name, f"{_text}, on steps 0..T−1", check=_check(_kind), terms=_terms)(
+        _historical(_kind)
     )
+    final_mode(
+        f"all_{_name}", f"{_text}, on all steps 0..T", ("nothing",), check=_check(_kind),
+        terms=_terms,
+    )(_final(_kind))  # fmt: skip
     method(_name, "none", f"all_{_name}", _column, None, _citation)

@@ -35,7 +35,7 @@ STEM_CHANNELS = 64
 DENSE_GROWTH_RATE = 32
 DENSE_BOTTLENECK_SIZE = 4
 
-# Block widths and strides shared by ConvNet and ResNet (reference §2.1), keyed by block count.
+# Block widths and strides shared by ConvNet and ResNet in the original code, keyed by block count.
 _BLOCK_CHANNELS: dict[int, list[tuple[int, int]]] = {
     1: [(64, 512)],
     2: [(64, 128), (128, 512)],
@@ -43,7 +43,7 @@ _BLOCK_CHANNELS: dict[int, list[tuple[int, int]]] = {
     4: [(64, 64), (64, 128), (128, 256), (256, 512)],
 }
 _BLOCK_STRIDES: dict[int, list[int]] = {1: [2], 2: [2, 2], 3: [2, 2, 2], 4: [1, 2, 2, 2]}
-# Dense layers per block (reference §2.4); Dense-4 is DenseNet-121's layout.
+# Dense layers per block, as in the original code; Dense-4 is DenseNet-121's layout.
 _DENSE_LAYERS: dict[int, list[int]] = {1: [16], 2: [6, 16], 3: [6, 12, 16], 4: [6, 12, 24, 16]}
 
 PARAMETER_CONVENTIONS = ("paper", "all", "trainable")
@@ -182,7 +182,7 @@ def _resnet_layer(in_channels: int, out_channels: int, stride: int) -> nn.Sequen
 def _plain_blocks(
     block: Callable[[int, int, int], nn.Module],
 ) -> Callable[[str, str, int, int, float], BlockModel]:
-    """A builder of the ConvNet/ResNet layout (reference §2.1): the stem, ``num_blocks`` blocks
+    """A builder of the ConvNet/ResNet layout of the original code: the stem, ``num_blocks`` blocks
     with the shared widths and strides, each made by ``block(in, out, stride)``, and the head."""
 
     def build(

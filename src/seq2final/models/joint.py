@@ -1,6 +1,6 @@
 """The joint model: one network per time step, sharing layers wherever a step adds nothing new.
 
-JM, ST, SST and JST (reference §2.8) are all this one structure. Each layer (``conv1``,
+JM, ST, SST and JST (docs/methods.md) are all this one structure. Each layer (``conv1``,
 ``layer1`` ... ``layerK``, ``fc``) holds a list of modules over time; at every step ``t >= 1`` the
 layers named in ``new_layers_per_step[t - 1]`` get a new module, and ``module_path[t][layer]`` is
 the index of the module step ``t`` uses (a running count of new modules).

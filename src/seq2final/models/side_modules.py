@@ -1,7 +1,7 @@
 """Side modules: small trainable modules whose output is added to a frozen block's output.
 
 Side-tuning (ST, SST, JST in the paper) keeps an earlier model's block fixed and learns only an
-additive correction at each new time step. The original code offers two kinds (reference §2.7):
+additive correction at each new time step. The original code offers two kinds:
 
 * ``one_layer``: one 3x3 conv + BN without ReLU, shaped like the block's input and output (for
   DenseNet, the block *and* its transition, so stride 2 except for the last block);

@@ -1,6 +1,6 @@
 """Weight-space paths between models, for the interpolation plots and interpolation methods.
 
-Two fixes relative to the original helpers (reference §2.9), both so that a path's endpoints are
+Two fixes relative to the original code's helpers, both so that a path's endpoints are
 the models it claims to connect:
 
 * :func:`interpolate` blends *every* floating tensor of the state dict, BN running statistics

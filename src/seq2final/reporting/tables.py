@@ -4,10 +4,10 @@ Two layouts (paper §4 and Appendix E):
 
 * **Table 2** (main text): one value per method, the mean over architectures; bold when within
   ``tolerance`` of the best non-oracle mean, italic when within ``tolerance`` of (or above) the
-  oracle mean. The original code never implemented this rule (reference §4.3); it is written here
+  oracle mean. The original code never implemented this rule; it is written here
   from the paper's text.
 * **Tables 8–13** (appendix): one row per architecture, one column per method in the paper's order,
-  with the per-architecture rule of the original ``create_latex_table`` (reference §4.3), a Mean
+  with the per-architecture rule of the original ``create_latex_table``, a Mean
   row with its paired rule (mean(d) − std(d) < 0), and a Std row.
 
 A cell is the mean over seeds (and its sample standard deviation when there are several); a cell
@@ -128,7 +128,7 @@ class ResultTable:
 
 
 def per_arch_styles(row: pd.Series, tolerance: float = TOLERANCE) -> pd.Series:
-    """Reference §4.3's per-architecture rule.
+    """The original code's per-architecture rule.
 
     Bold italic when at least the oracle minus ``tolerance``; otherwise bold when within
     ``tolerance`` of the best non-oracle method. The oracle's own cell is never styled; without an
@@ -149,7 +149,7 @@ def per_arch_styles(row: pd.Series, tolerance: float = TOLERANCE) -> pd.Series:
 
 
 def mean_row_styles(means: pd.DataFrame) -> pd.Series:
-    """Reference §4.3's Mean-row rule: a paired comparison over the architectures shared.
+    """The Mean-row rule: a paired comparison over the architectures shared.
 
     With d = reference − method over the architectures both have, a method is equivalent to the
     reference when mean(d) − std(d) < 0 (population std). Equivalent to the oracle: bold italic;

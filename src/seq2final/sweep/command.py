@@ -26,7 +26,7 @@ from seq2final.reporting.tables import report_folder
 from seq2final.sweep.cluster import SweepSettings, connect, has_gpus, tracking_server
 from seq2final.sweep.driver import Sweep, SweepReport
 from seq2final.sweep.graph import Stores, SweepGraph, expand, parse_request
-from seq2final.sweep.work import Task, run_task
+from seq2final.sweep.work import PipelineRun, run_task
 from seq2final.tracking.names import (
     JobNames,
     check_experiment_names,
@@ -178,7 +178,7 @@ def evaluate_stale(
         tables = [p.stat().st_mtime for p in (project / folder).glob("*.md")]
         if not tables or min(tables) < newest:
             log_path = project / "logs" / "sweep" / f"evaluate-{name}-{dataset}.log"
-            task = Task("evaluate", name, "evaluate",
+            task = PipelineRun("evaluate", name, "evaluate",
                         {**params, "sequence": name, "dataset": dataset}, str(log_path))  # fmt: skip
             run_task(str(project), env, task)
         folders.append(folder)

@@ -30,7 +30,7 @@ from seq2final.sweep.graph import (
     is_built,
     plans_of,
 )
-from seq2final.sweep.work import STARTED_TOPIC, Task, run_task
+from seq2final.sweep.work import STARTED_TOPIC, PipelineRun, run_task
 
 PRIORITY = {"sequence": 4, "state": 3, "free job": 2, "job": 1, "evaluate": 0}
 """Among tasks ready to run: states before jobs (each state unblocks several jobs, and a state left
@@ -44,7 +44,7 @@ Within each kind, larger architectures go first (:func:`architecture_order`)."""
 class Failure:
     """A task that did not finish: what, why (one line) and where its full log is."""
 
-    task: Task
+    task: PipelineRun
     reason: str
 
 
@@ -78,7 +78,7 @@ class Sweep:
     log_dir: Path = field(default_factory=lambda: Path("logs/sweep"))
     report: SweepReport = field(default_factory=SweepReport)
     _id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S"))
-    _tasks: dict[Future, Task] = field(default_factory=dict)
+    _tasks: dict[Future, PipelineRun] = field(default_factory=dict)
     _states: dict[str, Future] = field(default_factory=dict)
     _pending_jobs: dict[tuple[str, str], int] = field(default_factory=Counter)
     _good_jobs: dict[tuple[str, str], int] = field(default_factory=Counter)
@@ -154,13 +154,13 @@ class Sweep:
         self._planned[group] -= 1
         self._maybe_evaluate(group)
 
-    def _task(self, kind: str, name: str, pipeline: str, params: dict[str, Any]) -> Task:
+    def _task(self, kind: str, name: str, pipeline: str, params: dict[str, Any]) -> PipelineRun:
         log_path = self.project / self.log_dir / self._id / f"{kind}-{name}.log"
-        return Task(kind, name, pipeline, {**self.params, **params}, str(log_path))
+        return PipelineRun(kind, name, pipeline, {**self.params, **params}, str(log_path))
 
     def _submit(
         self,
-        task: Task,
+        task: PipelineRun,
         after: list[Future] | None = None,
         training: bool = False,
         free: bool = False,
@@ -237,7 +237,7 @@ class Sweep:
             self._good_jobs[group] += future.status == "finished"
             self._maybe_evaluate(group)
 
-    def _after_sequence(self, task: Task, built: bool) -> None:
+    def _after_sequence(self, task: PipelineRun, built: bool) -> None:
         """Plan and submit a sequence's states and jobs once it is built (their keys cover its
         content); if it could not be built, its jobs are lost and counted as such."""
         work = self._unbuilt.pop(task.name)

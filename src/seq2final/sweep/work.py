@@ -28,7 +28,7 @@ from kedro.framework.startup import bootstrap_project
 
 
 @dataclass(frozen=True)
-class Task:
+class PipelineRun:
     """One unit of a sweep: which pipeline, with which run parameters, logged where."""
 
     kind: str  # sequence, state, job or evaluate
@@ -38,7 +38,7 @@ class Task:
     log_path: str
 
 
-def run_task(project: str, env: str | None, task: Task, *after: Any) -> dict[str, Any]:
+def run_task(project: str, env: str | None, task: PipelineRun, *after: Any) -> dict[str, Any]:
     """Run ``task`` in this worker (``after``: the results of the tasks it waited for)."""
     started = time.perf_counter()
     _announce_start()

@@ -1,16 +1,23 @@
-"""Training: the engine, the objectives and their penalties, the one fit loop, tuning, metrics.
+"""Training: the engine, the one fit loop, its loss terms and callbacks, tuning, metrics.
 
-A new mode needs only what is exported here: the :class:`Task` a fit trains, the data splits,
-and :func:`clone_model` to start a fit from an earlier model.
+A new method needs only what is exported here (docs/extending.md): the :class:`Task` a fit
+trains, a :class:`LossTerm` registered with :func:`loss_term` for a new part of the loss, a
+:class:`FitCallback` for what it does at named points of the loop, the data splits, and
+:func:`clone_model` to start a fit from an earlier model.
 """
 
+from seq2final.training.callbacks import FitCallback, FitState
 from seq2final.training.engine import Engine, predict_logits
+from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import FitResult, clone_model, fit
-from seq2final.training.objectives import HyperParameters, Task
+from seq2final.training.objectives import Task
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tensors import TensorSplit
+from seq2final.training.terms import LOSS_TERMS, Batch, LossInputs, LossTerm, loss_term
+from seq2final.training.wrappers import ModelWrapper
 
 __all__ = [
-    "Budget", "Engine", "FitResult", "HyperParameters", "SearchSpace", "Task", "TensorSplit",
-    "clone_model", "fit", "predict_logits",
+    "LOSS_TERMS", "Batch", "Budget", "Engine", "FitCallback", "FitResult", "FitState",
+    "HyperParameters", "LossTerm", "LossInputs", "ModelWrapper", "SearchSpace", "Task", "TensorSplit",
+    "clone_model", "fit", "loss_term", "predict_logits",
 ]  # fmt: skip

@@ -1,9 +1,10 @@
 """The training-time parts of the continual methods Wild-Time compares: SI's path integral and
 A-GEM's episodic memory and gradient projection.
 
-Both change what one optimiser step does, so the fit loop (:mod:`seq2final.training.loop`) calls
-them; everything that happens between steps of a sequence (SI's importance update, filling the
-memory) is in the modes (:mod:`seq2final.methods.continual`).
+Both change what one optimiser step does, so each is a fit callback
+(:mod:`seq2final.training.callbacks`: :class:`PathTracking`, :class:`GradientProjection`) the
+modes put on their tasks; everything that happens between steps of a sequence (SI's importance
+update, filling the memory) is in the modes (:mod:`seq2final.methods.continual`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seq2final.training.callbacks import FitCallback, FitState
 from seq2final.training.engine import Engine, autocast, run_model, scale_images
+from seq2final.training.flops import COUNTED_BATCH, counted_flops
 from seq2final.training.tensors import TensorSplit
 
 
@@ -137,3 +140,55 @@ class EpisodicMemory:
             if p.grad is not None and r is not None
         ]  # fmt: skip
         project_conflicting([g for g, _ in pairs], [r for _, r in pairs])
+
+
+class PathTracking(FitCallback):
+    """SI's callback: tracks the path integral ω over every optimiser step (the gradients
+    unscaled first) and keeps ω up to the selected epoch as ``extras["path_integral"]``."""
+
+    def before_fit(self, fit: FitState) -> None:
+        self.path = PathIntegral(
+            [(n, p) for n, p in fit.model.named_parameters() if p.requires_grad]
+        )
+
+    def on_selected(self, fit: FitState) -> None:
+        fit.extras["path_integral"] = self.path.snapshot()
+
+    def before_step(self, fit: FitState) -> None:
+        fit.unscale()
+        self.path.before_step()
+
+    def after_step(self, fit: FitState) -> None:
+        self.path.after_step()
+
+
+class GradientProjection(FitCallback):
+    """A-GEM's callback: every step's gradient projected against the gradient of the episodic
+    ``memory``'s loss on a reference batch of ``batch_size`` images drawn from it."""
+
+    def __init__(self, memory: TensorSplit, batch_size: int) -> None:
+        self.memory, self.batch_size = memory, batch_size
+
+    def before_fit(self, fit: FitState) -> None:
+        device = next(fit.model.parameters()).device
+        self.episodic = EpisodicMemory(
+            self.memory.to(device), self.batch_size, fit.engine, fit.generator
+        )
+
+    def after_backward(self, fit: FitState) -> None:
+        self.episodic.project(fit.model, fit.parameters, fit.scale)
+
+    def extra_train_flops(self, model: nn.Module, engine: Engine, steps: int) -> float:
+        """Every step also takes a gradient on a reference batch of the memory."""
+        device = next(model.parameters()).device
+        size = min(COUNTED_BATCH, len(self.memory))
+        x = scale_images(self.memory.x[:size].to(device), engine)
+        y = self.memory.y[:size].to(device)
+
+        def reference_step() -> None:
+            with autocast(engine, device):
+                loss = F.cross_entropy(run_model(model, x, None).float(), y)
+            loss.backward()
+
+        batch = min(self.batch_size, len(self.memory))
+        return steps * batch * counted_flops(reference_step) / size

@@ -26,7 +26,7 @@ class Engine(StrictModel):
     """How fits run, independent of any method's hyper-parameters (the ``training`` block).
 
     ``input_scale``: ``unit`` feeds images scaled to [0, 1]; ``raw`` feeds the 0-255 values the
-    original code fed (reference §1.1). ``device``: ``auto`` picks CUDA when available.
+    original code fed. ``device``: ``auto`` picks CUDA when available.
     ``freeze_bn_stats``: frozen layers' BN statistics stay fixed (the original let them move).
     ``fuse``: how many of a fit's trials train together as one stacked model
     (:mod:`seq2final.training.fused`); ``auto`` fuses on CUDA and not on the CPU, where a

@@ -20,14 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from seq2final.models import set_trainable
 from seq2final.training.engine import Engine, autocast, run_model, scale_images
-from seq2final.training.objectives import Batch, HyperParameters, Task, objective_loss
+from seq2final.training.hyperparameters import HyperParameters
+from seq2final.training.objectives import Task, objective_loss
 from seq2final.training.tensors import TensorSplit
+from seq2final.training.terms import Batch
 
 COUNTED_BATCH = 8
 """Images per domain in the counted step: the counted operations cost in proportion to the images,
@@ -79,6 +80,7 @@ def fit_cost(
     a validation pass. ``step`` is the time a joint
     model is evaluated at."""
     model = copy.deepcopy(model)  # its BN statistics and gradients move while counting
+    hp = task.hyperparameters(hp)
     if task.trainable is not None:
         set_trainable(model, task.trainable)  # frozen layers' weight gradients are not computed
     device = next(model.parameters()).device
@@ -106,21 +108,9 @@ def fit_cost(
     # an epoch draws, from each domain, the images its batches cycle through in that many steps
     steps = max(math.ceil(len(d) / engine.batch_size) for d in task.domains)
     per_epoch = sum(steps * len(d) / math.ceil(len(d) / engine.batch_size) for d in task.domains)
-    reference = 0.0  # A-GEM: every step also takes a gradient on a batch of its memory
-    if task.memory is not None:
-        size = min(COUNTED_BATCH, len(task.memory))
-        x = scale_images(task.memory.x[:size].to(device), engine)
-        y = task.memory.y[:size].to(device)
-
-        def reference_step() -> None:
-            with autocast(engine, device):
-                loss = F.cross_entropy(run_model(model, x, None).float(), y)
-            loss.backward()
-
-        batch = min(task.memory_batch, len(task.memory))
-        reference = steps * batch * counted_flops(reference_step) / size
+    extra = sum(c.extra_train_flops(model, engine, steps) for c in task.callbacks)  # A-GEM's
     return FitCost(
-        train_epoch=round(step_flops * per_epoch / drawn + reference),
+        train_epoch=round(step_flops * per_epoch / drawn + extra),
         valid_pass=per_image * len(task.valid),
         per_image=per_image,
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import optuna
 import torch
@@ -34,9 +34,12 @@ from torch.func import functional_call, stack_module_state
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import set_trainable
 from seq2final.training.engine import Engine, autocast, pick_fast_kernels, scale_images
+from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import EpochCallback, FitResult, _Cycler, _row, _train_mode
-from seq2final.training.objectives import Batch, HyperParameters, Task, objective_loss
+from seq2final.training.objectives import Task, objective_loss
+from seq2final.training.rules import Selection
 from seq2final.training.tensors import TensorSplit
+from seq2final.training.terms import Batch, LossTerm
 
 BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, as every single fit uses
 
@@ -65,12 +68,9 @@ class _Member:
     trial: FusedTrial
     generator: torch.Generator
     cyclers: list[_Cycler]
+    selection: Selection
     history: list[dict[str, float]] = field(default_factory=list)
-    best_accuracy: float = -math.inf
-    best_epoch: int = 0
     best_state: dict[str, torch.Tensor] = field(default_factory=dict)
-    previous_accuracy: float = -math.inf
-    stalls: int = 0
     epochs: int = 0
     pruned: bool = False
 
@@ -91,8 +91,8 @@ class _Stack:
         self.members = members
         device = next(iter(self.params.values())).device
         self.values = {
-            name: torch.tensor([getattr(m.trial.hp, name) for m in members], device=device)
-            for name in HyperParameters.__dataclass_fields__
+            name: torch.tensor([m.trial.hp[name] for m in members], device=device)
+            for name in members[0].trial.hp
         }
         self.steps = 0
 
@@ -161,21 +161,6 @@ class _Objective(nn.Module):
         return loss, ce_sum, correct
 
 
-FUSABLE_OBJECTIVES = ("erm", "irm", "dro", "joint")
-
-
-def fusable(task: Task) -> bool:
-    """Whether a fit's trials can train as one stack: not with batch mixing or CORAL (their
-    draws and moments are not written for ``vmap``), nor with SI's path integral or A-GEM's
-    projection (per-model steps the stack does not take); such fits train one trial at a time."""
-    return (
-        task.objective in FUSABLE_OBJECTIVES
-        and task.mixing is None
-        and not task.track_path
-        and task.memory is None
-    )
-
-
 def fit_fused(
     models: list[nn.Module],
     task: Task,
@@ -190,11 +175,11 @@ def fit_fused(
         raise Seq2FinalError(
             f"fit_fused needs one trial per model, got {len(trials)} for {len(models)} model(s)"
         )
-    if not fusable(task):
+    if not task.fusable:
         raise Seq2FinalError(
-            f"fused fits cannot train objective '{task.objective}'"
-            + (f" with {task.mixing}" if task.mixing else "")
-            + "; train its trials one at a time (training.fuse: 1)"
+            "fused fits cannot train this task (a loss term or callback of it is not written for "
+            "a stack: CORAL, batch mixing, SI, A-GEM); train its trials one at a time "
+            "(training.fuse: 1)"
         )
     if engine.amp == "fp16" or engine.channels_last:
         raise Seq2FinalError(
@@ -214,27 +199,28 @@ def fit_fused(
     wrapper = _Objective(base, task)
     domains = [d.to(device) for d in task.domains]
     valid = task.valid.to(device)
+    trials = [replace(t, hp=task.hyperparameters(t.hp)) for t in trials]
     members = []
     for index, trial in enumerate(trials):
         generator = torch.Generator(device).manual_seed(trial.seed)
         cyclers = [_Cycler(len(d), engine.batch_size, generator) for d in domains]
-        members.append(_Member(index, trial, generator, cyclers))
+        members.append(_Member(index, trial, generator, cyclers, Selection(engine.patience)))
     stack = _Stack(models, members)
     batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in domains)
     steps = task.steps or [None] * len(domains)
     weights = task.step_weights or [1.0] * len(domains)
 
-    def one_model(params, buffers, values, xs, ys, ws, orders):  # noqa: ANN001, ANN202
-        batches = [  # ws, orders: only the domains that have them (vmap takes tensors only)
-            Batch(x, y, ws.get(d), step, loss_weight, orders.get(d))
+    def one_model(params, buffers, values, xs, ys, ws, drawn):  # noqa: ANN001, ANN202
+        batches = [  # ws, drawn: only the domains that have them (vmap takes tensors only)
+            Batch(x, y, ws.get(d), step, loss_weight, drawn.get(d))
             for d, (x, y, step, loss_weight) in enumerate(zip(xs, ys, steps, weights, strict=True))
         ]
         named = {f"model.{k}": v for k, v in (*params.items(), *buffers.items())}
-        return functional_call(wrapper, named, (batches, HyperParameters(**values)))
+        return functional_call(wrapper, named, (batches, HyperParameters(values)))
 
     batched = torch.vmap(one_model, randomness="different")
     try:
-        _after_epoch(stack, _validate(stack, base, valid, task.valid_step, engine), 0, engine)
+        _after_epoch(stack, _validate(stack, base, valid, task.valid_step, engine), 0)
         for epoch in range(1, max_epochs + 1):
             if not stack.members:
                 break
@@ -243,12 +229,12 @@ def fit_fused(
             count = 0
             _train_mode(base, engine)
             for _ in range(batches_per_epoch):
-                xs, ys, ws, orders = _gather(stack.members, domains, task, engine)
+                xs, ys, ws, drawn = _gather(stack.members, domains, task, engine)
                 with autocast(engine, device):
                     loss, batch_ce, batch_correct = batched(
                         stack.params, stack.buffers, stack.values, xs, ys,
                         {d: w for d, w in enumerate(ws) if w is not None},
-                        {d: o for d, o in enumerate(orders) if o is not None},
+                        {d: o for d, o in enumerate(drawn) if o is not None},
                     )  # fmt: skip
                 loss.sum().backward()  # the models' losses are independent: one backward
                 stack.adam_step()
@@ -258,7 +244,7 @@ def fit_fused(
             base.dropout = 0.0
             scores = _validate(stack, base, valid, task.valid_step, engine)
             train = (ce_sum / count, correct / count)
-            _after_epoch(stack, scores, epoch, engine, train, last=epoch == max_epochs)
+            _after_epoch(stack, scores, epoch, train, last=epoch == max_epochs)
     finally:
         base.dropout = 0.0
     results: list[FitResult | None] = []
@@ -268,7 +254,8 @@ def fit_fused(
             parameter.requires_grad_(flag[name])
         model.dropout = float(member.trial.hp.dropout)
         model.eval()
-        result = FitResult(member.best_accuracy, member.best_epoch, member.epochs, member.history)
+        chosen = member.selection
+        result = FitResult(chosen.best_accuracy, chosen.best_epoch, member.epochs, member.history)
         results.append(None if member.pruned else result)
     return results
 
@@ -277,22 +264,26 @@ def _gather(
     members: list[_Member], domains: list[TensorSplit], task: Task, engine: Engine
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor | None], list]:
     """Each model's next batch of every domain, stacked: images [K, B, ...], labels, weights and
-    IRM permutations, drawn from each model's generator in the order its single fit draws."""
+    what the objective draws per batch (IRM's permutations), drawn from each model's generator in
+    the order its single fit draws."""
     indices = [[cycler.next() for cycler in member.cyclers] for member in members]
-    orders: list[torch.Tensor | None] = [None] * len(domains)
-    if task.objective == "irm":
-        per_model = [
-            [torch.randperm(len(i), generator=m.generator, device=i.device) for i in own]
-            for m, own in zip(members, indices, strict=True)
-        ]
-        orders = [torch.stack([own[d] for own in per_model]) for d in range(len(domains))]
+    objective = task.objective
+    assert isinstance(objective, LossTerm)
+    per_model = [
+        [objective.draw(len(i), m.generator) for i in own]
+        for m, own in zip(members, indices, strict=True)
+    ]
+    drawn: list[torch.Tensor | None] = [
+        None if per_model[0][d] is None else torch.stack([own[d] for own in per_model])
+        for d in range(len(domains))
+    ]
     xs, ys, ws = [], [], []
     for d, domain in enumerate(domains):
         index = torch.stack([own[d] for own in indices])
         xs.append(scale_images(domain.x[index], engine))
         ys.append(domain.y[index])
         ws.append(None if domain.weight is None else domain.weight[index])
-    return xs, ys, ws, orders
+    return xs, ys, ws, drawn
 
 
 @torch.no_grad()
@@ -327,7 +318,6 @@ def _after_epoch(
     stack: _Stack,
     scores: torch.Tensor,
     epoch: int,
-    engine: Engine,
     train: tuple[torch.Tensor, torch.Tensor] | None = None,
     last: bool = False,
 ) -> None:
@@ -347,22 +337,19 @@ def _after_epoch(
         member.history.append(_row(epoch, train_losses[position], train_accuracies[position],
                                    losses[position], accuracy))  # fmt: skip
         member.epochs = epoch
-        if epoch == 0 or accuracy > member.best_accuracy:
-            member.best_accuracy, member.best_epoch = accuracy, epoch
+        if member.selection.observe(epoch, accuracy):
             member.best_state = stack.state_of(position)
-        if epoch > 0:
-            member.stalls = 0 if accuracy > member.previous_accuracy else member.stalls + 1
-        member.previous_accuracy = accuracy
         try:
             if member.trial.on_epoch is not None:
                 member.trial.on_epoch(epoch, accuracy)
         except optuna.TrialPruned:
             member.pruned = True
             continue
-        if member.stalls < engine.patience and not last:
+        if not member.selection.stopped and not last:
             kept.append(position)
         elif member.trial.on_stop is not None:
-            result = FitResult(member.best_accuracy, member.best_epoch, epoch, member.history)
+            chosen = member.selection
+            result = FitResult(chosen.best_accuracy, chosen.best_epoch, epoch, member.history)
             member.trial.on_stop(result, member.best_state)
     if len(kept) < len(stack.members):
         stack.keep(kept)

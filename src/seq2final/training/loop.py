@@ -1,18 +1,17 @@
 """One fit loop for every method of the benchmark.
 
-Every method trains through :func:`fit`: ERM on one or several steps, IRM and DRO over steps as
-domains, fine-tuning stages with frozen layers, EWC towards earlier models, and the joint models.
-What differs between them is only the *objective* (how a list of per-domain batches becomes a
-loss), so the loop itself keeps the original code's rules in one place (reference §3.1):
+Every method trains through :func:`fit`: what differs between methods is only the fit's
+:class:`~seq2final.training.objectives.Task` — its data, its loss terms
+(:mod:`seq2final.training.terms`) and its callbacks (:mod:`seq2final.training.callbacks`), called
+at named points of this loop — so the loop keeps the original code's rules in one place
+(docs/methods.md, "Training"):
 
 * Adam with a fresh optimiser per fit, a constant learning rate and the L2 penalty added to the
   loss (BN parameters excluded), not Adam's ``weight_decay``;
 * the model stays in training mode, so frozen layers' BN statistics keep updating, unless
   ``freeze_bn_stats`` is set;
-* epoch 0 is the initial model, evaluated before any step, and eligible for selection;
-* the epoch with the strictly highest validation accuracy is kept (the earliest wins ties);
-* training stops after ``patience`` consecutive epochs whose validation accuracy is not above the
-  previous epoch's (the original's "more than 5" is ``patience: 6``), or at ``max_epochs``.
+* which epoch is kept and when the fit stops: :mod:`seq2final.training.rules`, shared with the
+  fused fit.
 
 Unlike the original, one validation pass per epoch yields both loss and accuracy, and training
 metrics accumulate during the training pass itself, so an epoch costs one pass over the training
@@ -25,7 +24,8 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +33,7 @@ from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import set_trainable
-from seq2final.training.continual import EpisodicMemory, PathIntegral
+from seq2final.training.callbacks import FitState
 from seq2final.training.engine import (
     Engine,
     autocast,
@@ -41,20 +41,23 @@ from seq2final.training.engine import (
     predict_logits,
     scale_images,
 )
-from seq2final.training.mixing import Mixer
-from seq2final.training.objectives import Batch, HyperParameters, Task, objective_loss
+from seq2final.training.hyperparameters import HyperParameters
+from seq2final.training.objectives import Task, objective_loss
+from seq2final.training.rules import Selection
 from seq2final.training.tensors import TensorSplit
+from seq2final.training.terms import Batch
 
 
 @dataclass
 class FitResult:
-    """The selected epoch's model (loaded into the model passed in) and the per-epoch history."""
+    """The selected epoch's model (loaded into the model passed in), the per-epoch history, and
+    what the fit's callbacks kept at the selected epoch (SI's path integral ω up to it)."""
 
     valid_accuracy: float
     best_epoch: int
     epochs: int
     history: list[dict[str, float]]
-    path_integral: dict[str, torch.Tensor] | None = None  # SI's ω up to the selected epoch
+    extras: dict[str, Any] = field(default_factory=dict)
 
 
 EpochCallback = Callable[[int, float], None]
@@ -115,10 +118,12 @@ def fit(
 ) -> FitResult:
     """Train ``model`` in place on ``task`` and load the selected epoch's weights into it.
 
-    ``on_epoch(epoch, valid_accuracy)`` runs after every epoch's validation (a tuner reports to
-    its pruner there and may raise to stop the fit); ``progress(1)`` after every epoch (a progress
-    bar). The model must already be on its device.
+    ``hp`` is checked against what the task's terms and callbacks declare, missing values at
+    their defaults. ``on_epoch(epoch, valid_accuracy)`` runs after every epoch's validation (a
+    tuner reports to its pruner there and may raise to stop the fit); ``progress(1)`` after every
+    epoch (a progress bar). The model must already be on its device.
     """
+    hp = task.hyperparameters(hp)
     device = next(model.parameters()).device
     pick_fast_kernels(device)
     if engine.channels_last:
@@ -141,16 +146,9 @@ def fit(
     weights = task.step_weights or [1.0] * len(domains)
     valid = task.valid.to(device)  # on the device once, not once per epoch
     cyclers = [_Cycler(len(d), engine.batch_size, generator) for d in domains]
-    mixers = [
-        Mixer(task.mixing, task.mix_alpha, d, engine) if task.mixing else None for d in domains
-    ]
     batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in domains)
-    memory = None
-    if task.memory is not None:  # A-GEM
-        memory = EpisodicMemory(task.memory.to(device), task.memory_batch, engine, generator)
-    path = None
-    if task.track_path:  # SI
-        path = PathIntegral([(n, p) for n, p in model.named_parameters() if p.requires_grad])
+    state = FitState(model, parameters, optimizer, scaler, engine, hp, generator, domains)
+    callbacks = task.callbacks
 
     step_loss, step_hp = objective_loss, hp
     if engine.compile:
@@ -158,70 +156,70 @@ def fit(
         # the dropout rate as tensors: as numbers each would be a guard, and every trial of a
         # study a recompilation. The last, shorter batch and a joint model's steps compile once.
         step_loss = torch.compile(objective_loss)
-        step_hp = HyperParameters(
-            **{name: torch.tensor(value, device=device) for name, value in asdict(hp).items()}
-        )
+        step_hp = HyperParameters({n: torch.tensor(v, device=device) for n, v in hp.items()})
         model.dropout = step_hp.dropout
+    for callback in callbacks:
+        callback.before_fit(state)
     valid_loss, valid_accuracy = _validate(model, valid, task.valid_step, engine)
     history = [_row(0, math.nan, math.nan, valid_loss, valid_accuracy)]
-    best_accuracy, best_epoch = valid_accuracy, 0
-    best_state = _snapshot(model)
-    best_path = None if path is None else path.snapshot()
+    selection = Selection(engine.patience)
+    selection.observe(0, valid_accuracy)
+    best_state, best_extras = _snapshot(model), _kept(state, callbacks)
     if on_epoch is not None:
         on_epoch(0, valid_accuracy)
-    stalls, epoch = 0, 0
+    epoch = 0
     try:
         for epoch in range(1, max_epochs + 1):
+            state.epoch = epoch
+            for callback in callbacks:
+                callback.before_epoch(state)
             _train_mode(model, engine)
             ce_sum = torch.zeros((), dtype=torch.float64, device=device)
             correct = torch.zeros((), dtype=torch.int64, device=device)
             count = 0
             for _ in range(batches_per_epoch):
                 batches = []
-                for domain, cycler, step, loss_weight, mixer in zip(
-                    domains, cyclers, steps, weights, mixers, strict=True
+                for d, (domain, cycler, step, loss_weight) in enumerate(
+                    zip(domains, cyclers, steps, weights, strict=True)
                 ):
                     index = cycler.next()
                     weight = None if domain.weight is None else domain.weight[index]
                     x, y = scale_images(domain.x[index], engine), domain.y[index]
-                    mixed_y = mix = None
-                    if mixer is not None:
-                        x, mixed_y, mix = mixer(x, y, generator)
-                    batches.append(Batch(x, y, weight, step, loss_weight, None, mixed_y, mix))
+                    batch = Batch(x, y, weight, step, loss_weight)
+                    for callback in callbacks:
+                        batch = callback.transform_batch(state, d, batch)
+                    batches.append(batch)
                 with autocast(engine, device):
                     loss, batch_ce, batch_correct, batch_count = step_loss(
                         model, batches, task, step_hp, generator
                     )
                 optimizer.zero_grad(set_to_none=True)
                 scaler.scale(loss).backward()
-                if memory is not None:
-                    memory.project(model, parameters, scaler.scale)
-                if path is not None:
-                    scaler.unscale_(optimizer)
-                    path.before_step()
+                for callback in callbacks:
+                    callback.after_backward(state)
+                for callback in callbacks:
+                    callback.before_step(state)
                 scaler.step(optimizer)
                 scaler.update()
-                if path is not None:
-                    path.after_step()
+                for callback in callbacks:
+                    callback.after_step(state)
                 ce_sum, correct, count = (
                     ce_sum + batch_ce,
                     correct + batch_correct,
                     count + batch_count,
                 )
-            previous_accuracy = valid_accuracy
             valid_loss, valid_accuracy = _validate(model, valid, task.valid_step, engine)
             train_loss, train_accuracy = float(ce_sum) / count, float(correct) / count
             history.append(_row(epoch, train_loss, train_accuracy, valid_loss, valid_accuracy))
             if progress is not None:
                 progress(1)
-            if valid_accuracy > best_accuracy:
-                best_accuracy, best_epoch = valid_accuracy, epoch
-                best_state = _snapshot(model)
-                best_path = None if path is None else path.snapshot()
-            stalls = 0 if valid_accuracy > previous_accuracy else stalls + 1
+            if selection.observe(epoch, valid_accuracy):
+                best_state, best_extras = _snapshot(model), _kept(state, callbacks)
+            for callback in callbacks:
+                callback.after_epoch(state)
             if on_epoch is not None:
                 on_epoch(epoch, valid_accuracy)
-            if stalls >= engine.patience:
+            if selection.stopped:
                 break
     finally:
         model.dropout = hp.dropout
@@ -229,7 +227,17 @@ def fit(
         for name, parameter in model.named_parameters():
             parameter.requires_grad_(flags[name])
         model.eval()
-    return FitResult(best_accuracy, best_epoch, epoch, history, best_path)
+    for callback in callbacks:
+        callback.after_fit(state)
+    return FitResult(selection.best_accuracy, selection.best_epoch, epoch, history, best_extras)
+
+
+def _kept(state: FitState, callbacks: list) -> dict[str, Any]:
+    """What the callbacks keep for the epoch just selected, copied out of the running fit."""
+    state.extras = {}
+    for callback in callbacks:
+        callback.on_selected(state)
+    return dict(state.extras)
 
 
 def _row(

@@ -12,11 +12,17 @@ from the fit's own generator, so a fit with mixing is as reproducible as one wit
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.training.callbacks import FitCallback, FitState
 from seq2final.training.engine import Engine, scale_images
 from seq2final.training.tensors import TensorSplit
+from seq2final.training.terms import Batch
+
+MIXINGS = ("mixup", "lisa")
 
 
 class Mixer:
@@ -51,3 +57,20 @@ class Mixer:
         partner = scale_images(self.domain.x[self.partners(y, generator)], self.engine)
         mix = self.beta.sample((len(y),)).to(x.dtype).view(-1, *([1] * (x.dim() - 1)))
         return mix * x + (1 - mix) * partner, None, None
+
+
+class BatchMixing(FitCallback):
+    """Mixes every training batch before the forward pass (``kind``: ``mixup`` or ``lisa``, with
+    Beta concentration ``alpha``), one :class:`Mixer` per training domain."""
+
+    def __init__(self, kind: str, alpha: float) -> None:
+        if kind not in MIXINGS:
+            raise Seq2FinalError(f"unknown mixing '{kind}'; valid: {', '.join(MIXINGS)}")
+        self.kind, self.alpha = kind, alpha
+
+    def before_fit(self, fit: FitState) -> None:
+        self.mixers = [Mixer(self.kind, self.alpha, d, fit.engine) for d in fit.domains]
+
+    def transform_batch(self, fit: FitState, domain: int, batch: Batch) -> Batch:
+        x, mixed_y, mix = self.mixers[domain](batch.x, batch.y, fit.generator)
+        return replace(batch, x=x, mixed_y=mixed_y, mix=mix)

@@ -405,7 +405,11 @@ def _load_checkpoint(path: Path) -> dict[str, Any] | None:
         return None
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-        payload["fit"] = FitResult(**payload["fit"])
+        fit = payload["fit"]
+        if "path_integral" in fit:  # checkpoints written before callbacks kept extras
+            omega = fit.pop("path_integral")
+            fit["extras"] = {} if omega is None else {"path_integral": omega}
+        payload["fit"] = FitResult(**fit)
     except Exception as error:  # any unreadable or foreign content is the same problem
         first = (str(error).splitlines() or [type(error).__name__])[0][:120]
         raise Seq2FinalError(

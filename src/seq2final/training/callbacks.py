@@ -1,0 +1,102 @@
+"""Fit callbacks: what a method does at named points of the one fit loop.
+
+The loop (:func:`seq2final.training.loop.fit`) calls every callback of its task at these points,
+in the task's order, as Avalanche's plugins are called on its one loop:
+
+=====================  ======================================================  ==============
+point                  when                                                    times
+=====================  ======================================================  ==============
+``before_fit``         the optimiser exists, before epoch 0's validation       once
+``on_selected``        an epoch became the selected one (epoch 0 included)     ≥ 1
+``before_epoch``       before each training epoch                              per epoch
+``transform_batch``    each domain's batch, before the forward pass            per batch, domain
+``after_backward``     the step's gradients exist, before the optimiser step   per batch
+``before_step``        just before the optimiser step                          per batch
+``after_step``         just after the optimiser step                           per batch
+``after_epoch``        after each epoch's validation and selection             per epoch
+``after_fit``          the selected epoch's weights are back in the model      once
+=====================  ======================================================  ==============
+
+A callback sees the fit through :class:`FitState`; what it keeps for the mode that asked for the
+fit goes in :attr:`FitState.extras` (copied into :attr:`FitResult.extras` when an epoch is
+selected, so it belongs to the selected epoch). A callback is ``fusable`` when a fused stack can
+train with it (its steps are per-model steps the stack does not take, unless it says so);
+``hyperparameters`` declares what it reads from the fit's hyper-parameters, as a loss term does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from pydantic import BaseModel
+from torch import nn
+
+from seq2final.training.engine import Engine
+from seq2final.training.hyperparameters import HyperParameters
+from seq2final.training.tensors import TensorSplit
+from seq2final.training.terms import Batch, NoHyperParameters
+
+
+@dataclass
+class FitState:
+    """One fit as its callbacks see it. ``domains`` are the training domains on the device;
+    ``epoch`` is 0 before training; ``scale`` is the gradient scaler's loss scaling (identity
+    without fp16); ``unscale`` unscales the gradients in place (at most once per step)."""
+
+    model: nn.Module
+    parameters: list[nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    engine: Engine
+    hp: HyperParameters
+    generator: torch.Generator
+    domains: list[TensorSplit]
+    epoch: int = 0
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return self.scaler.scale(loss)
+
+    def unscale(self) -> None:
+        self.scaler.unscale_(self.optimizer)
+
+
+class FitCallback:
+    """Subclass and override the points you need (all do nothing by default)."""
+
+    hyperparameters: ClassVar[type[BaseModel]] = NoHyperParameters
+    fusable: ClassVar[bool] = False
+
+    def before_fit(self, fit: FitState) -> None:
+        pass
+
+    def on_selected(self, fit: FitState) -> None:
+        pass
+
+    def before_epoch(self, fit: FitState) -> None:
+        pass
+
+    def transform_batch(self, fit: FitState, domain: int, batch: Batch) -> Batch:
+        return batch
+
+    def after_backward(self, fit: FitState) -> None:
+        pass
+
+    def before_step(self, fit: FitState) -> None:
+        pass
+
+    def after_step(self, fit: FitState) -> None:
+        pass
+
+    def after_epoch(self, fit: FitState) -> None:
+        pass
+
+    def after_fit(self, fit: FitState) -> None:
+        pass
+
+    def extra_train_flops(self, model: nn.Module, engine: Engine, steps: int) -> float:
+        """FLOPs an epoch of ``steps`` optimiser steps spends here beyond the loss's forward
+        and backward passes (A-GEM's reference gradient), for the compute figures."""
+        return 0.0

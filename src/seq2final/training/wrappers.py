@@ -1,0 +1,83 @@
+"""Model wrappers: a mode that changes the model it trains, and trains it in phases.
+
+A wrapper does two things a method may need beyond a loss term or a callback
+(docs/extending.md, "A model trained in phases"):
+
+* :meth:`ModelWrapper.wrap` transforms the model a fit starts from (adds modules, such as
+  adapters or gates), before the fit's optimiser exists;
+* :meth:`ModelWrapper.phases` says which parameters train in which epochs: a list of
+  ``(epochs, names)`` pairs, ``names`` the parameter-name prefixes trained for that many epochs
+  (``None`` for the rest), the last phase lasting to the end of the fit.
+
+The phases run as a fit callback (:meth:`ModelWrapper.callback`): at the start of each epoch the
+parameters outside the phase stop receiving gradients, so Adam leaves them (and its moments of
+them) exactly as they were. A phase that would train nothing is refused when the fit starts, in
+one line, before its first epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import nn
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.training.callbacks import FitCallback, FitState
+
+Phase = tuple[int | None, Sequence[str] | None]
+"""How many epochs (``None``: until the fit ends) and which parameter-name prefixes train
+(``None``: every parameter the fit trains)."""
+
+
+class ModelWrapper:
+    """Subclass and override :meth:`wrap` and/or :meth:`phases`."""
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """The model the fit trains, made from ``model`` (the same one by default)."""
+        return model
+
+    def phases(self) -> list[Phase]:
+        """The fit's phases, in order; one phase of every parameter by default."""
+        return [(None, None)]
+
+    def callback(self) -> FitCallback:
+        """The fit callback that runs :meth:`phases` (put it on the fit's task)."""
+        return _Phases(self.phases(), type(self).__name__)
+
+
+class _Phases(FitCallback):
+    """Before each epoch, only the current phase's parameters keep receiving gradients."""
+
+    def __init__(self, phases: list[Phase], owner: str) -> None:
+        self.phases, self.owner = phases, owner
+
+    def before_fit(self, fit: FitState) -> None:
+        trained = {id(p) for p in fit.parameters}
+        self.names = [n for n, p in fit.model.named_parameters() if id(p) in trained]
+        for index, (_, prefixes) in enumerate(self.phases):
+            if not self._chosen(prefixes):
+                raise Seq2FinalError(
+                    f"model wrapper {self.owner}: phase {index + 1} trains no parameter (prefixes "
+                    f"{list(prefixes or [])}); valid prefixes start names such as "
+                    f"{', '.join(self.names[:4])}"
+                )
+
+    def _chosen(self, prefixes: Sequence[str] | None) -> set[str]:
+        if prefixes is None:
+            return set(self.names)
+        return {n for n in self.names if any(n.startswith(p) for p in prefixes)}
+
+    def before_epoch(self, fit: FitState) -> None:
+        start = 1
+        chosen = self.phases[-1][1]
+        for epochs, prefixes in self.phases:
+            if epochs is None or fit.epoch < start + epochs:
+                chosen = prefixes
+                break
+            start += epochs
+        trained = self._chosen(chosen)
+        for name, parameter in fit.model.named_parameters():
+            if name in self.names:
+                parameter.requires_grad_(name in trained)
+                if name not in trained:
+                    parameter.grad = None

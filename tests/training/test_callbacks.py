@@ -1,0 +1,104 @@
+"""Callbacks fire at the documented points of the one loop, in order, the documented times."""
+
+import pytest
+import torch
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.models import build_model
+from seq2final.training import FitCallback, HyperParameters, ModelWrapper, Task, fit
+from seq2final.training import loop as training
+from seq2final.training.engine import Engine
+from seq2final.training.tensors import TensorSplit
+
+ENGINE = Engine(batch_size=8, eval_batch_size=16, patience=2)
+
+
+def _data(n=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return TensorSplit(
+        torch.randint(0, 256, (n, 3, 8, 8), dtype=torch.uint8, generator=g), torch.arange(n) % 3
+    )
+
+
+def _script(monkeypatch, curve):
+    values = iter(curve)
+    monkeypatch.setattr(training, "_validate", lambda *args: (0.0, next(values)))
+
+
+class Recording(FitCallback):
+    def __init__(self):
+        self.calls = []
+
+    def __getattribute__(self, name):
+        attribute = object.__getattribute__(self, name)
+        if name in POINTS:
+
+            def record(fit, *args):
+                self.calls.append((name, fit.epoch, *args[:1]))
+                return attribute(fit, *args)
+
+            return record
+        return attribute
+
+
+POINTS = {
+    "before_fit", "on_selected", "before_epoch", "transform_batch", "after_backward",
+    "before_step", "after_step", "after_epoch", "after_fit",
+}  # fmt: skip
+
+
+def test_callbacks_fire_in_the_documented_order_and_number(monkeypatch):
+    """Two domains of 16 images in batches of 8: 2 steps an epoch, 2 batches a step; the curve
+    selects epochs 0 and 2 and stops after 2 stalls (epochs 3 and 4), so 4 epochs in all."""
+    _script(monkeypatch, [0.5, 0.4, 0.6, 0.6, 0.5])
+    recording = Recording()
+    task = Task([_data(), _data(seed=1)], _data(seed=2), callbacks=[recording])
+    result = fit(build_model("convnet_1", 3), task, HyperParameters(lr=1e-3), ENGINE, 10, seed=0)
+    assert (result.epochs, result.best_epoch) == (4, 2)
+    step = [("transform_batch", "E", 0), ("transform_batch", "E", 1), ("after_backward", "E"),
+            ("before_step", "E"), ("after_step", "E")]  # fmt: skip
+
+    def epoch(e, selected):
+        calls = [("before_epoch", e)]
+        calls += [tuple(e if part == "E" else part for part in call) for call in step * 2]
+        return calls + ([("on_selected", e)] if selected else []) + [("after_epoch", e)]
+
+    expected = [("before_fit", 0), ("on_selected", 0)]
+    for e, selected in ((1, False), (2, True), (3, False), (4, False)):
+        expected += epoch(e, selected)
+    assert recording.calls == [*expected, ("after_fit", 4)]
+
+
+class Phased(ModelWrapper):
+    def __init__(self, head_only):
+        self.head_only = head_only
+
+    def phases(self):
+        return [(1, self.head_only), (None, None)]
+
+
+def test_a_phased_fit_trains_only_the_chosen_parameters_in_phase_one(monkeypatch):
+    model = build_model("convnet_2", 3)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    _script(monkeypatch, [0.1, 0.2])  # epoch 1 selected: its weights are kept
+    task = Task([_data()], _data(seed=1), callbacks=[Phased(["fc."]).callback()])
+    fit(model, task, HyperParameters(lr=1e-2, weight_decay=1e-3), ENGINE, 1, seed=0)
+    for name, parameter in model.named_parameters():
+        moved = not torch.equal(parameter, before[name])
+        assert moved == name.startswith("fc."), name  # the others' bytes are unchanged
+        assert parameter.requires_grad  # every flag restored after the fit
+    _script(monkeypatch, [0.1, 0.2, 0.3])  # and from epoch 2 on, every layer trains
+    fit(model, task, HyperParameters(lr=1e-2), ENGINE, 2, seed=0)
+    name, stem = next((n, p) for n, p in model.named_parameters() if n.startswith("conv1."))
+    assert not torch.equal(stem, before[name])
+
+
+def test_a_phase_that_trains_nothing_stops_the_fit_before_its_first_epoch(monkeypatch):
+    _script(monkeypatch, [0.1, 0.2])
+    task = Task([_data()], _data(seed=1), callbacks=[Phased(["adapter."]).callback()])
+    with pytest.raises(Seq2FinalError) as error:
+        fit(build_model("convnet_1", 3), task, HyperParameters(lr=1e-3), ENGINE, 1, seed=0)
+    assert str(error.value).startswith(
+        "model wrapper Phased: phase 1 trains no parameter (prefixes ['adapter.']); valid "
+        "prefixes start names such as conv1."
+    )
