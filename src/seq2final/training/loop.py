@@ -4,7 +4,7 @@ Every method trains through :func:`fit`: what differs between methods is only th
 :class:`~seq2final.training.objectives.Task` — its data, its loss terms
 (:mod:`seq2final.training.terms`) and its callbacks (:mod:`seq2final.training.callbacks`), called
 at named points of this loop — so the loop keeps the original code's rules in one place
-(docs/methods.md, "Training"):
+(docs/methods.md, "The fit loop"):
 
 * Adam with a fresh optimiser per fit, a constant learning rate and the L2 penalty added to the
   loss (BN parameters excluded), not Adam's ``weight_decay``;

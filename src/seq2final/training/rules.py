@@ -2,7 +2,7 @@
 
 Both the single fit (:func:`seq2final.training.loop.fit`) and every model of a fused stack
 (:func:`seq2final.training.fused.fit_fused`) follow these rules, as the original code did
-(docs/methods.md, "Training"):
+(docs/methods.md, "The fit loop"):
 
 * epoch 0 is the initial model, evaluated before any step, and eligible for selection;
 * the epoch with the strictly highest validation accuracy is kept (the earliest wins ties);
