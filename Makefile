@@ -21,7 +21,7 @@ run: $(STAMP)
 	$(BIN)/kedro run
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 tests
+	$(BIN)/python -m pytest -n 2 --dist worksteal tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,8 +24,10 @@ from seq2final.training.tensors import TensorSplit
 
 PROJECT = Path(__file__).resolve().parents[1]
 
-# pytest-xdist runs one worker per core; more threads per worker only oversubscribe the cores.
+# pytest-xdist runs one worker per core; more threads per worker only oversubscribe the cores,
+# and so would the Kedro runs and sweep workers the tests start as processes of their own.
 torch.set_num_threads(1)
+os.environ["OMP_NUM_THREADS"] = "1"
 
 # One extra of every registry entry (tests/lab_extras.py), registered as a user's plugin would be:
 # every test that loops over a registry covers it, and every run of all methods trains it.
