@@ -7,6 +7,8 @@ registry holds: adding a method, shift, architecture or dataset updates it by re
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from pathlib import Path
 from types import UnionType
@@ -21,7 +23,8 @@ from seq2final.data.shifts import SHIFTS
 from seq2final.data.sources import SOURCES
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES, METHODS, MethodRecipe
 from seq2final.models import ARCHITECTURES, build_model, count_parameters, forward_macs
-from seq2final.training.terms import LOSS_TERMS, AnchorPull
+from seq2final.training.hyperparameters import default_space
+from seq2final.training.terms import LOSS_TERMS, AnchorPull, LossTerm, is_objective
 
 
 def _first_line(obj: Any) -> str:
@@ -121,6 +124,30 @@ def _final_grid(recipe: MethodRecipe, historicals: dict[str, Any], finals: dict[
     return _space(finals.get(recipe.final))
 
 
+def _summary(doc: str | None) -> str:
+    """A docstring's first paragraph on one line, Sphinx roles dropped."""
+    first = " ".join((doc or "").split("\n\n")[0].split())
+    return re.sub(r":\w+:`", "`", first)
+
+
+def _hyperparameters(term: type[LossTerm]) -> str:
+    """A term's hyper-parameters: default, range and default search-space entry of each."""
+    spaces = default_space(term.hyperparameters)
+    described = []
+    for name, field in term.hyperparameters.model_fields.items():
+        bounds = [
+            f"{symbol} {getattr(rule, attr)}"
+            for rule in field.metadata
+            for attr, symbol in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"))
+            if hasattr(rule, attr)
+        ]
+        text = f"`{name}` = {field.default}" + (f" ({', '.join(bounds)})" if bounds else "")
+        if name in spaces:
+            text += f"; space `{json.dumps(spaces[name])}`"
+        described.append(text)
+    return "<br>".join(described) or "–"
+
+
 def render(conf: Path) -> str:
     """The whole page, from the registries and the YAML under ``conf`` (``conf/base``)."""
     finals = yaml.safe_load((conf / "parameters_adapt_final.yml").read_text())["final_modes"]
@@ -193,6 +220,22 @@ def render(conf: Path) -> str:
             [
                 [f"`{n}`", ", ".join(m.continues_from), m.description]
                 for n, m in FINAL_MODES.items()
+            ],
+        ),  # fmt: skip
+        "## Loss terms (`seq2final.training.LOSS_TERMS`)\n\nWhat a fit's loss is made of "
+        "(`docs/extending.md`, Methods of any kind): objectives combine the domains' losses, "
+        "penalties add to them; `l2` is in every fit. Each hyper-parameter with its default, its "
+        "valid range and the default search-space entry to copy into a mode's YAML block.\n",
+        _table(
+            ["name", "kind", "hyper-parameters", "what"],
+            [
+                [
+                    f"`{n}`",
+                    "objective" if is_objective(t) else "penalty",
+                    _hyperparameters(t),
+                    _summary(t.__doc__),
+                ]
+                for n, t in LOSS_TERMS.items()
             ],
         ),  # fmt: skip
     ]

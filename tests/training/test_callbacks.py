@@ -5,7 +5,7 @@ import torch
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import build_model
-from seq2final.training import FitCallback, HyperParameters, ModelWrapper, Task, fit
+from seq2final.training import FitCallback, HyperParameters, LossTerm, ModelWrapper, Task, fit
 from seq2final.training import loop as training
 from seq2final.training.engine import Engine
 from seq2final.training.tensors import TensorSplit
@@ -102,3 +102,53 @@ def test_a_phase_that_trains_nothing_stops_the_fit_before_its_first_epoch(monkey
         "model wrapper Phased: phase 1 trains no parameter (prefixes ['adapter.']); valid "
         "prefixes start names such as conv1."
     )
+
+
+def test_several_callbacks_fire_at_each_point_in_the_order_the_task_lists_them(monkeypatch):
+    _script(monkeypatch, [0.5, 0.6])
+    order = []
+
+    class Named(FitCallback):
+        def __init__(self, name):
+            self.name = name
+
+        def before_fit(self, fit):
+            order.append(("before_fit", self.name))
+
+        def after_step(self, fit):
+            order.append(("after_step", self.name))
+
+    task = Task([_data()], _data(seed=1), callbacks=[Named("a"), Named("b")])
+    fit(build_model("convnet_1", 3), task, HyperParameters(lr=1e-3), ENGINE, 1, seed=0)
+    assert (
+        order
+        == [("before_fit", "a"), ("before_fit", "b")]
+        + [("after_step", "a"), ("after_step", "b")] * 2
+    )  # two steps of 8 images
+
+
+def test_a_fit_with_any_callback_trains_its_trials_one_at_a_time():
+    class Term(LossTerm, FitCallback):  # a term that is its own callback, as LwF is
+        def penalty(self, inputs, hp):
+            return None
+
+    both = Term()
+    task = Task([_data()], _data(seed=1), terms=[both], callbacks=[both])
+    assert not task.fusable and task.unfusable == ["Term"]
+    assert Task([_data()], _data(seed=1), terms=[both]).fusable
+
+
+def test_a_refused_fit_hands_the_model_back_as_it_came(monkeypatch):
+    model = build_model("convnet_1", 3)
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    task = Task([_data()], _data(seed=1), trainable=["fc"],
+                callbacks=[Phased(["adapter."]).callback()])  # fmt: skip
+    with pytest.raises(Seq2FinalError):
+        fit(model, task, HyperParameters(lr=1e-3, dropout=0.3), ENGINE, 1, seed=0)
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == flags
+    assert not model.training
+
+
+def test_a_phase_of_no_epochs_is_refused():
+    with pytest.raises(Seq2FinalError, match="phase 1 lasts 0 epochs; valid: a whole number >= 1"):
+        ModelWrapper.callback(type("Zero", (ModelWrapper,), {"phases": lambda self: [(0, None)]})())

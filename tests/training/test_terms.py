@@ -24,7 +24,7 @@ from seq2final.training.terms import (
 pytestmark = pytest.mark.usefixtures("float64")
 
 
-def _view(model=None, domains=3, seed=0):
+def _inputs(model=None, domains=3, seed=0):
     """A step of ``domains`` domains of 6 images each, with its logits and losses filled in."""
     g = torch.Generator().manual_seed(seed)
     model = model or nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
@@ -32,84 +32,93 @@ def _view(model=None, domains=3, seed=0):
         Batch(torch.randn(6, 3, 2, 2, generator=g), torch.arange(6) % 3, None, None, 1.0)
         for _ in range(domains)
     ]
-    view = LossInputs(model, batches, torch.Generator().manual_seed(1))
+    inputs = LossInputs(model, batches, torch.Generator().manual_seed(1))
     for batch in batches:
         logits = model(batch.x)
-        view.logits.append(logits)
-        view.losses.append(F.cross_entropy(logits, batch.y, reduction="none"))
-        view.domain_losses.append(view.losses[-1].mean())
-    return view
+        inputs.logits.append(logits)
+        inputs.losses.append(F.cross_entropy(logits, batch.y, reduction="none"))
+        inputs.domain_losses.append(inputs.losses[-1].mean())
+    return inputs
 
 
-def _domain_losses(view):
-    return torch.stack(view.domain_losses)
+def _domain_losses(inputs):
+    return torch.stack(inputs.domain_losses)
 
 
-def _check_erm(view):
+def _check_erm(inputs):
     assert torch.equal(
-        LOSS_TERMS["erm"]().combine(view, HyperParameters()), _domain_losses(view).sum()
+        LOSS_TERMS["erm"]().combine(inputs, HyperParameters()), _domain_losses(inputs).sum()
     )
 
 
-def _check_irm(view):
+def _check_irm(inputs):
     term, hp = LOSS_TERMS["irm"](), HyperParameters(irm_penalty=2.5)
-    loss = term.domain_loss(view, 1, view.domain_losses[1], hp)
-    expected = view.domain_losses[1] + 2.5 * irm_penalty(
-        view.logits[1], view.batches[1].y, torch.Generator().manual_seed(1)
+    loss = term.domain_loss(inputs, 1, inputs.domain_losses[1], hp)
+    expected = inputs.domain_losses[1] + 2.5 * irm_penalty(
+        inputs.logits[1], inputs.batches[1].y, torch.Generator().manual_seed(1)
     )
     torch.testing.assert_close(loss, expected)
-    assert torch.equal(term.combine(view, hp), _domain_losses(view).sum())
+    assert torch.equal(term.combine(inputs, hp), _domain_losses(inputs).sum())
 
 
-def _check_dro(view):
+def _check_dro(inputs):
     assert torch.equal(
-        LOSS_TERMS["dro"]().combine(view, HyperParameters()), _domain_losses(view).max()
+        LOSS_TERMS["dro"]().combine(inputs, HyperParameters()), _domain_losses(inputs).max()
     )
 
 
-def _check_joint(view):
-    combined = LOSS_TERMS["joint"]().combine(view, HyperParameters())
-    torch.testing.assert_close(combined, _domain_losses(view).sum() / 3)
+def _check_joint(inputs):
+    combined = LOSS_TERMS["joint"]().combine(inputs, HyperParameters())
+    torch.testing.assert_close(combined, _domain_losses(inputs).sum() / 3)
 
 
-def _check_coral(view):
-    combined = LOSS_TERMS["coral"]().combine(view, HyperParameters(coral=0.9))
+def _check_coral(inputs):
+    combined = LOSS_TERMS["coral"]().combine(inputs, HyperParameters(coral=0.9))
     torch.testing.assert_close(
-        combined, _domain_losses(view).mean() + 0.9 * coral_penalty(view.logits)
+        combined, _domain_losses(inputs).mean() + 0.9 * coral_penalty(inputs.logits)
     )
 
 
-def _check_l2(view):
+def _check_l2(inputs):
     term = LOSS_TERMS["l2"]()
     torch.testing.assert_close(
-        term.penalty(view, HyperParameters(weight_decay=0.3)), 0.3 * squared_weight_norm(view.model)
+        term.penalty(inputs, HyperParameters(weight_decay=0.3)),
+        0.3 * squared_weight_norm(inputs.model),
     )
-    assert term.penalty(view, HyperParameters(weight_decay=0.0)) is None
+    assert term.penalty(inputs, HyperParameters(weight_decay=0.0)) is None
 
 
 def _check_pull(cls, name):
-    def check(view):
-        values = {n: p.detach() + 1.0 for n, p in view.model.named_parameters()}
-        fisher = {n: torch.full_like(p, 2.0) for n, p in view.model.named_parameters()}
-        count = sum(p.numel() for p in view.model.parameters())
-        pull = cls([(values, fisher)])
-        value = pull.penalty(view, HyperParameters({name: 0.5}))
-        assert float(value) == pytest.approx(0.5 * 2.0 * count)  # λ Σ F (θ − θ_k)², no ½
-        assert cls([]).penalty(view, HyperParameters({name: 0.5})) is None  # nothing to pull to
+    def check(inputs):
+        g = torch.Generator().manual_seed(3)
+        named = dict(inputs.model.named_parameters())
+        anchors = [
+            ({n: p.detach() + torch.randn(p.shape, generator=g) for n, p in named.items()},
+             {n: torch.rand(p.shape, generator=g) for n, p in named.items()})
+            for _ in range(2)
+        ]  # fmt: skip
+        expected = sum(
+            float((fisher[n] * (p.detach() - values[n]) ** 2).sum())
+            for values, fisher in anchors
+            for n, p in named.items()
+        )  # λ Σ_k Σ F_k (θ − θ_k)², no ½, over every anchor
+        value = cls(anchors).penalty(inputs, HyperParameters({name: 0.5}))
+        assert float(value) == pytest.approx(0.5 * expected)
+        assert cls([]).penalty(inputs, HyperParameters({name: 0.5})) is None  # nothing to pull to
 
     return check
 
 
-def _check_adjacency(view):
+def _check_adjacency(inputs):
     torch.manual_seed(0)
     model = JointModel("convnet_1", 3, 2, [["fc"]])
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p))
-    joint = LossInputs(model, view.batches, None)
+    joint = LossInputs(model, inputs.batches, None)
     value = Adjacency().penalty(joint, HyperParameters(adjacency=0.7))
     torch.testing.assert_close(value, 0.7 * model.adjacency_norm())
-    assert Adjacency().penalty(view, HyperParameters(adjacency=0.7)) is None  # a plain model
+    assert Adjacency().penalty(inputs, HyperParameters(adjacency=0.7)) is None  # a plain model
 
 
 CHECKS = {
@@ -119,11 +128,13 @@ CHECKS = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", sorted(LOSS_TERMS))
+@pytest.mark.parametrize(
+    "name", sorted(n for n, t in LOSS_TERMS.items() if t.__module__.startswith("seq2final."))
+)
 def test_every_registered_term_equals_its_formula(name):
     """A term registered without a check here fails: a new built-in term brings its formula."""
     assert name in CHECKS, f"loss term '{name}' has no formula check in this file"
-    CHECKS[name](_view())
+    CHECKS[name](_inputs())
 
 
 def _split():
@@ -138,7 +149,7 @@ def test_a_hyper_parameter_two_active_parts_declare_is_one_line():
         name = "twice"
         hyperparameters = Again
 
-        def penalty(self, view, hp):
+        def penalty(self, inputs, hp):
             return None
 
     with pytest.raises(Seq2FinalError) as error:
@@ -169,3 +180,37 @@ def test_an_objective_is_a_term_that_combines():
     with pytest.raises(Seq2FinalError, match="loss term 'l2' is a penalty, not an objective; valid "
                        "objectives: erm, irm, dro, joint, coral"):  # fmt: skip
         Task([_split()], _split(), objective="l2")
+
+
+def test_a_mode_names_registered_terms_with_distinct_hyper_parameters():
+    from seq2final.methods.base import FinalMode
+
+    with pytest.raises(ValueError, match="mode 'm': unknown loss term 'vrex'; valid: erm, irm"):
+        FinalMode("m", "", ("nothing",), run=None, terms=("vrex",))
+    with pytest.raises(Seq2FinalError, match="'ewc_lambda' is declared by both loss term 'ewc'"):
+        FinalMode("m", "", ("nothing",), run=None, terms=("ewc", "ewc"))
+
+
+def test_hyper_parameters_never_shadow_the_mapping_and_read_as_attributes_and_names():
+    shadow = type("Shadow", (BaseModel,), {"__annotations__": {"items": float}, "items": 0.0})
+    with pytest.raises(Seq2FinalError, match="hyper-parameter 'items' is a name the values'"):
+        loss_term("shadow")(type("ShadowTerm", (LossTerm,), {"hyperparameters": shadow}))
+    hp = HyperParameters(lr=0.1, weight_decay=0.2)
+    assert (hp.lr, hp["weight_decay"], dict(hp.items())) == (
+        0.1,
+        0.2,
+        {"lr": 0.1, "weight_decay": 0.2},
+    )
+    assert hp == {"lr": 0.1, "weight_decay": 0.2}
+    import copy
+    import pickle
+
+    assert copy.deepcopy(hp) == hp and pickle.loads(pickle.dumps(hp)) == hp
+
+
+def test_a_pull_declares_exactly_its_weight():
+    two = type(
+        "Two", (BaseModel,), {"__annotations__": {"a": float, "b": float}, "a": 0.0, "b": 0.0}
+    )
+    with pytest.raises(Seq2FinalError, match="a pull declares exactly one hyper-parameter"):
+        type("TwoWeights", (Ewc,), {"hyperparameters": two})

@@ -335,3 +335,23 @@ def test_a_trial_pruned_by_its_own_objective_is_recorded_as_pruned(tmp_path):
     )
     states = [t["state"] for t in tuned.trials]
     assert states.count("PRUNED") == 4 and states.count("COMPLETE") == 4
+
+
+def test_a_checkpoint_written_before_fit_extras_loads_with_si_path_integral_as_an_extra(tmp_path):
+    """Checkpoints of SI's studies from before callbacks kept ``path_integral`` on the fit."""
+    import torch
+
+    from seq2final.training.tuner import _load_checkpoint
+
+    omega = {"fc.weight": torch.ones(2)}
+    for stored, extras in ((omega, {"path_integral": omega}), (None, {})):
+        fit = {"valid_accuracy": 0.5, "best_epoch": 1, "epochs": 2, "history": [],
+               "path_integral": stored}  # fmt: skip
+        path = tmp_path / "old.pt"
+        torch.save({"value": 0.5, "order": 0, "params": {"lr": 0.1}, "fit": fit,
+                    "state_dict": {}}, path)  # fmt: skip
+        loaded = _load_checkpoint(path)["fit"]
+        assert (loaded.best_epoch, loaded.epochs) == (1, 2)
+        assert loaded.extras.keys() == extras.keys()
+        for name, value in extras.items():
+            assert all(torch.equal(loaded.extras[name][k], v) for k, v in value.items())

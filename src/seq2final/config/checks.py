@@ -30,7 +30,7 @@ from seq2final.protocols import (
 )
 from seq2final.training.hyperparameters import complete, declared
 from seq2final.training.search import SearchSpace, get_budget
-from seq2final.training.terms import LOSS_TERMS
+from seq2final.training.terms import mode_schemas
 
 
 def validate_parameters(parameters: Mapping[str, Any]) -> RunParameters:
@@ -169,7 +169,7 @@ def check_space(raw: Mapping[str, Any], where: str, terms: Sequence[str] = ()) -
     or the mode's loss terms (``terms``, besides the L2 term every fit has) declare, each value
     it can take within the declared range."""
     space = SearchSpace.parse(raw, where)
-    schemas = [(f"loss term '{t}'", LOSS_TERMS[t].hyperparameters) for t in ("l2", *terms)]
+    schemas = mode_schemas(terms)
     known = declared(schemas)
     unknown = [name for name in space.params if name not in known]
     if unknown:

@@ -30,7 +30,7 @@ from torch import nn
 from seq2final.core.registry import Registry
 from seq2final.methods.context import Context
 from seq2final.training.hyperparameters import declared
-from seq2final.training.terms import LOSS_TERMS, Anchor, AnchorPull, pull_towards
+from seq2final.training.terms import LOSS_TERMS, Anchor, AnchorPull, mode_schemas, pull_towards
 
 Leaves = Literal["nothing", "model", "side_chain"]
 LEAVES: tuple[Leaves, ...] = ("nothing", "model", "side_chain")
@@ -177,7 +177,7 @@ def _check_terms(mode: str, terms: tuple[str, ...]) -> None:
             raise ValueError(
                 f"mode '{mode}': unknown loss term '{name}'; valid: {', '.join(LOSS_TERMS)}"
             )
-    declared([(f"loss term '{t}'", LOSS_TERMS[t].hyperparameters) for t in ("l2", *terms)])
+    declared(mode_schemas(terms))
 
 
 HISTORICAL_MODES: Registry[HistoricalMode] = Registry("historical mode")

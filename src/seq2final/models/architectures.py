@@ -5,7 +5,7 @@ Every model is a :class:`BlockModel`: a stem ``conv1``, blocks ``layer1`` ... ``
 modules and the joint model all address layers by them, so the attributes carry exactly these names
 and ``state_dict`` keys read as ``layer2.0.conv1.weight``.
 
-The layouts follow the original code (``upstream_reference.md`` §2.1-2.4) number for number,
+The layouts follow the original code number for number,
 including its quirks: a 7x7 stride-2 stem with max-pool on 32x32 images, ConvNet blocks without a
 ReLU, and PyTorch's default initialisation (the parent torchvision model classes, which re-initialise,
 are deliberately not used; only their building blocks are).

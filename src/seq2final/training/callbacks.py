@@ -18,25 +18,26 @@ point                  when                                                    t
 =====================  ======================================================  ==============
 
 A callback sees the fit through :class:`FitState`; what it keeps for the mode that asked for the
-fit goes in :attr:`FitState.extras` (copied into :attr:`FitResult.extras` when an epoch is
-selected, so it belongs to the selected epoch). A callback is ``fusable`` when a fused stack can
-train with it (its steps are per-model steps the stack does not take, unless it says so);
-``hyperparameters`` declares what it reads from the fit's hyper-parameters, as a loss term does.
+fit it writes into :attr:`FitState.extras` in :meth:`FitCallback.on_selected`, which the loop
+copies into :attr:`FitResult.extras` (so it belongs to the selected epoch; writes elsewhere are
+not kept). A fit with callbacks trains its trials one at a time: a fused stack takes one step for
+all its models and calls none of them. A searched value belongs to a loss term; a callback that
+needs one is a term too (docs/extending.md: LwF is both), so every hyper-parameter is declared
+by a registered term and checked before any work.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
-from pydantic import BaseModel
 from torch import nn
 
 from seq2final.training.engine import Engine
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.tensors import TensorSplit
-from seq2final.training.terms import Batch, NoHyperParameters
+from seq2final.training.terms import Batch
 
 
 @dataclass
@@ -65,9 +66,6 @@ class FitState:
 
 class FitCallback:
     """Subclass and override the points you need (all do nothing by default)."""
-
-    hyperparameters: ClassVar[type[BaseModel]] = NoHyperParameters
-    fusable: ClassVar[bool] = False
 
     def before_fit(self, fit: FitState) -> None:
         pass

@@ -24,6 +24,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from seq2final.models import set_trainable
+from seq2final.training.callbacks import FitState
 from seq2final.training.engine import Engine, autocast, run_model, scale_images
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.objectives import Task, objective_loss
@@ -96,6 +97,14 @@ def fit_cost(
             1.0 if task.step_weights is None else task.step_weights[index],
         ))  # fmt: skip
     generator = torch.Generator(device).manual_seed(0)
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    state = FitState(
+        model, parameters, torch.optim.Adam(parameters, lr=hp.lr),
+        torch.amp.GradScaler(device.type, enabled=False), engine, hp, generator,
+        [domain.to(device) for domain in task.domains],
+    )  # fmt: skip
+    for callback in task.callbacks:  # a term may read what its callback sets up (LwF's teacher)
+        callback.before_fit(state)
 
     def train_step() -> None:
         with autocast(engine, device):

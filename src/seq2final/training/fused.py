@@ -177,9 +177,8 @@ def fit_fused(
         )
     if not task.fusable:
         raise Seq2FinalError(
-            "fused fits cannot train this task (a loss term or callback of it is not written for "
-            "a stack: CORAL, batch mixing, SI, A-GEM); train its trials one at a time "
-            "(training.fuse: 1)"
+            f"fused fits cannot train this task: {', '.join(task.unfusable)} cannot run in a "
+            "stack; train its trials one at a time (training.fuse: 1)"
         )
     if engine.amp == "fp16" or engine.channels_last:
         raise Seq2FinalError(
@@ -196,7 +195,7 @@ def fit_fused(
     if not any(p.requires_grad for p in models[0].parameters()):
         raise Seq2FinalError("nothing to train: every parameter of the model is frozen")
     base = copy.deepcopy(models[0]).to("meta")  # the structure; the values come from the stack
-    wrapper = _Objective(base, task)
+    stacked = _Objective(base, task)
     domains = [d.to(device) for d in task.domains]
     valid = task.valid.to(device)
     trials = [replace(t, hp=task.hyperparameters(t.hp)) for t in trials]
@@ -216,7 +215,7 @@ def fit_fused(
             for d, (x, y, step, loss_weight) in enumerate(zip(xs, ys, steps, weights, strict=True))
         ]
         named = {f"model.{k}": v for k, v in (*params.items(), *buffers.items())}
-        return functional_call(wrapper, named, (batches, HyperParameters(values)))
+        return functional_call(stacked, named, (batches, HyperParameters(values)))
 
     batched = torch.vmap(one_model, randomness="different")
     try:

@@ -1,12 +1,12 @@
 """Hyper-parameters: what one fit searches, as the union of what its parts declare.
 
 A fit's own hyper-parameters are the learning rate and the model's dropout rate
-(:class:`FitHyperParameters`); every loss term and fit callback it uses adds its own, each as a
-pydantic model whose fields are its hyper-parameters: name, type (a float), default, valid range
-and, in ``json_schema_extra["space"]``, the search-space entry a mode's YAML block starts from
-(:mod:`seq2final.training.terms`, docs/extending.md). So a plugin's term declares ``vrex_lambda``
-where it is written, and a space naming a hyper-parameter nothing active declares is refused in
-one line that lists the valid names.
+(:class:`FitHyperParameters`); every loss term it uses adds its own, as a pydantic model whose
+fields are its hyper-parameters: name, type (a float), default, valid range and, in
+``json_schema_extra["space"]``, a default search-space entry to copy into a mode's YAML block
+(listed in docs/reference.md, "Loss terms"; docs/extending.md). So a plugin's term declares
+``vrex_lambda`` where it is written, and a space naming a hyper-parameter no active term declares
+is refused in one line that lists the valid names.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel, one_line
+from seq2final.training.search import ParamSpec
 
 Value = float | torch.Tensor
 
@@ -30,9 +31,25 @@ class FitHyperParameters(StrictModel):
     dropout: float = Field(default=0.0, ge=0, lt=1, json_schema_extra={"space": {"grid": [0.0, 0.5], "low": 0.0, "high": 0.5}})  # fmt: skip
 
 
+RESERVED = frozenset(dir(Mapping)) | {"_values"}
+"""Names a hyper-parameter cannot take: :class:`HyperParameters` reads values as attributes, so
+``hp.items`` must stay the mapping's method."""
+
+
+def default_space(schema: type[BaseModel]) -> dict[str, dict[str, Any]]:
+    """Each hyper-parameter's default search-space entry, where its schema declares one."""
+    spaces = {}
+    for name, field in schema.model_fields.items():
+        extra = field.json_schema_extra
+        if isinstance(extra, dict) and "space" in extra:
+            spaces[name] = extra["space"]
+    return spaces
+
+
 def check_schema(schema: Any, owner: str) -> None:
     """Refuse a hyper-parameter schema the fits cannot use: it must be a pydantic model whose
-    fields are floats with a default (only the learning rate may lack one)."""
+    fields are floats with a default (only the learning rate may lack one), named apart from the
+    mapping's methods, each default search-space entry a valid one."""
     if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
         raise Seq2FinalError(
             f"{owner}: hyperparameters {schema!r} is not a pydantic model; valid: a subclass of "
@@ -45,6 +62,16 @@ def check_schema(schema: Any, owner: str) -> None:
             )
         if field.is_required() and schema is not FitHyperParameters:
             raise Seq2FinalError(f"{owner}: hyper-parameter '{name}' has no default; give it one")
+        if name in RESERVED or name.startswith("__"):
+            raise Seq2FinalError(
+                f"{owner}: hyper-parameter '{name}' is a name the values' mapping uses; valid: "
+                "any other name"
+            )
+    for name, entry in default_space(schema).items():
+        try:
+            ParamSpec.model_validate(entry)
+        except ValidationError as error:
+            raise Seq2FinalError(one_line(error, ParamSpec, f"{owner}: '{name}' space")) from None
 
 
 class HyperParameters(Mapping[str, Value]):
@@ -77,7 +104,7 @@ class HyperParameters(Mapping[str, Value]):
         return f"HyperParameters({self._values!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, HyperParameters) and self._values == other._values
+        return isinstance(other, Mapping) and self._values == dict(other)
 
     def __hash__(self) -> int:
         return hash(tuple(sorted(self._values.items())))

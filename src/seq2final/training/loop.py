@@ -118,7 +118,7 @@ def fit(
 ) -> FitResult:
     """Train ``model`` in place on ``task`` and load the selected epoch's weights into it.
 
-    ``hp`` is checked against what the task's terms and callbacks declare, missing values at
+    ``hp`` is checked against what the task's loss terms declare, missing values at
     their defaults. ``on_epoch(epoch, valid_accuracy)`` runs after every epoch's validation (a
     tuner reports to its pruner there and may raise to stop the fit); ``progress(1)`` after every
     epoch (a progress bar). The model must already be on its device.
@@ -158,8 +158,12 @@ def fit(
         step_loss = torch.compile(objective_loss)
         step_hp = HyperParameters({n: torch.tensor(v, device=device) for n, v in hp.items()})
         model.dropout = step_hp.dropout
-    for callback in callbacks:
-        callback.before_fit(state)
+    try:
+        for callback in callbacks:
+            callback.before_fit(state)
+    except BaseException:  # a callback refused the fit (a wrapper's empty phase): leave the model
+        _restore(model, flags, hp.dropout)  # as it came
+        raise
     valid_loss, valid_accuracy = _validate(model, valid, task.valid_step, engine)
     history = [_row(0, math.nan, math.nan, valid_loss, valid_accuracy)]
     selection = Selection(engine.patience)
@@ -222,14 +226,20 @@ def fit(
             if selection.stopped:
                 break
     finally:
-        model.dropout = hp.dropout
         model.load_state_dict(best_state)
-        for name, parameter in model.named_parameters():
-            parameter.requires_grad_(flags[name])
-        model.eval()
+        _restore(model, flags, hp.dropout)
     for callback in callbacks:
         callback.after_fit(state)
     return FitResult(selection.best_accuracy, selection.best_epoch, epoch, history, best_extras)
+
+
+def _restore(model: nn.Module, flags: dict[str, bool], dropout: float) -> None:
+    """The model as a fit hands it back: its trainable flags as they came, the fit's dropout rate
+    (as a number, not a compiled step's tensor), in eval mode."""
+    model.dropout = dropout
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(flags[name])
+    model.eval()
 
 
 def _kept(state: FitState, callbacks: list) -> dict[str, Any]:

@@ -40,7 +40,7 @@ class Task:
     """What one fit trains: data, loss terms and callbacks, and what is not searched.
 
     ``objective`` is the term that combines the domains' losses (a registered name or an
-    instance); ``terms`` are the penalties beyond the L2 term every fit has (EWC's pull, the
+    instance); ``terms`` are the penalty terms beyond the L2 term every fit has (EWC's pull, the
     joint models' adjacency term, a user's term); ``callbacks`` act at named points of the loop
     (:mod:`seq2final.training.callbacks`: A-GEM's projection, SI's path integral, batch mixing).
     ``steps`` gives, per training domain, the time index a joint model runs it at (``None`` for
@@ -75,25 +75,24 @@ class Task:
         return [L2(), *self.terms]
 
     def _schemas(self) -> list[tuple[str, type[BaseModel]]]:
-        terms = [self.objective, *self.penalties]
-        callbacks = [  # a term that is its own callback too (LwF's) declares its values once
-            (f"callback {type(c).__name__}", c.hyperparameters)
-            for c in self.callbacks
-            if not any(c is t for t in terms)
-        ]
-        return [*schemas(terms), *callbacks]
+        return schemas([self.objective, *self.penalties])
 
     def hyperparameters(self, values: Mapping[str, Any]) -> HyperParameters:
-        """``values`` checked against what the fit's terms and callbacks declare, every missing
+        """``values`` checked against what the fit's loss terms declare, every missing
         one at its default."""
         return complete(values, self._schemas())
 
     @property
+    def unfusable(self) -> list[str]:
+        """The parts that keep the fit's trials from training as one stack: its callbacks (a
+        stack calls none) and the terms not written for ``vmap``."""
+        terms = [t.name for t in (self.objective, *self.penalties) if not t.fusable]
+        return terms + [type(c).__name__ for c in self.callbacks]
+
+    @property
     def fusable(self) -> bool:
-        """Whether the fit's trials can train as one stack: every term and callback says so."""
-        return all(t.fusable for t in (self.objective, *self.penalties)) and all(
-            c.fusable for c in self.callbacks
-        )
+        """Whether the fit's trials can train as one stack (:attr:`unfusable` is empty)."""
+        return not self.unfusable
 
 
 def objective_loss(
@@ -110,28 +109,28 @@ def objective_loss(
     device = batches[0].x.device
     ce_sum = torch.zeros((), dtype=torch.float64, device=device)  # double, as a Python sum was
     correct = torch.zeros((), dtype=torch.int64, device=device)
-    view = LossInputs(model, batches, generator)
+    inputs = LossInputs(model, batches, generator)
     objective = task.objective
     assert isinstance(objective, LossTerm)  # resolved from its name when the task was made
     for index, batch in enumerate(batches):
         logits = run_model(model, batch.x, batch.step)
-        view.logits.append(logits)
+        inputs.logits.append(logits)
         losses = F.cross_entropy(at_least_float32(logits), batch.y, reduction="none")  # once
         if batch.mixed_y is not None:  # mixed images: each label's loss by its share of the image
             other = F.cross_entropy(at_least_float32(logits), batch.mixed_y, reduction="none")
             losses = batch.mix * losses + (1 - batch.mix) * other
-        view.losses.append(losses)
+        inputs.losses.append(losses)
         ce = (losses if batch.weight is None else losses * batch.weight).mean()
-        ce = objective.domain_loss(view, index, ce, hp)
-        view.domain_losses.append(ce * batch.loss_weight)
+        ce = objective.domain_loss(inputs, index, ce, hp)
+        inputs.domain_losses.append(ce * batch.loss_weight)
         with torch.no_grad():
             ce_sum = ce_sum + losses.detach().sum()
             correct = correct + (logits.argmax(1) == batch.y).sum()
             count += len(batch.y)
-    data_loss = objective.combine(view, hp)
+    data_loss = objective.combine(inputs, hp)
     penalties = torch.zeros((), device=device)
     for term in task.penalties:
-        value = term.penalty(view, hp)
+        value = term.penalty(inputs, hp)
         if value is not None:
             penalties = penalties + value
     return data_loss + penalties, ce_sum, correct, count

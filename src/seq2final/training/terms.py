@@ -85,16 +85,16 @@ class LossTerm:
     fusable: ClassVar[bool] = True
 
     def domain_loss(
-        self, view: LossInputs, index: int, loss: torch.Tensor, hp: HyperParameters
+        self, inputs: LossInputs, index: int, loss: torch.Tensor, hp: HyperParameters
     ) -> torch.Tensor:
         """Domain ``index``'s mean loss as the objective counts it (before its loss weight)."""
         return loss
 
-    def combine(self, view: LossInputs, hp: HyperParameters) -> torch.Tensor:
-        """The data loss from ``view.domain_losses`` (objectives only)."""
+    def combine(self, inputs: LossInputs, hp: HyperParameters) -> torch.Tensor:
+        """The data loss from ``inputs.domain_losses`` (objectives only)."""
         raise Seq2FinalError(f"loss term '{self.name}' is not an objective; it adds a penalty")
 
-    def penalty(self, view: LossInputs, hp: HyperParameters) -> torch.Tensor | None:
+    def penalty(self, inputs: LossInputs, hp: HyperParameters) -> torch.Tensor | None:
         """The weighted penalty this term adds, or ``None`` when it adds nothing."""
         return None
 
@@ -148,8 +148,8 @@ def at_least_float32(logits: torch.Tensor) -> torch.Tensor:
 class Erm(LossTerm):
     """Empirical risk: the domains' losses summed."""
 
-    def combine(self, view: LossInputs, hp: HyperParameters) -> torch.Tensor:
-        return torch.stack(view.domain_losses).sum()
+    def combine(self, inputs: LossInputs, hp: HyperParameters) -> torch.Tensor:
+        return torch.stack(inputs.domain_losses).sum()
 
 
 class IrmWeight(BaseModel):
@@ -164,10 +164,10 @@ class Irm(Erm):
     hyperparameters = IrmWeight
 
     def domain_loss(
-        self, view: LossInputs, index: int, loss: torch.Tensor, hp: HyperParameters
+        self, inputs: LossInputs, index: int, loss: torch.Tensor, hp: HyperParameters
     ) -> torch.Tensor:
-        batch = view.batches[index]
-        penalty = irm_penalty(view.logits[index], batch.y, view.generator, batch.drawn)
+        batch = inputs.batches[index]
+        penalty = irm_penalty(inputs.logits[index], batch.y, inputs.generator, batch.drawn)
         return loss + hp.irm_penalty * penalty
 
     def draw(self, size: int, generator: torch.Generator) -> torch.Tensor:
@@ -178,16 +178,16 @@ class Irm(Erm):
 class Dro(LossTerm):
     """Worst-domain DRO: only the worst domain's loss is back-propagated."""
 
-    def combine(self, view: LossInputs, hp: HyperParameters) -> torch.Tensor:
-        return torch.stack(view.domain_losses).max()
+    def combine(self, inputs: LossInputs, hp: HyperParameters) -> torch.Tensor:
+        return torch.stack(inputs.domain_losses).max()
 
 
 @loss_term("joint")
 class Joint(LossTerm):
     """The joint models' loss: the mean over steps of each step's loss times its c_t."""
 
-    def combine(self, view: LossInputs, hp: HyperParameters) -> torch.Tensor:
-        return torch.stack(view.domain_losses).sum() / len(view.domain_losses)
+    def combine(self, inputs: LossInputs, hp: HyperParameters) -> torch.Tensor:
+        return torch.stack(inputs.domain_losses).sum() / len(inputs.domain_losses)
 
 
 class CoralWeight(BaseModel):
@@ -202,8 +202,8 @@ class Coral(LossTerm):
     hyperparameters = CoralWeight
     fusable = False  # its moments are not written for vmap
 
-    def combine(self, view: LossInputs, hp: HyperParameters) -> torch.Tensor:
-        return torch.stack(view.domain_losses).mean() + hp.coral * coral_penalty(view.logits)
+    def combine(self, inputs: LossInputs, hp: HyperParameters) -> torch.Tensor:
+        return torch.stack(inputs.domain_losses).mean() + hp.coral * coral_penalty(inputs.logits)
 
 
 def irm_penalty(
@@ -279,10 +279,10 @@ class L2(LossTerm):
 
     hyperparameters = L2Weight
 
-    def penalty(self, view: LossInputs, hp: HyperParameters) -> torch.Tensor | None:
+    def penalty(self, inputs: LossInputs, hp: HyperParameters) -> torch.Tensor | None:
         if not active(hp.weight_decay):
             return None
-        model = view.model
+        model = inputs.model
         norm = model.param_norm() if isinstance(model, JointModel) else squared_weight_norm(model)
         return hp.weight_decay * norm
 
@@ -300,16 +300,25 @@ class AnchorPull(LossTerm):
     def __init__(self, anchors: Sequence[Anchor] = ()) -> None:
         self.anchors = list(anchors)
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        declared = len(cls.hyperparameters.model_fields)
+        if declared != 1:
+            raise Seq2FinalError(
+                f"pull {cls.__name__}: a pull declares exactly one hyper-parameter, its weight; "
+                f"it declares {declared}"
+            )
+
     @classmethod
     def weight_name(cls) -> str:
         [name] = cls.hyperparameters.model_fields
         return name
 
-    def penalty(self, view: LossInputs, hp: HyperParameters) -> torch.Tensor | None:
+    def penalty(self, inputs: LossInputs, hp: HyperParameters) -> torch.Tensor | None:
         weight = hp[self.weight_name()]
         if not (active(weight) and self.anchors):
             return None
-        return weight * anchor_penalty(view.model, self.anchors)
+        return weight * anchor_penalty(inputs.model, self.anchors)
 
 
 class EwcWeight(BaseModel):
@@ -358,10 +367,10 @@ class Adjacency(LossTerm):
 
     hyperparameters = AdjacencyWeight
 
-    def penalty(self, view: LossInputs, hp: HyperParameters) -> torch.Tensor | None:
-        if not (active(hp.adjacency) and isinstance(view.model, JointModel)):
+    def penalty(self, inputs: LossInputs, hp: HyperParameters) -> torch.Tensor | None:
+        if not (active(hp.adjacency) and isinstance(inputs.model, JointModel)):
             return None
-        return hp.adjacency * view.model.adjacency_norm()
+        return hp.adjacency * inputs.model.adjacency_norm()
 
 
 def anchor_penalty(model: nn.Module, anchors: Sequence[Anchor]) -> torch.Tensor:
@@ -390,3 +399,9 @@ def resolve(term: str | LossTerm) -> LossTerm:
 def schemas(terms: Sequence[LossTerm | type[LossTerm]]) -> list[tuple[str, type[BaseModel]]]:
     """Each term's hyper-parameter schema, named for messages."""
     return [(f"loss term '{t.name}'", t.hyperparameters) for t in terms]
+
+
+def mode_schemas(names: Sequence[str]) -> list[tuple[str, type[BaseModel]]]:
+    """The schemas a mode's spaces are checked against: the L2 term every fit has and the
+    registered terms the mode names (an unknown name lists the valid ones)."""
+    return schemas([L2, *(LOSS_TERMS[name] for name in names)])

@@ -3,11 +3,12 @@
 A wrapper does two things a method may need beyond a loss term or a callback
 (docs/extending.md, "A model trained in phases"):
 
-* :meth:`ModelWrapper.wrap` transforms the model a fit starts from (adds modules, such as
-  adapters or gates), before the fit's optimiser exists;
+* :meth:`ModelWrapper.wrap` transforms the model a fit starts from (re-initialises or adds
+  modules); the mode calls it where it builds that model, before the fit's optimiser exists. The
+  model must stay one a store can rebuild (a registered architecture or the joint model);
 * :meth:`ModelWrapper.phases` says which parameters train in which epochs: a list of
-  ``(epochs, names)`` pairs, ``names`` the parameter-name prefixes trained for that many epochs
-  (``None`` for the rest), the last phase lasting to the end of the fit.
+  ``(epochs, prefixes)`` pairs, ``prefixes`` the parameter-name prefixes trained for that many
+  epochs (``None``: every parameter the fit trains), the last phase lasting to the end of the fit.
 
 The phases run as a fit callback (:meth:`ModelWrapper.callback`): at the start of each epoch the
 parameters outside the phase stop receiving gradients, so Adam leaves them (and its moments of
@@ -49,6 +50,12 @@ class _Phases(FitCallback):
     """Before each epoch, only the current phase's parameters keep receiving gradients."""
 
     def __init__(self, phases: list[Phase], owner: str) -> None:
+        for index, (epochs, _) in enumerate(phases):
+            if epochs is not None and (not isinstance(epochs, int) or epochs < 1):
+                raise Seq2FinalError(
+                    f"model wrapper {owner}: phase {index + 1} lasts {epochs!r} epochs; valid: a "
+                    "whole number >= 1, or None for the rest of the fit"
+                )
         self.phases, self.owner = phases, owner
 
     def before_fit(self, fit: FitState) -> None:
