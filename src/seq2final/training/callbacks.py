@@ -1,7 +1,7 @@
 """Fit callbacks: what a method does at named points of the one fit loop.
 
 The loop (:func:`seq2final.training.loop.fit`) calls every callback of its task at these points,
-in the task's order, as Avalanche's plugins are called on its one loop:
+in the task's order:
 
 =====================  ======================================================  ==============
 point                  when                                                    times
