@@ -23,8 +23,8 @@ from seq2final.data.shifts import SHIFTS
 from seq2final.data.sources import SOURCES
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES, METHODS, MethodRecipe
 from seq2final.models import ARCHITECTURES, build_model, count_parameters, forward_macs
-from seq2final.training.hyperparameters import default_space
-from seq2final.training.terms import LOSS_TERMS, AnchorPull, LossTerm, is_objective
+from seq2final.training.hyperparameters import FitHyperParameters, default_space
+from seq2final.training.terms import LOSS_TERMS, AnchorPull, is_objective
 
 
 def _first_line(obj: Any) -> str:
@@ -130,18 +130,19 @@ def _summary(doc: str | None) -> str:
     return re.sub(r":\w+:`", "`", first)
 
 
-def _hyperparameters(term: type[LossTerm]) -> str:
-    """A term's hyper-parameters: default, range and default search-space entry of each."""
-    spaces = default_space(term.hyperparameters)
+def _hyperparameters(schema: type[BaseModel]) -> str:
+    """A schema's hyper-parameters: default, range and default search-space entry of each."""
+    spaces = default_space(schema)
     described = []
-    for name, field in term.hyperparameters.model_fields.items():
+    for name, field in schema.model_fields.items():
         bounds = [
             f"{symbol} {getattr(rule, attr)}"
             for rule in field.metadata
             for attr, symbol in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"))
             if hasattr(rule, attr)
         ]
-        text = f"`{name}` = {field.default}" + (f" ({', '.join(bounds)})" if bounds else "")
+        default = "required" if field.is_required() else field.default
+        text = f"`{name}` = {default}" + (f" ({', '.join(bounds)})" if bounds else "")
         if name in spaces:
             text += f"; space `{json.dumps(spaces[name])}`"
         described.append(text)
@@ -230,12 +231,20 @@ def render(conf: Path) -> str:
             ["name", "kind", "hyper-parameters", "what"],
             [
                 [
-                    f"`{n}`",
-                    "objective" if is_objective(t) else "penalty",
-                    _hyperparameters(t),
-                    _summary(t.__doc__),
-                ]
-                for n, t in LOSS_TERMS.items()
+                    "–",
+                    "the fit's own",
+                    _hyperparameters(FitHyperParameters),
+                    _summary(FitHyperParameters.__doc__),
+                ],
+                *(
+                    [
+                        f"`{n}`",
+                        "objective" if is_objective(t) else "penalty",
+                        _hyperparameters(t.hyperparameters),
+                        _summary(t.__doc__),
+                    ]
+                    for n, t in LOSS_TERMS.items()
+                ),
             ],
         ),  # fmt: skip
     ]
