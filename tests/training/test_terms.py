@@ -156,7 +156,7 @@ def test_a_hyper_parameter_two_active_parts_declare_is_one_line():
         Task([_split()], _split(), terms=[Twice()])
     assert str(error.value) == (
         "hyper-parameter 'weight_decay' is declared by both loss term 'l2' and loss term 'twice'; "
-        "valid: a name no other active term or callback declares"
+        "valid: a name no other active term declares"
     )
 
 

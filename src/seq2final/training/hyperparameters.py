@@ -119,7 +119,7 @@ def declared(schemas: Iterable[tuple[str, type[BaseModel]]]) -> dict[str, str]:
             if name in owners:
                 raise Seq2FinalError(
                     f"hyper-parameter '{name}' is declared by both {owners[name]} and {owner}; "
-                    "valid: a name no other active term or callback declares"
+                    "valid: a name no other active term declares"
                 )
             owners[name] = owner
     return owners
