@@ -25,6 +25,7 @@ from seq2final.models import build_model
 from seq2final.training.engine import Engine
 from seq2final.training.flops import fit_cost
 from seq2final.training.fused import FusedTrial, fit_fused
+from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import FitResult, fit
 from seq2final.training.objectives import Task
 from seq2final.training.search import Budget, SearchSpace
@@ -96,7 +97,7 @@ class Context:
 
         def objective(params, seed, report):
             model = make_model()
-            hp = task.hyperparameters(params)
+            hp = HyperParameters(params)  # checked and completed by the fit
             epochs = self.budget.max_epochs
             progress.epochs(epochs)
             result = fit(model, task, hp, self.engine, epochs, seed, report, progress.epoch)
@@ -104,7 +105,7 @@ class Context:
 
         def fused(runs: list[TrialRun]) -> None:
             trials = [
-                FusedTrial(task.hyperparameters(run.params), run.seed, run.report,
+                FusedTrial(HyperParameters(run.params), run.seed, run.report,
                            functools.partial(_finish_on_cpu, run))
                 for run in runs
             ]  # fmt: skip
@@ -116,7 +117,7 @@ class Context:
         with progress.fit(stage):
             tuned = self.tuner.tune(f"{self.owner_key}/{stage}", space, objective, fused, width)
         model = make_model()
-        cost = fit_cost(model, task, task.hyperparameters(tuned.params), self.engine)
+        cost = fit_cost(model, task, HyperParameters(tuned.params), self.engine)
         model.load_state_dict(tuned.state_dict)
         model.dropout = float(tuned.params.get("dropout", 0.0))
         model.eval()

@@ -35,7 +35,14 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.models import set_trainable
 from seq2final.training.engine import Engine, autocast, pick_fast_kernels, scale_images
 from seq2final.training.hyperparameters import HyperParameters
-from seq2final.training.loop import EpochCallback, FitResult, _Cycler, _row, _train_mode
+from seq2final.training.loop import (
+    EpochCallback,
+    FitResult,
+    _Cycler,
+    _restore,
+    _row,
+    _train_mode,
+)
 from seq2final.training.objectives import Task, objective_loss
 from seq2final.training.rules import Selection
 from seq2final.training.tensors import TensorSplit
@@ -249,10 +256,7 @@ def fit_fused(
     results: list[FitResult | None] = []
     for model, member, flag in zip(models, members, flags, strict=True):
         model.load_state_dict(member.best_state)
-        for name, parameter in model.named_parameters():
-            parameter.requires_grad_(flag[name])
-        model.dropout = float(member.trial.hp.dropout)
-        model.eval()
+        _restore(model, flag, float(member.trial.hp.dropout))
         chosen = member.selection
         result = FitResult(chosen.best_accuracy, chosen.best_epoch, member.epochs, member.history)
         results.append(None if member.pruned else result)

@@ -57,9 +57,13 @@ class Task:
     trainable: Sequence[str] | None = None
     terms: list[LossTerm] = field(default_factory=list)
     callbacks: list[FitCallback] = field(default_factory=list)
+    penalties: list[LossTerm] = field(init=False, repr=False)
+    """The L2 term every fit has, then the task's own, in the order they are added (made once
+    here, not on every training step)."""
 
     def __post_init__(self) -> None:
         self.objective = resolve(self.objective)
+        self.penalties = [L2(), *self.terms]
         if not is_objective(type(self.objective)):
             raise Seq2FinalError(
                 f"loss term '{self.objective.name}' is a penalty, not an objective; valid "
@@ -68,11 +72,6 @@ class Task:
         if not self.domains or any(len(d) == 0 for d in self.domains) or len(self.valid) == 0:
             raise Seq2FinalError("a fit needs non-empty training domains and validation set")
         declared(self._schemas())  # a hyper-parameter two parts declare stops here
-
-    @property
-    def penalties(self) -> list[LossTerm]:
-        """The L2 term every fit has, then the task's own, in the order they are added."""
-        return [L2(), *self.terms]
 
     def _schemas(self) -> list[tuple[str, type[BaseModel]]]:
         return schemas([self.objective, *self.penalties])
