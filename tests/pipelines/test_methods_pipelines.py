@@ -334,3 +334,31 @@ def test_every_method_trains_its_trials_fused_when_asked(project, stores_of, mon
     fits += [fit for key in stores.states for fit in stores.states[key].fits]
     assert all(fit["trials"] == 2 for fit in fits)
     assert stacks and set(stacks) == {2} and len(stacks) == len(fits)
+
+
+def test_training_runs_inside_the_nodes_named_for_it(project, monkeypatch):
+    """Kedro's node timings and a breakpoint land on the training nodes: every state and job is
+    trained from inside ``train_historical_states`` and ``train_final_jobs``, never from a
+    dataset's save, and a rerun finds every key stored and trains nothing."""
+    import inspect
+
+    from seq2final.runs import training
+
+    callers: list[tuple[str, set[str]]] = []
+    for name in ("train_state", "fit_job"):
+        real = getattr(training, name)
+
+        def recording(*args, _real=real, _name=name):
+            callers.append((_name, {frame.function for frame in inspect.stack()}))
+            return _real(*args)
+
+        monkeypatch.setattr(training, name, recording)
+    _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], method="ft",
+         mlflow={"enabled": False})  # fmt: skip
+    assert [name for name, _ in callers] == ["train_state", "fit_job"]  # ERM's state, FT's job
+    (_, state_stack), (_, job_stack) = callers
+    assert "train_historical_states" in state_stack and "train_final_jobs" in job_stack
+    assert "save" not in state_stack | job_stack
+    callers.clear()
+    _run(project, ["pretrain_historical", "adapt_final"], method="ft", mlflow={"enabled": False})
+    assert callers == []

@@ -16,8 +16,8 @@ from mlflow.entities import ViewType
 
 from seq2final.config.parameters import MlflowOptions
 from seq2final.core.errors import Seq2FinalError
+from seq2final.runs import training
 from seq2final.runs.plans import JobPlan, RunPlan
-from seq2final.runs.recipes import JobRecipe
 from seq2final.runs.sequence_store import SequenceStore
 from seq2final.tracking.jobs import JobTracker
 from seq2final.tracking.mlflow_io import (
@@ -263,10 +263,10 @@ def test_metrics_are_logged_as_the_floats_of_their_values():
 
 
 def test_a_job_that_raises_leaves_a_failed_run(project, run_kedro, monkeypatch):
-    def broken(self):
+    def broken(*args):
         raise RuntimeError("diverged")
 
-    monkeypatch.setattr(JobRecipe, "run", broken)
+    monkeypatch.setattr(training, "fit_job", broken)
     with pytest.raises(Exception, match="diverged"):
         _run(run_kedro, method="baseline")
     (run,) = _job_runs(_client(project))

@@ -390,7 +390,7 @@ ABOUT = {
     "projection": (
         "The paper's protocol (5 sequences × every architecture × 18 methods, `paper` grids, "
         "one seed) in hours of this device. What it trains is counted by running every "
-        "method's states and jobs through the project's recipes on the real `rcl` sequence with "
+        "method's states and jobs through the project's training functions on the real `rcl` sequence with "
         "each tuned fit recorded instead of trained (grid size × epochs × images per epoch); "
         "the five sequences have the same step sizes, so `rcl` counts for all. Every trial is "
         "charged its 100 epochs (an upper bound; the grid trials of the search section ran "

@@ -1,7 +1,7 @@
 """The paper's whole protocol in device-hours, projected from measured per-architecture rates.
 
 What the protocol trains is counted by running it: every method's states and jobs go through the
-project's own recipes on the sequence, with each tuned fit recorded instead of trained (its
+project's own training functions on the sequence, with each tuned fit recorded instead of trained (its
 untrained model is handed on, so later stages see the shapes and data they would). A fit's work
 is its grid size × its epochs × (training images per epoch, validation images per epoch). The
 five paper sequences (clr, rcl, rrr, ttt, sss) have the same step sizes (6000, 4000, 6000, 4000
@@ -36,7 +36,7 @@ from seq2final.methods import METHODS
 from seq2final.methods.context import Context
 from seq2final.models import build_model
 from seq2final.runs.planner import plan_run
-from seq2final.runs.recipes import JobRecipe, StateRecipe, historical_costs
+from seq2final.runs.training import fit_job, historical_costs, train_state
 from seq2final.training.engine import Engine, predict_logits
 from seq2final.training.fused import fit_fused
 from seq2final.training.hyperparameters import HyperParameters
@@ -100,14 +100,12 @@ def count_fits(
         for plan in plans:
             for state in plan.states:  # in dependency order: step 0 before the modes it starts
                 if state.key not in states:  # a state shared by several methods trains once
-                    states[state.key] = StateRecipe(plan, state, sequence).build(states)
+                    states[state.key] = train_state(plan, state, sequence, states)[0]
             for job in plan.jobs:
                 if job.key not in jobs:
                     jobs.add(job.key)
                     state = states.get(job.state_key or "")
-                    JobRecipe(
-                        plan, job, sequence, state, historical_costs(job.state_key, states)
-                    ).run()
+                    fit_job(plan, job, sequence, state, historical_costs(job.state_key, states))
     return work
 
 

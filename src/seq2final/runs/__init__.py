@@ -1,1 +1,1 @@
-"""Runs: plans, keys, the recipes a run carries out, and the Kedro stores that keep the results."""
+"""Runs: plans, keys, the training of a run's states and jobs, and the Kedro stores that keep them."""

@@ -1,7 +1,7 @@
 """What a run will train, resolved before any work: states, jobs and the run that holds them.
 
 These are plain records (no training, no stores, no tracking), so every layer that needs to talk
-about a job (the recipes, the stores, MLflow tracking, the command suggested in an error) can
+about a job (its training, the stores, MLflow tracking, the command suggested in an error) can
 import them without importing one another.
 """
 

@@ -1,14 +1,14 @@
 """Finished jobs: a result record per job key, plus its final model and learning curves.
 
 A record's presence means the job finished: the model and curves are written first, the record
-last, each atomically. :class:`ResultStoreDataset` saves lazily (see
-:mod:`seq2final.runs.state_store`).
+last, each atomically. The store memoises: ``adapt_final``'s training node reads it to skip the
+jobs it holds, and writes each job it fits as soon as it is fitted
+(:mod:`seq2final.runs.training`).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,11 +19,7 @@ from kedro.io import AbstractDataset
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write, json_safe, stored_files
-from seq2final.core.progress import Progress
 from seq2final.models.storage import pack, unpack
-from seq2final.runs.leases import claim
-
-log = logging.getLogger(__name__)
 
 
 class ResultStore(Mapping[str, dict[str, Any]]):
@@ -82,14 +78,12 @@ class ResultStore(Mapping[str, dict[str, Any]]):
         )
 
 
-class ResultStoreDataset(AbstractDataset[Mapping[str, Any], ResultStore]):
-    """Finished jobs, saved lazily: a job recipe runs only if its record is missing or forced.
+class ResultStoreDataset(AbstractDataset[ResultStore, ResultStore]):
+    """Finished jobs: ``load`` gives the store, ``save`` adds the jobs it lacks from another one.
 
-    A recipe has ``label`` (its name in progress lines), ``force``, ``run()`` (returning record,
-    model and curves), ``failed(error)``, called when running or storing it raised, and
-    ``finished(store, computed)``, called once the job's record is in the store, whether it was
-    just computed or reused (tracking logs it from there). A job runs under its lease
-    (:mod:`seq2final.runs.leases`), so processes sharing the store run it once.
+    The catalog names the folders twice, as ``result_store`` (what the training node finds and
+    writes into) and ``adapt_results`` (the node's output, which ``evaluate`` reads): Kedro needs
+    a node's output to differ from its inputs, and the two names order the pipelines.
     """
 
     def __init__(
@@ -105,41 +99,13 @@ class ResultStoreDataset(AbstractDataset[Mapping[str, Any], ResultStore]):
     def load(self) -> ResultStore:
         return ResultStore(*self._paths)
 
-    def save(self, data: Mapping[str, Any]) -> None:
+    def save(self, data: ResultStore) -> None:
         store = ResultStore(*self._paths)
-        with Progress("job", [recipe.label for recipe in data.values()]) as progress:
-            for key, recipe in data.items():
-                if key in store and not recipe.force:
-                    progress.reused()
-                    self._reuse(store, key, recipe)
-                    continue
-                # One process runs a job; another asking for it meanwhile waits and reuses it.
-                with claim(self._paths[0], key, done=lambda key=key: key in store) as claimed:
-                    if not claimed or (key in store and not recipe.force):
-                        computed = False
-                    else:
-                        with progress.item(recipe.label) as shown:
-                            try:
-                                outcome = recipe.run()
-                                store.put(key, outcome.record, outcome.model, outcome.curves)
-                            except BaseException as error:
-                                recipe.failed(error)
-                                raise
-                            shown.note = (
-                                f"test {outcome.record['test_accuracy']:.3f}, "
-                                f"valid {outcome.record['valid_accuracy']:.3f}; {key}"
-                            )
-                        computed = True
-                if computed:
-                    recipe.finished(store, computed=True)
-                else:
-                    progress.reused()
-                    self._reuse(store, key, recipe)
-
-    @staticmethod
-    def _reuse(store: ResultStore, key: str, recipe: Any) -> None:
-        log.info("job %s finished earlier; reusing it (force:true recomputes)", key)
-        recipe.finished(store, computed=False)
+        for key in data:
+            if key not in store:
+                store.put(
+                    key, data[key], data.model(key), data.learning_curves(key).to_dict("records")
+                )
 
     def _exists(self) -> bool:
         return self._paths[0].exists()

@@ -1,8 +1,8 @@
 """Trained historical states, one folder per key (``state.pt`` + a readable ``state.json``).
 
-:class:`HistoricalStoreDataset` saves *lazily*, as Kedro's ``PartitionedDataset`` does with
-callables: a pipeline hands over recipes, and a recipe runs only when its key is not stored yet,
-which is how finished work is reused and interrupted runs resume.
+The store memoises: ``pretrain_historical``'s training node reads it to skip the keys it holds,
+and writes each state it trains as soon as it is trained (:mod:`seq2final.runs.training`), which
+is how finished work is reused and interrupted runs resume.
 """
 
 from __future__ import annotations
@@ -18,10 +18,8 @@ from kedro.io import AbstractDataset
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write, json_safe
-from seq2final.core.progress import Progress
 from seq2final.methods import HistoricalState, ModelChain
 from seq2final.models.storage import pack, unpack
-from seq2final.runs.leases import claim
 
 log = logging.getLogger(__name__)
 
@@ -121,13 +119,12 @@ class HistoricalStore(Mapping[str, HistoricalState]):
         atomic_write(self._path(key), lambda p: torch.save(pack_state(state), p))
 
 
-class HistoricalStoreDataset(AbstractDataset[Mapping[str, Any], HistoricalStore]):
-    """Historical states, saved lazily: a recipe runs only when its key is not stored yet.
+class HistoricalStoreDataset(AbstractDataset[Mapping[str, HistoricalState], HistoricalStore]):
+    """Historical states by key: ``load`` gives the store, ``save`` adds the states it lacks.
 
-    ``save`` takes ``{key: StateRecipe}`` in dependency order (the shared step-0 model before the
-    chains that start from it); each recipe may read earlier states from the store. A key is
-    trained under its lease (:mod:`seq2final.runs.leases`), so processes sharing the store
-    train it once.
+    The catalog names the one folder twice, as ``historical_store`` (what the training node finds
+    and writes into) and ``historical_states`` (the node's output, which ``adapt_final`` reads):
+    Kedro needs a node's output to differ from its inputs, and the two names order the pipelines.
     """
 
     def __init__(self, path: str, metadata: dict[str, Any] | None = None) -> None:
@@ -137,25 +134,11 @@ class HistoricalStoreDataset(AbstractDataset[Mapping[str, Any], HistoricalStore]
     def load(self) -> HistoricalStore:
         return HistoricalStore(self._root)
 
-    def save(self, data: Mapping[str, Any]) -> None:
+    def save(self, data: Mapping[str, HistoricalState]) -> None:
         store = HistoricalStore(self._root)
-        names = [recipe.state.name for recipe in data.values()]
-        with Progress("historical state", names) as progress:
-            for key, recipe in data.items():
-                if key in store:
-                    progress.reused()
-                    log.info("historical state %s exists; reusing it", key)
-                    continue
-                # One process trains a key; another asking for it meanwhile waits and reuses it.
-                with claim(self._root, key, done=lambda key=key: key in store) as claimed:
-                    if not claimed or key in store:
-                        progress.reused()
-                        log.info("historical state %s exists; reusing it", key)
-                        continue
-                    with progress.item(recipe.state.name) as shown:
-                        store.put(key, recipe.build(store))
-                        shown.note = key
-                recipe.finished(store, computed=True)
+        for key in data:
+            if key not in store:
+                store.put(key, data[key])
 
     def _exists(self) -> bool:
         return self._root.exists()

@@ -42,7 +42,6 @@ from seq2final.protocols import STEP_SPLITS
 from seq2final.reporting.plots import learning_curves
 from seq2final.reporting.tables import shared_train_flops, shown_name
 from seq2final.runs.plans import JobPlan, RunPlan
-from seq2final.runs.recipes import JobOutcome, JobRecipe
 from seq2final.runs.result_store import ResultStore
 from seq2final.tracking.mlflow_io import (
     NOTE,
@@ -403,35 +402,6 @@ class JobTracker:
             params=[Param(k, param_value(v)) for k, v in (params or {}).items()],
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )
-
-
-@dataclass
-class TrackedJob:
-    """A job recipe whose run is tracked in MLflow: RUNNING while it trains, FAILED if it raises."""
-
-    recipe: JobRecipe
-    tracker: JobTracker
-    _run_id: str | None = None
-
-    @property
-    def label(self) -> str:
-        return self.recipe.label
-
-    @property
-    def force(self) -> bool:
-        return self.recipe.force
-
-    def run(self) -> JobOutcome:
-        self._run_id = self.tracker.start(self.recipe.job)
-        return self.recipe.run()
-
-    def failed(self, error: BaseException) -> None:
-        if self._run_id is not None:
-            self.tracker.fail(self._run_id, error)
-
-    def finished(self, store: ResultStore, computed: bool) -> None:
-        self.recipe.finished(store, computed)
-        self.tracker.complete(self.recipe.job, self._run_id if computed else None, store)
 
 
 def plan_fields(plan: RunPlan, method: str) -> dict[str, Any]:

@@ -17,8 +17,9 @@ from seq2final.reporting.protocols import protocol_scores
 from seq2final.reporting.tables import shown_name
 from seq2final.runs.planner import load_states
 from seq2final.runs.plans import JobPlan, RunPlan
-from seq2final.runs.recipes import JobRecipe, historical_costs
-from seq2final.tracking.jobs import JobTracker, TrackedJob
+from seq2final.runs.result_store import ResultStore
+from seq2final.runs.training import historical_costs, train_jobs
+from seq2final.tracking.jobs import JobTracker
 
 RESULT_COLUMNS = ("method", "test", "valid", "epochs", "seconds", "")
 
@@ -34,14 +35,16 @@ class RunTable:
     reference: str | None  # the row (its method) every method is compared with, if run
 
 
-def job_recipes(
+def train_final_jobs(
     sequence: ShiftSequence,
     plan: RunPlan,
     states: Mapping[str, HistoricalState],
+    store: ResultStore,
     mlflow_options: Mapping[str, Any],
     plugins: object,  # a path or a list of them; checked by plugin_paths
-) -> dict[str, JobRecipe | TrackedJob]:
-    """One recipe per job, tracked in MLflow unless tracking is off.
+) -> ResultStore:
+    """Fits every job of the plan that ``store`` lacks on its historical state, storing each as
+    soon as it is fitted (tracked in MLflow unless tracking is off); the store, now holding them.
 
     Every historical state is loaded and checked, and the MLflow experiment and registry names
     accepted, before any training.
@@ -49,22 +52,8 @@ def job_recipes(
     loaded = load_states(plan, states)
     # once per state, from the states loaded (the store reads only the step-0 models they continue)
     costs = {key: historical_costs(key, ChainMap(loaded, states)) for key in loaded}
-    recipes = {
-        job.key: JobRecipe(
-            plan,
-            job,
-            sequence,
-            loaded.get(job.state_key),
-            costs.get(job.state_key, {}),
-            plan.force,
-        )
-        for job in plan.jobs
-    }
-    options = MlflowOptions.model_validate(mlflow_options)
-    if not options.enabled:
-        return recipes
     tracker = JobTracker.connect(
-        options,
+        MlflowOptions.model_validate(mlflow_options),
         plan,
         json.dumps(sequence.manifest["spec"], separators=(",", ":")),
         example=sequence.step(-1).split("test")[0][:2],
@@ -72,7 +61,8 @@ def job_recipes(
         plugins=tuple(plugin_paths(plugins)),
         sequence_digest=sequence.content_hash,
     )
-    return {key: TrackedJob(recipe, tracker) for key, recipe in recipes.items()}
+    train_jobs(plan, sequence, loaded, costs, store, tracker)
+    return store
 
 
 def result_title(plan: RunPlan) -> str:

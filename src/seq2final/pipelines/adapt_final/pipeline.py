@@ -23,16 +23,17 @@ def create_pipeline(**kwargs) -> Pipeline:
             select_sequence_node(),
             plan_jobs_node(),
             Node(
-                nodes.job_recipes,
+                nodes.train_final_jobs,
                 inputs=[
                     "sequence",
                     "job_plan",
                     "historical_states",
+                    "result_store",
                     "params:mlflow",
                     "params:plugins",
                 ],
                 outputs="adapt_results",
-                name="adapt_final_step",
+                name="train_final_jobs",
             ),
             Node(
                 nodes.report_results,

@@ -1,4 +1,4 @@
-"""Nodes that plan the run's jobs and hand the historical states to train to their store."""
+"""Nodes that plan the run's jobs and train the historical states they need."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from seq2final.data.sequence import ShiftSequence
 from seq2final.data.spec import SequenceSpec
 from seq2final.runs.planner import plan_run
 from seq2final.runs.plans import RunPlan
-from seq2final.runs.recipes import StateRecipe
+from seq2final.runs.state_store import HistoricalStore
+from seq2final.runs.training import train_states
 
 
 def plan_jobs(
@@ -54,10 +55,14 @@ def plan_jobs(
     )  # fmt: skip
 
 
-def historical_recipes(sequence: ShiftSequence, plan: RunPlan) -> dict[str, StateRecipe]:
-    """One recipe per needed state, step-0 before the chains that start from it.
+def train_historical_states(
+    sequence: ShiftSequence, plan: RunPlan, store: HistoricalStore
+) -> HistoricalStore:
+    """Trains the historical states the plan needs and ``store`` lacks, storing each as soon as
+    it is trained; the store, now holding them all.
 
-    The store runs a recipe only if its key is not stored yet, so shared states (the ERM model of
-    FT, LP-FT, ST-1 and ST-B; the step-0 model of SFT, EWC and SST) are trained once.
+    A state shared by several methods is trained once, and a state stored by an earlier run (or
+    by another process meanwhile) is reused (:func:`seq2final.runs.training.train_states`).
     """
-    return {state.key: StateRecipe(plan, state, sequence) for state in plan.states}
+    train_states(plan, sequence, store)
+    return store

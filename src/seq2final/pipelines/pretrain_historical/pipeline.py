@@ -1,4 +1,5 @@
-"""``pretrain_historical``: stored sequence + run parameters → historical states in their store."""
+"""``pretrain_historical``: stored sequence + run parameters → historical states, trained into their
+store."""
 
 from __future__ import annotations
 
@@ -51,8 +52,8 @@ def create_pipeline(**kwargs) -> Pipeline:
             select_sequence_node(),
             plan_jobs_node(),
             Node(
-                nodes.historical_recipes,
-                inputs=["sequence", "job_plan"],
+                nodes.train_historical_states,
+                inputs=["sequence", "job_plan", "historical_store"],
                 outputs="historical_states",
                 name="train_historical_states",
             ),

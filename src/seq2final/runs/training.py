@@ -1,0 +1,377 @@
+"""Training a run's historical states and final jobs, each key once, into its store.
+
+The training nodes (``pretrain_historical.train_historical_states``,
+``adapt_final.train_final_jobs``) call :func:`train_states` and :func:`train_jobs`, which train
+only the keys their store does not hold yet and store each one as soon as it is trained: finished
+work is reused and an interrupted run resumes where it stopped. A key is trained under its lease
+(:mod:`seq2final.runs.leases`), so processes sharing a store train it once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from torch import nn
+
+from seq2final.core.progress import Progress
+from seq2final.data.sequence import ShiftSequence
+from seq2final.methods import (
+    FINAL_MODES,
+    HISTORICAL_MODES,
+    METHODS,
+    Context,
+    FinalOutcome,
+    HistoricalState,
+    ModelChain,
+)
+from seq2final.methods.historical import train_step0
+from seq2final.models import count_parameters
+from seq2final.protocols import STEP_SPLITS
+from seq2final.runs.leases import claim
+from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan, ViewPlan
+from seq2final.runs.result_store import ResultStore
+from seq2final.runs.state_store import HistoricalStore
+from seq2final.training.engine import Engine, predict_logits
+from seq2final.training.flops import image_flops
+from seq2final.training.metrics import classification_metrics
+from seq2final.training.search import SearchSpace, get_budget
+from seq2final.training.tensors import TensorSplit
+from seq2final.training.tuner import Tuner
+
+log = logging.getLogger(__name__)
+
+
+def _test_metrics(
+    model: nn.Module, test: TensorSplit, engine: Engine, step: int | None
+) -> dict[str, float]:
+    return classification_metrics(predict_logits(model, test, engine, step), test.y)
+
+
+def chain_accuracies(
+    outcome: FinalOutcome, test: TensorSplit, engine: Engine
+) -> dict[str, dict[str, float]]:
+    """Every candidate chain's final validation and test accuracy, each from its own model.
+
+    The paper's SFT column is the best schedule on *test*; ours is chosen on validation. Listing
+    both for every schedule lets a reader put the two side by side.
+    """
+    return {
+        name: {
+            "valid_accuracy": valid,
+            "test_accuracy": _test_metrics(model, test, engine, outcome.step)["accuracy"],
+        }
+        for name, (model, valid) in outcome.candidates.items()
+    }
+
+
+def problem_sequence(sequence: ShiftSequence, view: ViewPlan | None) -> ShiftSequence:
+    """What a state or job trains on: the sequence, or the protocol's view of it."""
+    if view is None:
+        return sequence
+    return sequence.view(view.name, view.steps, view.mixed_seed)
+
+
+def step_accuracies(
+    model: nn.Module, sequence: ShiftSequence, engine: Engine, step: int | None
+) -> dict[str, dict[str, float]]:
+    """The model's accuracy on every step of the whole sequence, on each of
+    :data:`~seq2final.protocols.STEP_SPLITS`, with each test split's size: what every protocol
+    scores a view's model by (keys are step indices as strings, as JSON keeps them)."""
+    table: dict[str, dict[str, float]] = {}
+    for index in range(sequence.num_steps):
+        row: dict[str, float] = {}
+        for split in STEP_SPLITS:
+            data = TensorSplit.from_arrays(*sequence.step(index).split(split))
+            row[split] = _test_metrics(model, data, engine, step)["accuracy"]
+            if split == "test":
+                row["test_size"] = len(data)
+        table[str(index)] = row
+    return table
+
+
+def _context(plan: RunPlan, sequence: ShiftSequence, owner_key: str) -> Context:
+    engine = plan.engine_options()
+    budget = get_budget({plan.budget_name: plan.budget}, plan.budget_name)
+    root = Path(plan.tuning.get("root", "data/06_models/optuna"))
+    return Context(
+        sequence=sequence,
+        arch=plan.arch,
+        seed=plan.seed,
+        engine=engine,
+        budget=budget,
+        budget_name=plan.budget_name,
+        tuner=Tuner(budget, plan.tuning.get("storage"), root, plan.seed),
+        owner_key=owner_key,
+        device=engine.torch_device(),
+    )
+
+
+def train_state(
+    plan: RunPlan, state: StatePlan, sequence: ShiftSequence, store: Mapping[str, HistoricalState]
+) -> tuple[HistoricalState, Context]:
+    """Trains one historical state (its step-0 model, if it continues one, read from ``store``);
+    the context its fits ran in comes with it."""
+    started = time.perf_counter()
+    ctx = _context(plan, problem_sequence(sequence, state.view), state.key)
+    if state.mode == STEP0:
+        model = train_step0(ctx, SearchSpace.parse(state.config["space"], "step0"))
+        chains = {"main": ModelChain([model])}
+    else:
+        mode = HISTORICAL_MODES[state.mode]
+        step0 = None
+        if state.step0_key is not None:
+            key = state.step0_key
+
+            def step0() -> nn.Module:
+                return store[key].to(ctx.device).chains["main"].last
+
+        assert mode.train is not None
+        chains = mode.train(ctx, state.config, step0)
+    trained = HistoricalState(
+        state.mode,
+        plan.arch,
+        chains,
+        ctx.fits,
+        {
+            "key": state.key,
+            "sequence_key": plan.sequence_key,
+            "seed": plan.seed,
+            "budget": plan.budget_name,
+            "step0": state.step0_key,
+            "wall_seconds": time.perf_counter() - started,
+            "device": str(ctx.device),
+        },
+    )
+    return trained, ctx
+
+
+@dataclass
+class JobOutcome:
+    """A finished job: its result record, final model and learning curves."""
+
+    record: dict[str, Any]
+    model: nn.Module
+    curves: list[dict[str, Any]]
+
+
+def historical_costs(key: str | None, store: Mapping[str, HistoricalState]) -> dict[str, int]:
+    """The training FLOPs of historical state ``key`` and of every state it continues (the step-0
+    model a chain starts from), by key; empty for a job with no state.
+
+    Each of these states is shared by the methods (and views) that continue it, so a total over
+    several jobs charges each key once (``reporting.tables.train_flops_once``).
+    """
+    costs = {}
+    while key is not None:
+        state = store[key]
+        costs[key] = sum(fit.get("train_flops", 0) for fit in state.fits)
+        key = state.info.get("step0")
+    return costs
+
+
+def fit_job(
+    plan: RunPlan,
+    job: JobPlan,
+    sequence: ShiftSequence,
+    state: HistoricalState | None,
+    costs: Mapping[str, int],
+) -> tuple[JobOutcome, Context]:
+    """Runs one job's final mode on its historical state and evaluates it on the test set; the
+    context its fits ran in comes with it.
+
+    ``costs`` are the training FLOPs of that state and of the states it continues, by key
+    (:func:`historical_costs`), which the job's record carries as shared.
+    """
+    started = time.perf_counter()
+    problem = problem_sequence(sequence, job.view)
+    ctx = _context(plan, problem, job.key)
+    state = None if state is None else state.to(ctx.device)
+    outcome = FINAL_MODES[job.final].run(ctx, job.config, state)
+    test = ctx.split(-1, "test")
+    metrics = _test_metrics(outcome.model, test, ctx.engine, outcome.step)
+    chains = chain_accuracies(outcome, test, ctx.engine)
+    wall = time.perf_counter() - started
+    valid_accuracy = outcome.valid_accuracy
+    if valid_accuracy is None:
+        valid_accuracy = ctx.fits[-1]["valid_accuracy"]
+    method = METHODS.get(job.method)
+    record = {
+        "job_key": job.key,
+        "sequence": plan.sequence_name,
+        "sequence_key": plan.sequence_key,
+        "dataset": plan.dataset,
+        "arch": plan.arch,
+        "method": job.method,
+        "paper_name": method.paper_name if method else job.method,
+        "paper_class": method.paper_class if method else None,
+        "aliases": [n for n in job.requested if n != job.method],
+        "historical": job.historical,
+        "final": job.final,
+        "historical_state": job.state_key,
+        "seed": plan.seed,
+        "budget": plan.budget_name,
+        "test_accuracy": metrics["accuracy"],
+        "worst_class_accuracy": metrics["worst_class_accuracy"],
+        "test_nll": metrics["nll"],
+        "ece": metrics["ece"],
+        "valid_accuracy": valid_accuracy,
+        "epochs": sum(f["epochs"] for f in ctx.fits),
+        "trials": sum(f["trials"] for f in ctx.fits),
+        "wall_seconds": wall,
+        "device": str(ctx.device),
+        "parameters": count_parameters(outcome.model, "paper"),
+        "test_size": len(test),
+        "hyperparameters": {f["stage"]: f["params"] for f in ctx.fits},
+        "chosen": outcome.chosen,
+        "chains": chains,
+        "eval_step": outcome.step,
+        "engine": plan.engine,
+        "fits": [{k: v for k, v in f.items() if k != "history"} for f in ctx.fits],
+        # compute: this job's own fits, every trial included; the historical state and the
+        # step-0 model it continues are shared by the methods that continue them, so they are
+        # charged to themselves, by key, and shown here
+        "train_flops": sum(f["train_flops"] for f in ctx.fits),
+        "eval_flops": sum(f["eval_flops"] for f in ctx.fits),
+        "inference_flops_per_image": image_flops(outcome.model, test, ctx.engine, outcome.step),
+        "historical_flops": {"shared": True, "states": dict(costs)} if costs else None,
+    }
+    if job.view is not None:  # scored by a temporal protocol: every step's accuracy
+        record["view"] = {"name": job.view.name, "steps": list(job.view.steps),
+                          "mixed_seed": job.view.mixed_seed}  # fmt: skip
+        record["step_accuracies"] = step_accuracies(
+            outcome.model, sequence, ctx.engine, outcome.step
+        )
+    curves = [{"stage": f["stage"], **row} for f in ctx.fits for row in f["history"]]
+    return JobOutcome(record, outcome.model, curves), ctx
+
+
+class JobLog(Protocol):
+    """What :func:`train_jobs` tells about each job as it goes (MLflow's
+    :class:`~seq2final.tracking.jobs.JobTracker` is one)."""
+
+    def start(self, job: JobPlan) -> str:
+        """A job is about to train: the id of its run."""
+        ...
+
+    def fail(self, run_id: str, error: BaseException) -> None:
+        """The job's training raised ``error``."""
+        ...
+
+    def complete(self, job: JobPlan, run_id: str | None, store: ResultStore) -> None:
+        """The job is in ``store``: trained now under ``run_id``, or earlier (``None``)."""
+        ...
+
+
+def job_label(job: JobPlan) -> str:
+    """The job in progress lines: its one name, and its view under a protocol."""
+    view = f" (steps {job.view.name})" if job.view is not None else ""
+    return job.name + view
+
+
+def _each_missing(
+    kind: str,
+    root: Path,
+    items: Sequence[tuple[str, str]],
+    stored: Callable[[str], bool],
+    train: Callable[[str], str],
+    reuse: Callable[[str], None],
+    force: bool = False,
+) -> None:
+    """Trains each ``(key, label)`` of ``items`` that is not ``stored`` (or every one under
+    ``force``) with ``train(key)``, which stores it and returns its note for the progress line;
+    ``reuse(key)`` for the others. The key's lease is held while it trains: a process asking for
+    it meanwhile waits, then reuses it."""
+    with Progress(kind, [label for _, label in items]) as progress:
+        for key, label in items:
+            if not (stored(key) and not force):
+                with claim(root, key, done=lambda key=key: stored(key)) as claimed:
+                    if claimed and not (stored(key) and not force):
+                        with progress.item(label) as shown:
+                            shown.note = train(key)
+                        continue
+            progress.reused()
+            reuse(key)
+
+
+def train_states(plan: RunPlan, sequence: ShiftSequence, store: HistoricalStore) -> None:
+    """Trains the plan's historical states that ``store`` lacks, step-0 models before the chains
+    that start from them, storing each as soon as it is trained.
+
+    A state shared by several methods (the ERM model of FT, LP-FT, ST-1 and ST-B; the step-0
+    model of SFT, EWC and SST) is trained once.
+    """
+    states = {state.key: state for state in plan.states}
+
+    def train(key: str) -> str:
+        trained, ctx = train_state(plan, states[key], sequence, store)
+        store.put(key, trained)
+        ctx.tuner.discard_checkpoints()
+        return key
+
+    def reuse(key: str) -> None:
+        log.info("historical state %s exists; reusing it", key)
+
+    _each_missing(
+        "historical state",
+        store.root,
+        [(state.key, state.name) for state in plan.states],
+        store.__contains__,
+        train,
+        reuse,
+    )
+
+
+def train_jobs(
+    plan: RunPlan,
+    sequence: ShiftSequence,
+    states: Mapping[str, HistoricalState],
+    costs: Mapping[str, Mapping[str, int]],
+    store: ResultStore,
+    tracker: JobLog | None = None,
+) -> None:
+    """Fits the plan's jobs that ``store`` lacks (every one under ``plan.force``) on their loaded
+    historical ``states``, storing each as soon as it is fitted; ``costs``: each state's
+    :func:`historical_costs`, by state key.
+
+    With a ``tracker``, a job trained now is an MLflow run, RUNNING while it trains and FAILED if
+    it raises; a job reused is logged from its record if it has no finished run yet.
+    """
+    jobs = {job.key: job for job in plan.jobs}
+
+    def train(key: str) -> str:
+        job = jobs[key]
+        run_id = None if tracker is None else tracker.start(job)
+        try:
+            outcome, ctx = fit_job(
+                plan, job, sequence, states.get(job.state_key or ""), costs.get(job.state_key, {})
+            )
+            store.put(key, outcome.record, outcome.model, outcome.curves)
+        except BaseException as error:  # the study and its checkpoint stay, so a rerun resumes
+            if tracker is not None and run_id is not None:
+                tracker.fail(run_id, error)
+            raise
+        ctx.tuner.discard_checkpoints()
+        if tracker is not None:
+            tracker.complete(job, run_id, store)
+        record = outcome.record
+        return f"test {record['test_accuracy']:.3f}, valid {record['valid_accuracy']:.3f}; {key}"
+
+    def reuse(key: str) -> None:
+        log.info("job %s finished earlier; reusing it (force:true recomputes)", key)
+        if tracker is not None:
+            tracker.complete(jobs[key], None, store)
+
+    _each_missing(
+        "job",
+        store.results,
+        [(job.key, job_label(job)) for job in plan.jobs],
+        store.__contains__,
+        train,
+        reuse,
+        force=plan.force,
+    )
