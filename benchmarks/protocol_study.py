@@ -75,7 +75,7 @@ def study_records(
     records = [
         record
         for record in gather_results(sequence_spec(validate_parameters(params)), store)
-        if (record["arch"], record["budget"]) == (params["arch"], params["budget"])
+        if (record.arch, record.budget) == (params["arch"], params["budget"])
         and shown_name(record) in methods
     ]
     return params, records
@@ -125,7 +125,7 @@ def summary(params: Mapping[str, Any], records: list[dict[str, Any]]) -> str:
             [mixed[s]["ood_average"] for s in seeds],
         ]
         flops = statistics.mean(
-            train_flops_once(r for r in records if shown_name(r) == method and r["seed"] == s)
+            train_flops_once(r for r in records if shown_name(r) == method and r.seed == s)
             for s in seeds
         )
         lines.append(

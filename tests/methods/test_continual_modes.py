@@ -46,11 +46,11 @@ def test_si_agem_and_swa_train_their_chains_and_continue_them(project, stores_of
                            "sequential_ft": {"space": plain}},
          final_modes={"agem": {"space": plain}, "swa": {"space": plain}})  # fmt: skip
     stores = stores_of(project)
-    records = {r["method"]: r for r in (stores.results[k] for k in stores.results)}
+    records = {r.method: r for r in (stores.results[k] for k in stores.results)}
     assert set(records) == {"si", "agem", "swa"}
 
     # SI: its own step-0 fit (Ω needs step 0's path), the anchor at step T−1 under si_c
-    si = stores.states[records["si"]["historical_state"]]
+    si = stores.states[records["si"].historical_state]
     assert [f["stage"] for f in si.fits] == ["step0", "step1"]
     (chain,) = si.chains.values()
     assert chain.anchor_weight == "si_c" and len(chain.anchors) == 1
@@ -59,11 +59,11 @@ def test_si_agem_and_swa_train_their_chains_and_continue_them(project, stores_of
         assert torch.equal(values[name], parameter.detach())
     assert any(f["best_epoch"] > 0 for f in si.fits)  # some selected epoch moved the weights
     assert any(bool((v != 0).any()) for v in importance.values())
-    assert "si_c" in records["si"]["hyperparameters"]["final"]  # the final step is pulled too
+    assert "si_c" in records["si"].hyperparameters["final"]  # the final step is pulled too
 
     # A-GEM and SWA start from the shared step-0 model
     for method in ("agem", "swa"):
-        state = stores.states[records[method]["historical_state"]]
+        state = stores.states[records[method].historical_state]
         assert [f["stage"] for f in state.fits] == ["step1"]
 
     # SWA: the average of the chain's end-of-step models and the final step's, and its record's
@@ -73,10 +73,8 @@ def test_si_agem_and_swa_train_their_chains_and_continue_them(project, stores_of
     swa = records["swa"]
     (sequence,) = [stores.sequences[k] for k in stores.sequences]
     valid = TensorSplit.from_arrays(*sequence.step(-1).split("valid"))
-    logits = predict_logits(
-        stores.results.model(swa["job_key"]), valid, Engine(**swa["engine"]), None
-    )
-    assert swa["valid_accuracy"] == float((logits.argmax(1) == valid.y).float().mean())
+    logits = predict_logits(stores.results.model(swa.job_key), valid, Engine(**swa.engine), None)
+    assert swa.valid_accuracy == float((logits.argmax(1) == valid.y).float().mean())
 
 
 def test_the_episodic_memory_is_a_seeded_reservoir_of_the_earlier_steps_training_images():

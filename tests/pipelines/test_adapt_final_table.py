@@ -1,5 +1,8 @@
 """The run's end table: every job once, best first, the best and the reference marked."""
 
+from result_records import make_record
+
+from seq2final.core.records import ResultRecord
 from seq2final.pipelines.adapt_final.nodes import run_table
 from seq2final.runs.plans import JobPlan, RunPlan
 
@@ -15,8 +18,8 @@ def _job(method: str, *requested: str) -> JobPlan:
     return JobPlan(f"key-{method}", method, requested or (method,), "h", "f", None, {})
 
 
-def _record(test: float) -> dict:
-    return {"test_accuracy": test, "valid_accuracy": test, "epochs": 3, "wall_seconds": 1.0}
+def _record(test: float) -> ResultRecord:
+    return make_record(test_accuracy=test, valid_accuracy=test, epochs=3)
 
 
 def test_rows_sorted_by_test_with_the_best_aside_from_the_oracle_and_an_alias_reference():

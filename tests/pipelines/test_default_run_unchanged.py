@@ -33,6 +33,8 @@ from typing import Any
 import pytest
 import torch
 
+from seq2final.core.records import RECORD_FORMAT
+
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "default_run_smoke"
 CAPABILITY = torch.backends.cpu.get_cpu_capability()
 
@@ -98,6 +100,8 @@ def test_the_default_run_gives_the_recorded_sequence_and_records(run_kedro, proj
     for path in (project / "data/07_model_output/results").glob("*.json"):
         record = json.loads(path.read_text())
         record.pop("wall_seconds")
+        # the layout's version, not a result: the golden records were written before it existed
+        assert record.pop("format") == RECORD_FORMAT
         records[record["job_key"]] = record
     assert set(golden["records"]) <= set(records)  # plugins registered by tests may add jobs
     hint = (

@@ -1,12 +1,13 @@
 """``evaluate`` on a tiny digits sequence: tables written, bad input refused in one line."""
 
-import json
 import logging
 
 import pandas as pd
 import pytest
+from result_records import make_record
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.records import ResultRecord
 from seq2final.data.spec import resolve_spec
 from seq2final.pipelines.evaluate.nodes import gather_results
 from seq2final.runs.result_store import ResultStore
@@ -45,8 +46,8 @@ def test_evaluate_writes_the_tables_of_every_arch_and_method(project, run_kedro,
     folder = "source100-rotation60-corruption100-label_flip60-digits"
     csv = pd.read_csv(project / f"data/08_reporting/result_tables/{folder}/smoke-per_arch.csv")
     paths = [p for p in (project / RESULTS).glob("*.json") if p.name != "broken.json"]
-    records = [json.loads(p.read_text()) for p in paths]
-    by_cell = {(r["arch"], r["method"]): r["test_accuracy"] for r in records}
+    records = [ResultRecord.model_validate_json(p.read_bytes()) for p in paths]
+    by_cell = {(r.arch, r.method): r.test_accuracy for r in records}
     cell_rows = csv[~csv["arch"].isin(["Mean", "Std"])]
     assert {(a, m): v for a, m, v in zip(cell_rows.arch, cell_rows.method, cell_rows["mean"],
                                         strict=True)} == pytest.approx(by_cell)  # fmt: skip
@@ -77,11 +78,11 @@ def test_records_of_another_specification_under_the_same_name_are_refused(projec
 def test_two_settings_under_one_budget_name_are_refused_not_averaged_as_seeds():
     spec = resolve_spec(TINY["sequence"], None, None, None, 50, 120)
 
-    def record(method: str, seed: int, accuracy: float) -> dict:
+    def record(method: str, seed: int, accuracy: float) -> ResultRecord:
         at_seed = resolve_spec(TINY["sequence"], None, None, seed, 50, 120)
-        return {"sequence": spec.name, "dataset": spec.dataset, "sequence_key": at_seed.key,
-                "budget": "smoke", "arch": "convnet_1", "method": method, "seed": seed,
-                "test_accuracy": accuracy}  # fmt: skip
+        return make_record(sequence=spec.name, dataset=spec.dataset, sequence_key=at_seed.key,
+                           budget="smoke", arch="convnet_1", method=method, seed=seed,
+                           test_accuracy=accuracy)  # fmt: skip
 
     seeds = {"a": record("baseline", 1, 0.4), "b": record("baseline", 2, 0.5),
              "c": record("ft", 1, 0.6)}  # fmt: skip

@@ -14,6 +14,7 @@ from kedro.framework.startup import bootstrap_project
 
 from seq2final.cli import cli
 from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
+from seq2final.core.records import SharedFlops
 from seq2final.methods import HISTORICAL_MODES, METHODS, requested_jobs
 from seq2final.models import forward_macs
 from seq2final.training import Engine, TensorSplit, predict_logits
@@ -53,41 +54,41 @@ def test_all_methods_end_to_end(project, stores_of, caplog):
     stores = stores_of(project)
     states, results = stores.states, stores.results
     records = [results[key] for key in results]
-    by_method = {r["method"]: r for r in records}
+    by_method = {r.method: r for r in records}
     # One job per pair of modes actually trained: on a ConvNet a block is one conv + BN, so the
     # 1-layer variants are their block versions, trained once and reported under both names.
     jobs = requested_jobs(None, None, None, arch)
     assert len(records) == len({(j.historical, j.final) for j in jobs})
     for job in jobs:
-        assert job.requested in {by_method[job.method]["method"], *by_method[job.method]["aliases"]}
+        assert job.requested in {by_method[job.method].method, *by_method[job.method].aliases}
     for one, block in (("st_1", "st_b"), ("sst_1", "sst_b"), ("jst_1", "jst_b")):
-        assert one not in by_method and by_method[block]["aliases"] == [one]
+        assert one not in by_method and by_method[block].aliases == [one]
     (sequence_key,) = list(stores.sequences)
     sequence = stores.sequences[sequence_key]
     test = TensorSplit.from_arrays(*sequence.step(-1).split("test"))
     for record in records:
         assert record.keys() >= FIELDS
         # the record's metrics are its stored model's, recomputed here on the final test split
-        model, engine = results.model(record["job_key"]), Engine(**record["engine"])
-        logits = predict_logits(model, test, engine, record["eval_step"])
-        assert float((logits.argmax(1) == test.y).float().mean()) == record["test_accuracy"]
-        assert float(F.cross_entropy(logits, test.y)) == pytest.approx(record["test_nll"])
-        assert record["budget"] == "smoke" and record["arch"] == arch and record["trials"] >= 1
-        curves = results.learning_curves(record["job_key"])
+        model, engine = results.model(record.job_key), Engine(**record.engine)
+        logits = predict_logits(model, test, engine, record.eval_step)
+        assert float((logits.argmax(1) == test.y).float().mean()) == record.test_accuracy
+        assert float(F.cross_entropy(logits, test.y)) == pytest.approx(record.test_nll)
+        assert record.budget == "smoke" and record.arch == arch and record.trials >= 1
+        curves = results.learning_curves(record.job_key)
         assert list(curves["epoch"][:3]) == [0, 1, 2]
         # compute: the job's own fits, every trial; the states it continues, shown as shared
-        assert record["train_flops"] == sum(f["train_flops"] for f in record["fits"]) > 0
-        assert record["eval_flops"] == sum(f["eval_flops"] for f in record["fits"]) > 0
-        if record["historical_state"] is not None:
-            state = states[record["historical_state"]]
-            shared = {record["historical_state"]: sum(f["train_flops"] for f in state.fits)}
+        assert record.train_flops == sum(f["train_flops"] for f in record.fits) > 0
+        assert record.eval_flops == sum(f["eval_flops"] for f in record.fits) > 0
+        if record.historical_state is not None:
+            state = states[record.historical_state]
+            shared = {record.historical_state: sum(f["train_flops"] for f in state.fits)}
             if state.info["step0"] is not None:  # a chain: the step-0 model it starts from
                 step0 = states[state.info["step0"]]
                 shared[state.info["step0"]] = sum(f["train_flops"] for f in step0.fits)
                 assert shared[state.info["step0"]] > 0
-            assert record["historical_flops"] == {"shared": True, "states": shared}
-        if record["eval_step"] is None:  # a plain model: the zoo's count of its forward pass
-            assert record["inference_flops_per_image"] == 2 * forward_macs(model)
+            assert record.historical_flops == SharedFlops(shared=True, states=shared)
+        if record.eval_step is None:  # a plain model: the zoo's count of its forward pass
+            assert record.inference_flops_per_image == 2 * forward_macs(model)
 
     # FT, LP-FT, ST-1 and ST-B share one ERM model; SFT, EWC and SST-* share one step-0 model.
     prefixes = sorted(key.split("-")[0] for key in states)
@@ -102,22 +103,22 @@ def test_all_methods_end_to_end(project, stores_of, caplog):
     # SFT: the schedule fixes each step's learning rate (smoke runs exponential 2e-4 x 0.5^t).
     sft = by_method["sft"]
     schedule = "exponential_2e-4_0.5"
-    assert sft["chosen"] == {"chain": schedule}
-    assert sft["hyperparameters"][f"{schedule}/final"]["lr"] == pytest.approx(2e-4 * 0.5**3)
-    chain_fits = states[sft["historical_state"]].fits
+    assert sft.chosen == {"chain": schedule}
+    assert sft.hyperparameters[f"{schedule}/final"]["lr"] == pytest.approx(2e-4 * 0.5**3)
+    chain_fits = states[sft.historical_state].fits
     assert {f["stage"]: f["params"]["lr"] for f in chain_fits} == pytest.approx(
         {f"{schedule}/step1": 1e-4, f"{schedule}/step2": 5e-5}
     )
 
     # ST freezes the ERM model: its modules come back bitwise unchanged (parameters; BN
     # statistics keep moving as in the original unless freeze_bn_stats is set).
-    erm = states[by_method["ft"]["historical_state"]].chains["main"].last
-    st = results.model(by_method["st_b"]["job_key"])
+    erm = states[by_method["ft"].historical_state].chains["main"].last
+    st = results.model(by_method["st_b"].job_key)
     for name in st.layer_names:
         assert _frozen_equal(st.layers[name][0], getattr(erm, name)), name
     # SST: every module of the step-2 chain model is unchanged in the final joint model.
-    chain = states[by_method["sst_b"]["historical_state"]].chains["main"].last
-    sst = results.model(by_method["sst_b"]["job_key"])
+    chain = states[by_method["sst_b"].historical_state].chains["main"].last
+    sst = results.model(by_method["sst_b"].job_key)
     assert sst.num_steps == chain.num_steps + 1 == 4
     for name in sst.layer_names:
         for index, module in enumerate(chain.layers[name]):
@@ -135,24 +136,24 @@ def test_on_a_resnet_every_side_tuning_method_trains_its_own_modules(project, st
          method=SIDE_TUNING, mlflow={"enabled": False})  # fmt: skip
     stores = stores_of(project)
     states, results = stores.states, stores.results
-    by_method = {r["method"]: r for r in (results[k] for k in results)}
+    by_method = {r.method: r for r in (results[k] for k in results)}
     assert set(by_method) == set(SIDE_TUNING)
-    assert all(not record["aliases"] for record in by_method.values())
+    assert all(not record.aliases for record in by_method.values())
     (sequence,) = [stores.sequences[k] for k in stores.sequences]
     test = TensorSplit.from_arrays(*sequence.step(-1).split("test"))
     for record in by_method.values():
-        model, engine = results.model(record["job_key"]), Engine(**record["engine"])
-        logits = predict_logits(model, test, engine, record["eval_step"])
-        assert float((logits.argmax(1) == test.y).float().mean()) == record["test_accuracy"]
-    assert {states[r["historical_state"]].mode for r in by_method.values() if r["historical_state"]} == {
+        model, engine = results.model(record.job_key), Engine(**record.engine)
+        logits = predict_logits(model, test, engine, record.eval_step)
+        assert float((logits.argmax(1) == test.y).float().mean()) == record.test_accuracy
+    assert {states[r.historical_state].mode for r in by_method.values() if r.historical_state} == {
         "erm", "sequential_side_1", "sequential_side_b"
     }  # fmt: skip
     for method in ("st_1", "st_b"):  # the ERM model's modules come back unchanged
-        erm = states[by_method[method]["historical_state"]].chains["main"].last
-        st = results.model(by_method[method]["job_key"])
+        erm = states[by_method[method].historical_state].chains["main"].last
+        st = results.model(by_method[method].job_key)
         for name in st.layer_names:
             assert _frozen_equal(st.layers[name][0], getattr(erm, name)), (method, name)
-    one, block = (results.model(by_method[m]["job_key"]) for m in ("st_1", "st_b"))
+    one, block = (results.model(by_method[m].job_key) for m in ("st_1", "st_b"))
     assert sum(p.numel() for p in one.parameters()) < sum(p.numel() for p in block.parameters())
 
 
@@ -167,9 +168,9 @@ def test_finished_jobs_are_reused_and_force_recomputes_them_identically(project,
     assert "finished earlier; reusing it" in caplog.text and results[key] == first
     _run(project, ["adapt_final"], method="lp_ft", force=True)
     again = results[key]
-    assert again["wall_seconds"] != first["wall_seconds"]  # it really ran again ...
-    assert again["test_accuracy"] == first["test_accuracy"]  # ... and the same seed gave the same
-    assert again["hyperparameters"] == first["hyperparameters"]
+    assert again.wall_seconds != first.wall_seconds  # it really ran again ...
+    assert again.test_accuracy == first.test_accuracy  # ... and the same seed gave the same
+    assert again.hyperparameters == first.hyperparameters
 
 
 def test_sft_reports_every_schedule_and_keeps_the_best_on_validation(project, stores_of):
@@ -181,18 +182,18 @@ def test_sft_reports_every_schedule_and_keeps_the_best_on_validation(project, st
     stores = stores_of(project)
     results = stores.results
     [record] = [results[k] for k in results]
-    chains = record["chains"]
+    chains = record.chains
     assert list(chains) == schedules
-    fits = {f["stage"]: f["valid_accuracy"] for f in record["fits"]}
+    fits = {f["stage"]: f["valid_accuracy"] for f in record.fits}
     assert {n: c["valid_accuracy"] for n, c in chains.items()} == {
         n: fits[f"{n}/final"] for n in schedules
     }
     best = max(schedules, key=lambda n: (chains[n]["valid_accuracy"], -schedules.index(n)))
-    assert record["chosen"] == {"chain": best}
-    assert chains[best]["test_accuracy"] == record["test_accuracy"]
-    assert record["valid_accuracy"] == chains[best]["valid_accuracy"]
+    assert record.chosen == {"chain": best}
+    assert chains[best]["test_accuracy"] == record.test_accuracy
+    assert record.valid_accuracy == chains[best]["valid_accuracy"]
     for chain in chains.values():  # each counted on the whole test set
-        correct = chain["test_accuracy"] * record["test_size"]
+        correct = chain["test_accuracy"] * record.test_size
         assert abs(correct - round(correct)) < 1e-5, chains  # float32 mean
 
 
@@ -206,12 +207,12 @@ def test_modes_combine_freely_where_they_fit(project, stores_of):
     stores = stores_of(project)
     results = stores.results
     [record] = [results[k] for k in results]
-    assert (record["method"], record["historical"], record["final"]) == (
+    assert (record.method, record.historical, record.final) == (
         "irm+lp_ft",
         "irm",
         "lp_ft",
     )
-    assert set(record["hyperparameters"]) == {"head", "all"}
+    assert set(record.hyperparameters) == {"head", "all"}
 
 
 def test_adapt_without_its_historical_state_names_the_command(project):
@@ -329,8 +330,8 @@ def test_every_method_trains_its_trials_fused_when_asked(project, stores_of, mon
          method=fusing, budget="pair", budgets={"pair": pair}, training={"fuse": 2})  # fmt: skip
     stores = stores_of(project)
     records = [stores.results[key] for key in stores.results]
-    assert {name for r in records for name in (r["method"], *r["aliases"])} == set(fusing)
-    fits = [fit for r in records for fit in r["fits"]]
+    assert {name for r in records for name in (r.method, *r.aliases)} == set(fusing)
+    fits = [fit for r in records for fit in r.fits]
     fits += [fit for key in stores.states for fit in stores.states[key].fits]
     assert all(fit["trials"] == 2 for fit in fits)
     assert stacks and set(stacks) == {2} and len(stacks) == len(fits)

@@ -7,6 +7,7 @@ from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.records import RecordView
 from seq2final.methods.context import Context
 from seq2final.training import Engine, TensorSplit, predict_logits
 
@@ -75,21 +76,21 @@ def test_eval_stream_trains_each_family_on_the_steps_it_should_see(project, fits
     # one step-0 model for both views: they start at step 0 as it is
     assert sum(key.startswith("step0") for key in stores.states) == 1
     records = [stores.results[k] for k in stores.results]
-    assert {(r["method"], r["view"]["name"]) for r in records} == {
+    assert {(r.method, r.view.name) for r in records} == {
         (m, v) for m in ("erm", "sft") for v in views
     }
     for record in records:
         # every step's accuracy is the stored model's, recomputed here
-        model, engine = stores.results.model(record["job_key"]), Engine(**record["engine"])
+        model, engine = stores.results.model(record.job_key), Engine(**record.engine)
         for step in range(4):
             for split in ("train", "test"):
                 data = TensorSplit.from_arrays(*sequence.step(step).split(split))
-                logits = predict_logits(model, data, engine, record["eval_step"])
+                logits = predict_logits(model, data, engine, record.eval_step)
                 accuracy = float((logits.argmax(1) == data.y).float().mean())
-                assert record["step_accuracies"][str(step)][split] == accuracy
+                assert record.step_accuracies[str(step)][split] == accuracy
         # the view's own test accuracy is its last step's
-        last = record["view"]["steps"][-1]
-        assert record["test_accuracy"] == record["step_accuracies"][str(last)]["test"]
+        last = record.view.steps[-1]
+        assert record.test_accuracy == record.step_accuracies[str(last)]["test"]
 
 
 WILD_TIME = {  # method -> its job's modes, as in the job's key
@@ -122,7 +123,7 @@ def test_wild_times_methods_run_and_are_scored_under_every_temporal_protocol(
             assert scored["mean"].between(0, 1).all()
     stores = stores_of(project)
     records = [stores.results[k] for k in stores.results]
-    assert sorted((r["method"], r["view"]["name"]) for r in records) == sorted(
+    assert sorted((r.method, r.view.name) for r in records) == sorted(
         (m, v) for m in WILD_TIME for v in ("0-1", "mixed-0-1")
     )
     (key,) = list(stores.sequences)
@@ -140,12 +141,12 @@ def test_eval_fix_and_the_stream_share_the_view_at_the_split_step(project, store
     _run(project, method="baseline", protocol="eval_fix", protocol_options={"split_step": 2})
     stores = stores_of(project)
     (first,) = [stores.results[k] for k in stores.results]
-    assert first["view"] == {"name": "0-2", "steps": [0, 1, 2], "mixed_seed": None}
+    assert first.view == RecordView(name="0-2", steps=[0, 1, 2], mixed_seed=None)
     caplog.clear()
     _run(project, ["adapt_final"], method="baseline", protocol="eval_stream",
          protocol_options={"window": 1})  # fmt: skip
     assert "finished earlier; reusing it" in caplog.text  # the view 0-2 is eval_fix's
-    assert {stores.results[k]["view"]["name"] for k in stores.results} == {"0-1", "0-2"}
+    assert {stores.results[k].view.name for k in stores.results} == {"0-1", "0-2"}
 
 
 def test_the_mixed_split_trains_on_images_of_later_steps(project, fits_seen, stores_of):
@@ -157,7 +158,7 @@ def test_the_mixed_split_trains_on_images_of_later_steps(project, fits_seen, sto
     # the fit's own images come from later steps too, each image once
     assert {2, 3} & set(steps_of(fit["images"], sequence))
     (record,) = [stores.results[k] for k in stores.results]
-    assert record["view"]["mixed_seed"] is not None
+    assert record.view.mixed_seed is not None
 
 
 @pytest.mark.parametrize(
@@ -194,7 +195,7 @@ def test_wild_times_yearbook_eval_fix_trains_on_1930_to_1970_and_tests_on_every_
          method="baseline", protocol="eval_fix")  # fmt: skip
     stores = stores_of(project)
     (record,) = [stores.results[k] for k in stores.results]
-    assert record["view"]["name"] == "0-40"  # the preset's split: 1930..1970 in
+    assert record.view.name == "0-40"  # the preset's split: 1930..1970 in
     (key,) = list(stores.sequences)
     names = stores.sequences[key].step_names
     assert names[40] == "1970" and names[-1] == "2013" and len(names) == 84
@@ -203,7 +204,7 @@ def test_wild_times_yearbook_eval_fix_trains_on_1930_to_1970_and_tests_on_every_
     )
     frame = __import__("pandas").read_csv(table)
     cell = frame[frame["arch"] == "convnet_4"]
-    later = [record["step_accuracies"][str(t)]["test"] for t in range(41, 84)]
+    later = [record.step_accuracies[str(t)]["test"] for t in range(41, 84)]
     assert cell["mean"].item() == pytest.approx(sum(later) / len(later))  # 1971..2013, unweighted
 
 
@@ -265,11 +266,11 @@ def test_evaluate_and_visualize_report_the_protocol_beside_the_final_protocols_r
     reports = project / "data/08_reporting"
     stores = stores_of(project)
     records = [stores.results[k] for k in stores.results]
-    views = {r["view"]["name"]: r for r in records if "view" in r}
+    views = {r.view.name: r for r in records if r.view is not None}
     assert set(views) == {"0-1", "0-2"}
     # the table's number is the protocol's score of the two views, by hand
-    expected = (views["0-1"]["step_accuracies"]["2"]["test"]
-                + views["0-2"]["step_accuracies"]["3"]["test"]) / 2  # fmt: skip
+    expected = (views["0-1"].step_accuracies["2"]["test"]
+                + views["0-2"].step_accuracies["3"]["test"]) / 2  # fmt: skip
     (average,) = reports.glob("*_tables/*/eval_stream/smoke-average.csv")
     table = __import__("pandas").read_csv(average)
     cell = table[(table["arch"] == "convnet_4") & (table["method"] == "erm")]
@@ -285,8 +286,6 @@ def test_evaluate_and_visualize_report_the_protocol_beside_the_final_protocols_r
     from seq2final.reporting.protocols import protocol_scores
 
     (row,) = protocol_scores(records, "eval_stream", ProtocolOptions(window=1))
-    assert (
-        row["train_flops"] == sum(r["train_flops"] for r in views.values()) > 0
-    )  # pooled: no state
+    assert row["train_flops"] == sum(r.train_flops for r in views.values()) > 0  # pooled: no state
     final_table = next(reports.glob("*_tables/*/smoke-per_arch.csv")).read_text()
     assert "baseline" in final_table and "erm" not in final_table

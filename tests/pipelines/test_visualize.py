@@ -11,7 +11,9 @@ import mlflow
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
+from result_records import make_record
 
+from seq2final.core.records import ResultRecord
 from seq2final.methods import paper_columns
 from seq2final.pipelines.visualize import nodes
 from seq2final.reporting.interpolation import accuracy, path_key
@@ -23,8 +25,8 @@ FOLDER = "source100-rotation60-corruption100-label_flip60-digits"
 FIGURES = ("interpolation", "projection", "svcca", "adjacency", "heatmap", "learning_curve")
 
 
-def _records(project: Path) -> dict[str, dict]:
-    records = [json.loads(p.read_text()) for p in (project / "data/07_model_output/results").glob("*.json")]  # fmt: skip
+def _records(project: Path) -> dict[str, ResultRecord]:
+    records = [ResultRecord.model_validate_json(p.read_bytes()) for p in (project / "data/07_model_output/results").glob("*.json")]  # fmt: skip
     return {shown_name(r): r for r in records}
 
 
@@ -43,7 +45,7 @@ def test_interpolation_endpoints_are_the_two_models_test_accuracies(tiny_results
     records = _records(tiny_results)
     stores = stores_of(tiny_results)
     results, states = stores.results, stores.states
-    sequence = stores.sequences[records["ft"]["sequence_key"]]
+    sequence = stores.sequences[records["ft"].sequence_key]
     test = TensorSplit.from_arrays(*sequence.step(-1).split("test"))
     paths = tiny_results / "data/07_model_output/interpolation"
     drawn = {}
@@ -51,17 +53,17 @@ def test_interpolation_endpoints_are_the_two_models_test_accuracies(tiny_results
         path = pd.read_csv(paths / f"{path_key(record, 3)}.csv")
         if len(path):
             drawn[name] = path
-            assert path["test_accuracy"].iloc[-1] == pytest.approx(record["test_accuracy"])
+            assert path["test_accuracy"].iloc[-1] == pytest.approx(record.test_accuracy)
     assert {"ft", "lp_ft", "sft", "ewc", "st_1", "sst_1", "jm", "jst_1"} <= set(drawn)
     assert not {"baseline", "erm", "oracle"} & set(drawn)  # trained from scratch: no path
-    engine = Engine(**records["ft"]["engine"])
-    erm = states[records["ft"]["historical_state"]].chains["main"].last
+    engine = Engine(**records["ft"].engine)
+    erm = states[records["ft"].historical_state].chains["main"].last
     for name in ("ft", "st_1"):  # both start from ERM on the historical steps
         assert drawn[name]["test_accuracy"].iloc[0] == pytest.approx(
             accuracy(erm, test, engine, None)
         )
-    joint = results.model(records["jm"]["job_key"])
-    step = records["jm"]["eval_step"]
+    joint = results.model(records["jm"].job_key)
+    step = records["jm"].eval_step
     assert drawn["jm"]["test_accuracy"].iloc[0] == pytest.approx(
         accuracy(joint, test, engine, step - 1)
     )
@@ -82,11 +84,11 @@ def test_the_summary_run_holds_the_tables_and_figures_and_best_points_at_the_bes
     assert [a.path.rsplit("/", 1)[1] for a in heatmaps] == ["smoke-heatmap.png"]
     records = _records(tiny_results)
     adapted = {n: r for n, r in records.items() if n != "oracle"}
-    best = max(adapted.values(), key=lambda r: r["valid_accuracy"])["valid_accuracy"]
+    best = max(adapted.values(), key=lambda r: r.valid_accuracy).valid_accuracy
     version = client.get_model_version_by_alias(
-        f"{records['ft']['sequence']}.digits.convnet_1".replace(":", "-"), "best"
+        f"{records['ft'].sequence}.digits.convnet_1".replace(":", "-"), "best"
     )
-    assert adapted[version.tags["method"]]["valid_accuracy"] == best
+    assert adapted[version.tags["method"]].valid_accuracy == best
     comparisons = pd.read_csv(
         tiny_results / f"data/08_reporting/result_tables/{FOLDER}/smoke-comparisons.csv"
     )
@@ -97,7 +99,7 @@ def test_the_summary_run_holds_the_tables_and_figures_and_best_points_at_the_bes
 def _spec(records: dict[str, dict]) -> SimpleNamespace:
     """What the plotting nodes read of a sequence spec: its name and dataset."""
     record = next(iter(records.values()))
-    return SimpleNamespace(name=record["sequence"], dataset=record["dataset"])
+    return SimpleNamespace(name=record.sequence, dataset=record.dataset)
 
 
 def test_the_learning_curve_overview_has_a_panel_per_job(tiny_results):
@@ -149,10 +151,10 @@ class _Curves:
 
 def test_thirty_jobs_make_one_overview_per_group_in_registry_order():
     methods = [*paper_columns(), "plugin_a", "plugin_b", "plugin_c", "plugin_d"]
-    records = [{"job_key": f"k{i}", "method": m, "budget": "smoke", "arch": "convnet_4",
-                "seed": 0} for i, m in enumerate(reversed(methods))]  # fmt: skip
-    records.append({"job_key": "v", "method": "ft", "budget": "smoke", "arch": "convnet_4",
-                    "seed": 0, "view": {"name": "0-2"}})  # fmt: skip
+    records = [make_record(job_key=f"k{i}", method=m, budget="smoke", arch="convnet_4", seed=0)
+               for i, m in enumerate(reversed(methods))]  # fmt: skip
+    records.append(make_record(job_key="v", method="ft", budget="smoke", arch="convnet_4",
+                               seed=0, view={"name": "0-2", "steps": [0, 1, 2]}))  # fmt: skip
     spec = SimpleNamespace(name="digits_clr", dataset="digits")
     before = plt.get_fignums()
     with warnings.catch_warnings():

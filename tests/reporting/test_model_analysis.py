@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from result_records import make_record
 
 from seq2final.methods import HistoricalState, ModelChain
 from seq2final.models import JointModel, build_model
@@ -30,25 +31,25 @@ def data() -> TensorSplit:
 def test_a_fine_tuning_path_starts_at_the_historical_model_and_ends_at_the_final(data):
     start, end = _model(0), _model(1)
     state = HistoricalState("erm", "convnet_2", {"main": ModelChain([start])})
-    ends = path_ends({"eval_step": None}, end, state)
+    ends = path_ends(make_record(), end, state)
     path = interpolation_path(ends, data, ENGINE, 5)
     assert list(path["s"]) == [0.0, 0.25, 0.5, 0.75, 1.0]
     assert path["test_accuracy"].iloc[0] == accuracy(start, data, ENGINE, None)
     assert path["test_accuracy"].iloc[-1] == accuracy(end, data, ENGINE, None)
-    assert path_ends({"eval_step": None}, end, None) is None  # trained from scratch: no path
+    assert path_ends(make_record(), end, None) is None  # trained from scratch: no path
 
 
 def test_sft_paths_start_from_the_chosen_schedule(data):
     chains = {"none": ModelChain([_model(0), _model(1)]), "exp": ModelChain([_model(0), _model(2)])}
     state = HistoricalState("sequential", "convnet_2", chains)
-    ends = path_ends({"eval_step": None, "chosen": {"chain": "exp"}}, _model(3), state)
+    ends = path_ends(make_record(chosen={"chain": "exp"}), _model(3), state)
     assert ends.start is chains["exp"].last
 
 
 def test_a_side_tuning_path_scales_the_new_modules_from_step_t_minus_1(data):
     torch.manual_seed(0)
     joint = JointModel("convnet_2", 10, 3, [["layer1"], ["layer2", "fc"]], "side_tune").eval()
-    ends = path_ends({"eval_step": 2}, joint, None)
+    ends = path_ends(make_record(eval_step=2), joint, None)
     path = interpolation_path(ends, data, ENGINE, 3)
     assert path["test_accuracy"].iloc[0] == accuracy(joint, data, ENGINE, 1)
     assert path["test_accuracy"].iloc[-1] == accuracy(joint, data, ENGINE, 2)

@@ -5,7 +5,9 @@ import io
 import numpy as np
 import pandas as pd
 import pytest
+from result_records import make_record
 
+from seq2final.core.records import ResultRecord
 from seq2final.reporting.comparisons import paired_comparison
 from seq2final.reporting.tables import (
     ResultTable,
@@ -22,9 +24,9 @@ from seq2final.reporting.tables import (
 )
 
 
-def _records(table: dict[str, dict[str, float]], seed: int = 1) -> list[dict]:
+def _records(table: dict[str, dict[str, float]], seed: int = 1) -> list[ResultRecord]:
     return [
-        {"arch": arch, "method": method, "seed": seed, "test_accuracy": value}
+        make_record(arch=arch, method=method, seed=seed, test_accuracy=value)
         for arch, row in table.items()
         for method, value in row.items()
     ]
@@ -83,8 +85,8 @@ def test_table2_rule_on_method_means():
 
 
 def test_a_convnet_job_shown_under_two_names_fills_the_one_layer_column_only():
-    record = {"arch": "convnet_4", "method": "st_b", "aliases": ["st_1"], "seed": 1,
-              "test_accuracy": 0.5}  # fmt: skip
+    record = make_record(arch="convnet_4", method="st_b", aliases=["st_1"], seed=1,
+                         test_accuracy=0.5)  # fmt: skip
     table = cells([record])
     assert table[["method", "mean"]].values.tolist() == [["st_1", 0.5]]
 
@@ -142,8 +144,8 @@ def test_paired_comparison_pairs_on_arch_and_seed_and_bootstraps_the_mean():
 
 def test_a_job_answers_to_all_its_names_in_comparisons():
     records = [
-        {"arch": "convnet_4", "method": "st_b", "aliases": ["st_1"], "seed": s,
-         "test_accuracy": 0.6 + s / 100}
+        make_record(arch="convnet_4", method="st_b", aliases=["st_1"], seed=s,
+                    test_accuracy=0.6 + s / 100)
         for s in (1, 2)
     ] + _records({"convnet_4": {"baseline": 0.5}}, 1) + _records({"convnet_4": {"baseline": 0.5}}, 2)  # fmt: skip
     for name in ("st_1", "st_b"):
@@ -151,12 +153,12 @@ def test_a_job_answers_to_all_its_names_in_comparisons():
 
 
 def test_a_state_shared_by_several_jobs_is_charged_once_to_them_and_in_full_to_each():
-    def job(own: int, state: str, flops: int) -> dict:
+    def job(own: int, state: str, flops: int) -> ResultRecord:
         # two views of a chain: each its own state, both starting from one step-0 model
-        return {"train_flops": own,
-                "historical_flops": {"shared": True, "states": {state: flops, "step0": 100}}}  # fmt: skip
+        return make_record(train_flops=own, historical_flops={"shared": True,
+                           "states": {state: flops, "step0": 100}})  # fmt: skip
 
     views = [job(1, "chain-0-1", 10), job(2, "chain-0-2", 20)]
-    pooled = {"train_flops": 4, "historical_flops": None}
+    pooled = make_record(train_flops=4, historical_flops=None)
     assert [total_train_flops(r) for r in views] == [111, 122]  # what reproducing each costs
     assert train_flops_once([*views, pooled]) == 1 + 2 + 4 + 10 + 20 + 100

@@ -42,8 +42,8 @@ def test_replacing_the_npz_at_the_same_path_changes_every_key(project, run_kedro
     jobs, states = set(stores.results), set(stores.states)
     assert len(jobs) == 2 and first_job in jobs
     assert len(states) == 2 * len(first_states) and first_states < states
-    assert {stores.results[k]["sequence_key"] for k in jobs} == {
-        stores.results[first_job]["sequence_key"]
+    assert {stores.results[k].sequence_key for k in jobs} == {
+        stores.results[first_job].sequence_key
     }  # the same spec, so the same sequence folder: only its content and the keys changed
 
 

@@ -104,7 +104,9 @@ def test_a_failing_job_is_reported_with_its_log_while_the_others_finish(project,
         extra_env={"PYTHONPATH": str(tmp_path)},
     )  # fmt: skip
     assert done.returncode == 1
-    [line] = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+    assert len(failed) == 1, done.stdout
+    (line,) = failed
     assert "FAILED job " in line and "none+explode" in line
     assert "this final mode always fails" in line
     log = Path(line.rsplit("(log: ", 1)[1].rstrip(")"))

@@ -13,6 +13,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 from mlflow.entities import ViewType
+from result_records import make_record
 
 from seq2final.config.parameters import MlflowOptions
 from seq2final.core.errors import Seq2FinalError
@@ -74,25 +75,25 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
     assert run.data.tags.keys() >= TAGS
     assert (run.data.tags["method"], run.data.tags["family"]) == ("lp_ft", "class 2")
     assert run.data.params["historical"] == "erm" and run.data.params["final"] == "lp_ft"
-    assert run.data.params["sequence_key"] == record["sequence_key"]
+    assert run.data.params["sequence_key"] == record.sequence_key
     assert '"label_flip"' in run.data.params["sequence_spec"]
-    for stage, values in record["hyperparameters"].items():
+    for stage, values in record.hyperparameters.items():
         assert float(run.data.params[f"hp.{stage}.lr"]) == pytest.approx(values["lr"])
     assert run.data.metrics.keys() >= SUMMARY
     # Metrics are the Python floats of their values: the test accuracy is correct / test size
     # exactly, not the float32 mean widened to float64 that the record keeps.
-    correct = round(record["test_accuracy"] * record["test_size"])
-    assert run.data.metrics["test_accuracy"] == correct / record["test_size"]
+    correct = round(record.test_accuracy * record.test_size)
+    assert run.data.metrics["test_accuracy"] == correct / record.test_size
     for name in SUMMARY - {"parameter_count"}:
-        assert run.data.metrics[name] == metric_value(record[name])
+        assert run.data.metrics[name] == metric_value(getattr(record, name))
     # compute: the job's own training and, apart, the ERM state it continues (shared with FT)
-    assert run.data.metrics["train_flops"] == record["train_flops"] > 0
-    erm = record["historical_flops"]["states"][record["historical_state"]]
+    assert run.data.metrics["train_flops"] == record.train_flops > 0
+    erm = record.historical_flops.states[record.historical_state]
     assert run.data.metrics["historical_train_flops"] == erm > 0
 
     # Histories: one step per epoch of the fit that made the model (LP-FT's second stage),
     # plus every stage under its own name.
-    curves = stores_of(project).results.learning_curves(record["job_key"])
+    curves = stores_of(project).results.learning_curves(record.job_key)
     final_rows = curves[curves["stage"] == "all"]
     history = client.get_metric_history(run.info.run_id, "curve/valid_accuracy")
     assert [m.step for m in history] == list(final_rows["epoch"])
@@ -106,17 +107,17 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
     )
     expected = sorted(
         (fit["stage"], t["number"], t["state"])
-        for fit in record["fits"]
+        for fit in record.fits
         for t in fit["trial_summaries"]
     )
     got = sorted(
         (t.data.tags["stage"], int(t.data.params["trial"]), t.data.tags["trial_state"])
         for t in trials
     )
-    assert got == expected and len(got) == record["trials"]
+    assert got == expected and len(got) == record.trials
     assert all(t.info.status == "FINISHED" for t in trials)  # smoke trials all complete
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"learning_curves.png", "model", f"{record['job_key']}.json"} <= artifacts
+    assert {"learning_curves.png", "model", f"{record.job_key}.json"} <= artifacts
     # ... under the project, at a path relative to it (see the moved-project test)
     assert run.info.artifact_uri == f"mlruns/{run.info.experiment_id}/{run.info.run_id}/artifacts"
     assert (project / run.info.artifact_uri / "learning_curves.png").is_file()
@@ -126,17 +127,17 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
     loaded = mlflow.pyfunc.load_model(f"models:/{name}/1")
     images = np.random.default_rng(1).integers(0, 256, size=(7, 3, 32, 32), dtype=np.uint8)
     in_memory = predict_probabilities(
-        stores_of(project).results.model(record["job_key"]), images, "unit", record["eval_step"]
+        stores_of(project).results.model(record.job_key), images, "unit", record.eval_step
     )
     assert np.array_equal(loaded.predict(images), in_memory)
     assert np.array_equal(loaded.predict(images.transpose(0, 2, 3, 1)), in_memory)
     assert in_memory.shape == (7, 10) and np.allclose(in_memory.sum(axis=1), 1, atol=1e-5)
     # ... and on the final step's test images (NHWC, as users hold them) it scores the recorded
     # test accuracy, so its preprocessing is the evaluation's.
-    sequence = SequenceStore(project / "data/03_primary/sequences")[record["sequence_key"]]
+    sequence = SequenceStore(project / "data/03_primary/sequences")[record.sequence_key]
     x_test, y_test = sequence.step(-1).split("test")
     predicted = loaded.predict(x_test.transpose(0, 2, 3, 1)).argmax(axis=1)
-    assert np.mean(predicted == y_test) == pytest.approx(record["test_accuracy"], abs=1e-6)
+    assert np.mean(predicted == y_test) == pytest.approx(record.test_accuracy, abs=1e-6)
     info = mlflow.models.get_model_info(f"models:/{name}/1")
     assert info.signature.inputs.inputs[0].type == np.dtype(np.uint8)
     requirements = client.download_artifacts(run.info.run_id, "model/requirements.txt")
@@ -380,7 +381,7 @@ def test_each_trial_is_a_child_run_whose_status_says_how_the_trial_ended(tmp_pat
          "valid_curve": [0.1]},
         {"number": 2, "state": "FAIL", "params": {"lr": 1e-1}, "value": None, "valid_curve": []},
     ]  # fmt: skip
-    record = {"method": "ft", "fits": [{"stage": "final", "trial_summaries": trials}]}
+    record = make_record(method="ft", fits=[{"stage": "final", "trial_summaries": trials}])
     tracker._log_trials(parent, job, record)
     experiment = client.get_experiment_by_name("seq2final/s").experiment_id
     children = client.search_runs([experiment], filter_string="tags.kind = 'trial'")

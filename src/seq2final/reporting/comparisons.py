@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy.stats import bootstrap
 
+from seq2final.core.records import ResultRecord
+
 
 def paired_differences(
-    records: Iterable[Mapping[str, Any]], method: str, reference: str, metric: str = "test_accuracy"
+    records: Iterable[ResultRecord], method: str, reference: str, metric: str = "test_accuracy"
 ) -> pd.Series:
     """``method − reference`` per (arch, seed) that both have a result for, nothing else.
 
@@ -25,21 +27,21 @@ def paired_differences(
     return (wide[method] - wide[reference]).dropna()
 
 
-def cells_by_seed(records: Iterable[Mapping[str, Any]], metric: str) -> pd.DataFrame:
+def cells_by_seed(records: Iterable[ResultRecord], metric: str) -> pd.DataFrame:
     """One row per (arch, method, seed) under every name a job answers to (``st_1`` and ``st_b``
     on a ConvNet), so a comparison can name either."""
     rows = []
     for record in records:
-        for name in dict.fromkeys([record["method"], *record.get("aliases", [])]):
+        for name in dict.fromkeys([record.method, *record.aliases]):
             rows.append(
-                {"arch": record["arch"], "method": name, "seed": record["seed"],
-                 "value": float(record[metric])}
+                {"arch": record.arch, "method": name, "seed": record.seed,
+                 "value": float(getattr(record, metric))}
             )  # fmt: skip
     return pd.DataFrame(rows, columns=["arch", "method", "seed", "value"])
 
 
 def paired_comparison(
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[ResultRecord],
     method: str,
     reference: str,
     metric: str = "test_accuracy",

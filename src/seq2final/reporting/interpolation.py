@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 from torch import nn
 
+from seq2final.core.records import ResultRecord
 from seq2final.methods import HistoricalState
 from seq2final.models import JointModel, interpolate, scale_side_modules
 from seq2final.training.engine import Engine, accuracy
@@ -47,25 +46,25 @@ class PathEnds:
 
 
 def path_ends(
-    record: Mapping[str, Any], model: nn.Module, state: HistoricalState | None
+    record: ResultRecord, model: nn.Module, state: HistoricalState | None
 ) -> PathEnds | None:
     """The path of a finished job (see the module's docstring), or ``None`` for scratch jobs."""
-    step = record.get("eval_step")
+    step = record.eval_step
     if isinstance(model, JointModel):
         if step is None or step < 1:
             return None
         return PathEnds(scale_side_modules(model, step, 0.0), model, step, True)
     if state is None:
         return None
-    chain = state.chains[record.get("chosen", {}).get("chain", "main")]
+    chain = state.chains[record.chosen.get("chain", "main")]
     return PathEnds(chain.last, model, None, False)
 
 
-def path_key(record: Mapping[str, Any], points: int) -> str:
+def path_key(record: ResultRecord, points: int) -> str:
     """Where a job's path sampled at ``points`` points is stored. The digest of the result record
     changes when the job is retrained (``force:true``), so a stale path is never reused."""
-    digest = hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
-    return f"{record['job_key']}.p{points}.{digest[:8]}"
+    digest = hashlib.sha256(json.dumps(record.to_json(), sort_keys=True).encode()).hexdigest()
+    return f"{record.job_key}.p{points}.{digest[:8]}"
 
 
 def interpolation_path(

@@ -10,16 +10,17 @@ methods × architectures like the paper's.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
 
+from seq2final.core.records import ResultRecord
 from seq2final.protocols import PROTOCOLS, ProtocolOptions, StepAccuracies, options_for
 from seq2final.reporting.tables import (
     ResultTable,
-    cells,
     render,
+    seed_cells,
     shown_name,
     to_csv_frame,
     train_flops_once,
@@ -37,13 +38,13 @@ LABELS = {
 }
 
 
-def step_table(record: Mapping[str, Any]) -> StepAccuracies:
+def step_table(record: ResultRecord) -> StepAccuracies:
     """A record's per-step accuracies with integer step keys (JSON keeps them as strings)."""
-    return {int(step): row for step, row in record["step_accuracies"].items()}
+    return {int(step): row for step, row in record.step_accuracies.items()}
 
 
 def protocol_scores(
-    records: Iterable[Mapping[str, Any]], protocol: str, options: ProtocolOptions
+    records: Iterable[ResultRecord], protocol: str, options: ProtocolOptions
 ) -> list[dict[str, Any]]:
     """One row per (budget, architecture, method, seed) whose records cover every view the
     protocol asks for: the keys of the group and the protocol's score. A group missing views is
@@ -51,15 +52,15 @@ def protocol_scores(
     chosen = PROTOCOLS[protocol]
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for record in records:
-        if "view" not in record:
+        if record.view is None:
             continue
-        cell = (record["budget"], record["arch"], shown_name(record), record["seed"])
+        cell = (record.budget, record.arch, shown_name(record), record.seed)
         if cell not in groups:
             groups[cell] = {
-                "views": {}, "records": {}, "num_steps": len(record["step_accuracies"]),
-                "options": options_for(options, record["sequence"], record["dataset"]),
+                "views": {}, "records": {}, "num_steps": len(record.step_accuracies),
+                "options": options_for(options, record.sequence, record.dataset),
             }  # fmt: skip
-        view = record["view"]["name"]
+        view = record.view.name
         groups[cell]["views"][view] = step_table(record)
         groups[cell]["records"][view] = record
     rows = []
@@ -93,7 +94,9 @@ def protocol_tables(
     for budget in sorted({row["budget"] for row in rows}):
         group = [row for row in rows if row["budget"] == budget]
         for metric in PROTOCOLS[protocol].reports:
-            table = ResultTable.from_cells(cells(group, metric))
+            table = ResultTable.from_cells(
+                seed_cells((r["arch"], r["method"], r["seed"], r[metric]) for r in group)
+            )
             name = f"{folder}/{protocol}/{budget}-{metric}"
             csv[name] = to_csv_frame(table)
             heading = f"# {title}, budget {budget}, protocol {protocol}: {LABELS[metric]}\n\n"

@@ -17,13 +17,15 @@ LaTeX, so every format shows the same emphasis.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from operator import attrgetter
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 
+from seq2final.core.records import ResultRecord
 from seq2final.methods import ORACLE, job_name, paper_columns
 from seq2final.models import ARCHITECTURES
 
@@ -34,23 +36,23 @@ TOLERANCE = 0.02
 _EPS = 1e-9
 
 
-def cells(records: Iterable[Mapping[str, Any]], metric: str = "test_accuracy") -> pd.DataFrame:
-    """One row per (arch, method) cell: mean and sample std over seeds, and the seed count.
+def cells(
+    records: Iterable[ResultRecord], metric: str | Callable[[ResultRecord], float] = "test_accuracy"
+) -> pd.DataFrame:
+    """One row per (arch, method) cell of ``metric`` (a record's field, or a function of it):
+    mean and sample std over seeds, and the seed count.
 
     A job reported under several names (on ConvNets ``st_1`` is ``st_b``'s job) fills the first
     name in the paper's order only, as the paper's tables show ST-1 and leave ST-B empty there.
     """
-    rows = []
-    for record in records:
-        rows.append(
-            {
-                "arch": record["arch"],
-                "method": shown_name(record),
-                "seed": record["seed"],
-                "value": float(record[metric]),
-            }  # fmt: skip
-        )
-    frame = pd.DataFrame(rows, columns=["arch", "method", "seed", "value"])
+    value = metric if callable(metric) else attrgetter(metric)
+    return seed_cells((r.arch, shown_name(r), r.seed, float(value(r))) for r in records)
+
+
+def seed_cells(values: Iterable[tuple[str, str, int, float]]) -> pd.DataFrame:
+    """One row per (arch, method) cell from ``(arch, method, seed, value)``: mean and sample std
+    over seeds, and the seed count."""
+    frame = pd.DataFrame(list(values), columns=["arch", "method", "seed", "value"])
     grouped = frame.groupby(["arch", "method"])["value"]
     return pd.DataFrame(
         {"mean": grouped.mean(), "std": grouped.std(ddof=1), "seeds": grouped.count()}
@@ -62,30 +64,26 @@ def report_folder(sequence: str, dataset: str) -> str:
     return f"{sequence}-{dataset}".replace(":", "-").replace("/", "-")
 
 
-def shown_name(record: Mapping[str, Any]) -> str:
+def shown_name(record: ResultRecord) -> str:
     """The one name a job has everywhere (:func:`seq2final.methods.job_name`): ``st_1`` for the
     ConvNet job that also answers to ``st_b``."""
-    return job_name(record["method"], record.get("aliases", []))
+    return job_name(record.method, record.aliases)
 
 
-def shared_train_flops(record: Mapping[str, Any]) -> dict[str, int]:
-    """The training FLOPs of the historical states a job continues (its state and the step-0
-    model that state starts from), by key."""
-    return dict((record.get("historical_flops") or {}).get("states", {}))
-
-
-def total_train_flops(record: Mapping[str, Any]) -> int:
+def total_train_flops(record: ResultRecord) -> int:
     """A job's training FLOPs with those of the historical states it continues (shared by the
     methods that continue them, counted in full for each: what reproducing the method costs)."""
-    return record["train_flops"] + sum(shared_train_flops(record).values())
+    return (record.train_flops or 0) + sum(record.shared_train_flops().values())
 
 
-def train_flops_once(records: Iterable[Mapping[str, Any]]) -> int:
+def train_flops_once(records: Iterable[ResultRecord]) -> int:
     """The training FLOPs of several jobs together (a protocol's views, a study's protocols):
     each job's own fits, and each historical state they share once."""
     records = list(records)
-    shared = {key: flops for record in records for key, flops in shared_train_flops(record).items()}
-    return sum(record["train_flops"] for record in records) + sum(shared.values())
+    shared = {
+        key: flops for record in records for key, flops in record.shared_train_flops().items()
+    }
+    return sum(record.train_flops or 0 for record in records) + sum(shared.values())
 
 
 def arch_sort_key(arch: str) -> tuple[int, int, str]:

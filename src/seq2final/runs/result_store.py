@@ -16,13 +16,16 @@ from typing import Any
 import pandas as pd
 import torch
 from kedro.io import AbstractDataset
+from pydantic import ValidationError
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.core.files import atomic_write, json_safe, stored_files
+from seq2final.core.files import atomic_write, stored_files
+from seq2final.core.records import ResultRecord
+from seq2final.core.schema import one_line
 from seq2final.models.storage import pack, unpack
 
 
-class ResultStore(Mapping[str, dict[str, Any]]):
+class ResultStore(Mapping[str, ResultRecord]):
     """Finished jobs: a result record per job key, plus its final model and learning curves."""
 
     def __init__(self, results: Path, models: Path, curves: Path) -> None:
@@ -40,14 +43,18 @@ class ResultStore(Mapping[str, dict[str, Any]]):
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.record_path(key).exists()
 
-    def __getitem__(self, key: str) -> dict[str, Any]:
+    def __getitem__(self, key: str) -> ResultRecord:
         path = self.record_path(key)
         if not path.exists():
             raise KeyError(key)
         try:
-            return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as error:
+            return ResultRecord.model_validate_json(path.read_bytes())
+        except OSError as error:
             raise Seq2FinalError(f"result record {path} is corrupt ({error})") from None
+        except ValidationError as error:
+            raise Seq2FinalError(
+                f"result record {path} is corrupt ({one_line(error, ResultRecord, 'record field')})"
+            ) from None
 
     def __iter__(self) -> Iterator[str]:
         return (p.stem for p in stored_files(self.results, ".json"))
@@ -67,14 +74,13 @@ class ResultStore(Mapping[str, dict[str, Any]]):
         return pd.read_csv(self.curves_path(key))
 
     def put(
-        self, key: str, record: dict[str, Any], model: torch.nn.Module, curves: list[dict[str, Any]]
+        self, key: str, record: ResultRecord, model: torch.nn.Module, curves: list[dict[str, Any]]
     ) -> None:
         """Model and curves first, the record last: a record's presence means the job finished."""
         atomic_write(self.model_path(key), lambda p: torch.save(pack(model), p))
         atomic_write(self.curves_path(key), lambda p: pd.DataFrame(curves).to_csv(p, index=False))
         atomic_write(
-            self.record_path(key),
-            lambda p: p.write_text(json.dumps(json_safe(record), indent=1)),
+            self.record_path(key), lambda p: p.write_text(json.dumps(record.to_json(), indent=1))
         )
 
 

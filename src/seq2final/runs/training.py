@@ -18,7 +18,9 @@ from typing import Any, Protocol
 
 from torch import nn
 
+from seq2final.core.files import json_safe
 from seq2final.core.progress import Progress
+from seq2final.core.records import RECORD_FORMAT, ResultRecord
 from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import (
     FINAL_MODES,
@@ -154,7 +156,7 @@ def train_state(
 class JobOutcome:
     """A finished job: its result record, final model and learning curves."""
 
-    record: dict[str, Any]
+    record: ResultRecord
     model: nn.Module
     curves: list[dict[str, Any]]
 
@@ -201,6 +203,7 @@ def fit_job(
         valid_accuracy = ctx.fits[-1]["valid_accuracy"]
     method = METHODS.get(job.method)
     record = {
+        "format": RECORD_FORMAT,
         "job_key": job.key,
         "sequence": plan.sequence_name,
         "sequence_key": plan.sequence_key,
@@ -247,7 +250,7 @@ def fit_job(
             outcome.model, sequence, ctx.engine, outcome.step
         )
     curves = [{"stage": f["stage"], **row} for f in ctx.fits for row in f["history"]]
-    return JobOutcome(record, outcome.model, curves), ctx
+    return JobOutcome(ResultRecord.model_validate(json_safe(record)), outcome.model, curves), ctx
 
 
 class JobLog(Protocol):
@@ -359,7 +362,7 @@ def train_jobs(
         if tracker is not None:
             tracker.complete(job, run_id, store)
         record = outcome.record
-        return f"test {record['test_accuracy']:.3f}, valid {record['valid_accuracy']:.3f}; {key}"
+        return f"test {record.test_accuracy:.3f}, valid {record.valid_accuracy:.3f}; {key}"
 
     def reuse(key: str) -> None:
         log.info("job %s finished earlier; reusing it (force:true recomputes)", key)

@@ -37,10 +37,11 @@ from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 
 from seq2final.config.parameters import MlflowOptions
-from seq2final.methods import METHODS
+from seq2final.core.records import ResultRecord
+from seq2final.methods import METHODS, job_name
 from seq2final.protocols import STEP_SPLITS
 from seq2final.reporting.plots import learning_curves
-from seq2final.reporting.tables import shared_train_flops, shown_name
+from seq2final.reporting.tables import shown_name
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.result_store import ResultStore
 from seq2final.tracking.mlflow_io import (
@@ -108,7 +109,7 @@ class JobTracker:
             sequence_digest,
         )
 
-    def names(self, job: JobPlan, record: Mapping[str, Any] | None = None) -> JobNames:
+    def names(self, job: JobPlan, record: ResultRecord | None = None) -> JobNames:
         """The job's experiment and registered-model names (``record``: see :func:`method_names`)."""
         method = method_names(job, record)[0]
         # a temporal protocol's view is a model of its own: its name says which view
@@ -133,7 +134,7 @@ class JobTracker:
         )
         return [run.info.run_id for run in runs]
 
-    def start(self, job: JobPlan, record: Mapping[str, Any] | None = None) -> str:
+    def start(self, job: JobPlan, record: ResultRecord | None = None) -> str:
         """A RUNNING run for a job about to train (or, with its ``record``, one trained
         earlier); runs an interrupted process left open end KILLED."""
         started = time.perf_counter()
@@ -218,7 +219,7 @@ class JobTracker:
 
     # -- what a job run holds ----------------------------------------------------------------
 
-    def _description(self, job: JobPlan, record: Mapping[str, Any] | None) -> str:
+    def _description(self, job: JobPlan, record: ResultRecord | None) -> str:
         """The run's description (the UI's *Description*): the job in words, and where the rest
         of it is, for a user who opens the run from a list of names."""
         method, aliases = method_names(job, record)
@@ -233,7 +234,7 @@ class JobTracker:
             "under it; its result record, learning curves and model are under *Artifacts*."
         )
 
-    def _tags(self, job: JobPlan, record: Mapping[str, Any] | None = None) -> dict[str, str]:
+    def _tags(self, job: JobPlan, record: ResultRecord | None = None) -> dict[str, str]:
         method, aliases = method_names(job, record)
         family = METHODS[job.method].family if job.method in METHODS else "custom"
         tags = {
@@ -256,9 +257,7 @@ class JobTracker:
             tags["view_steps"] = ",".join(map(str, job.view.steps))
         return tags
 
-    def _log_params(
-        self, run_id: str, job: JobPlan, record: Mapping[str, Any] | None = None
-    ) -> None:
+    def _log_params(self, run_id: str, job: JobPlan, record: ResultRecord | None = None) -> None:
         params = {
             "sequence": self.plan.sequence_name,
             "sequence_key": self.plan.sequence_key,
@@ -282,20 +281,20 @@ class JobTracker:
         curves = store.learning_curves(job.key)
         now = int(time.time() * 1000)
         summary = {
-            name: record[name]
+            name: getattr(record, name)
             for name in (
                 "test_accuracy", "worst_class_accuracy", "test_nll", "ece", "valid_accuracy",
                 "epochs", "trials", "wall_seconds",
             )
         }  # fmt: skip
-        summary["parameter_count"] = record["parameters"]
+        summary["parameter_count"] = record.parameters
         for name in ("train_flops", "eval_flops", "inference_flops_per_image"):
-            if name in record:  # compute, as the record counts it (records from before lack it)
-                summary[name] = record[name]
-        if record.get("historical_flops"):  # the shared states it continues, charged to them
-            summary["historical_train_flops"] = sum(shared_train_flops(record).values())
+            if getattr(record, name) is not None:  # records from before FLOPs were counted lack it
+                summary[name] = getattr(record, name)
+        if record.historical_flops:  # the shared states it continues, charged to them
+            summary["historical_train_flops"] = sum(record.shared_train_flops().values())
         metrics = [Metric(k, metric_value(v), now, 0) for k, v in summary.items()]
-        for step, row in record.get("step_accuracies", {}).items():  # a protocol's view
+        for step, row in (record.step_accuracies or {}).items():  # a protocol's view
             metrics += [Metric(f"steps/{split}_accuracy", metric_value(row[split]), now, int(step))
                         for split in STEP_SPLITS]  # fmt: skip
         final_stage = _final_stage(record)
@@ -314,17 +313,17 @@ class JobTracker:
                             ))  # fmt: skip
         params = {
             f"hp.{stage}.{k}": v
-            for stage, hp in record["hyperparameters"].items()
+            for stage, hp in record.hyperparameters.items()
             for k, v in hp.items()
         }
-        params.update({f"chosen.{k}": v for k, v in record["chosen"].items()})
-        self._batch(run_id, metrics=metrics, params=params, tags={"device": record["device"]})
+        params.update({f"chosen.{k}": v for k, v in record.chosen.items()})
+        self._batch(run_id, metrics=metrics, params=params, tags={"device": record.device})
         self._log_trials(run_id, job, record)
         with tempfile.TemporaryDirectory() as folder:
             figure_path = Path(folder) / "learning_curves.png"
             _save_figure(
                 curves,
-                f"{shown_name(record)} on {record['sequence']} ({record['arch']})",
+                f"{shown_name(record)} on {record.sequence} ({record.arch})",
                 figure_path,
             )
             self.client.log_artifact(run_id, str(figure_path))
@@ -333,8 +332,8 @@ class JobTracker:
         if self.options.log_models:
             self._log_model(run_id, job, record, store)
 
-    def _log_trials(self, run_id: str, job: JobPlan, record: Mapping[str, Any]) -> None:
-        for fit in record["fits"]:
+    def _log_trials(self, run_id: str, job: JobPlan, record: ResultRecord) -> None:
+        for fit in record.fits:
             for trial in fit.get("trial_summaries", []):
                 tags = {
                     **self._tags(job, record),
@@ -361,13 +360,13 @@ class JobTracker:
                 self.client.set_terminated(child, _TRIAL_STATUS.get(trial["state"], "KILLED"))
 
     def _log_model(
-        self, run_id: str, job: JobPlan, record: Mapping[str, Any], store: ResultStore
+        self, run_id: str, job: JobPlan, record: ResultRecord, store: ResultStore
     ) -> None:
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "model"
             save_pyfunc_model(
                 path, store.model_path(job.key), self.example, self.num_classes,
-                record["engine"]["input_scale"], record["eval_step"], self.plugins,
+                record.engine["input_scale"], record.eval_step, self.plugins,
             )  # fmt: skip
             self.client.log_artifacts(run_id, str(path), "model")
         name = self.names(job, record).registered_model
@@ -416,7 +415,7 @@ def plan_fields(plan: RunPlan, method: str) -> dict[str, Any]:
     }
 
 
-def method_names(job: JobPlan, record: Mapping[str, Any] | None) -> tuple[str, list[str]]:
+def method_names(job: JobPlan, record: ResultRecord | None) -> tuple[str, list[str]]:
     """The name a job goes by in MLflow, and its other names (the tag ``aliases``).
 
     The name is the one the tables, figures and terminal give the job
@@ -426,9 +425,11 @@ def method_names(job: JobPlan, record: Mapping[str, Any] | None) -> tuple[str, l
     the tables.
     """
     if record is None:
-        record = {"method": job.method, "aliases": [n for n in job.requested if n != job.method]}
-    shown = shown_name(record)
-    names = dict.fromkeys([record["method"], *record.get("aliases", [])])
+        method, aliases = job.method, [n for n in job.requested if n != job.method]
+    else:
+        method, aliases = record.method, record.aliases
+    shown = job_name(method, aliases)
+    names = dict.fromkeys([method, *aliases])
     return shown, [name for name in names if name != shown]
 
 
@@ -437,10 +438,10 @@ def _run_name(plan: RunPlan, job: JobPlan, method: str) -> str:
     return f"{method}{view} · {plan.arch} · seed {plan.seed} · {plan.budget_name}"
 
 
-def _final_stage(record: Mapping[str, Any]) -> str:
+def _final_stage(record: ResultRecord) -> str:
     """The fit that made the final model: the chosen chain's last fit, else the last fit."""
-    stages = [fit["stage"] for fit in record["fits"]]
-    chain = record.get("chosen", {}).get("chain")
+    stages = [fit["stage"] for fit in record.fits]
+    chain = record.chosen.get("chain")
     if chain and chain != "main":
         stages = [s for s in stages if s.startswith(f"{chain}/")] or stages
     return stages[-1]

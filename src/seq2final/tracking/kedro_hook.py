@@ -21,8 +21,7 @@ from pydantic import ValidationError
 from seq2final.config.checks import sequence_spec, validate_parameters
 from seq2final.config.parameters import RunParameters
 from seq2final.core.errors import Seq2FinalError
-from seq2final.methods import requested_jobs
-from seq2final.reporting.tables import shown_name
+from seq2final.methods import job_name, requested_jobs
 from seq2final.tracking.mlflow_io import store_setup_lock, trash_empty_default_experiment
 from seq2final.tracking.names import (
     JobNames,
@@ -199,7 +198,7 @@ def _job_names(run: RunParameters) -> list[JobNames]:
     """The names this run's jobs will use, as the tracker will render them (templates checked).
 
     A job asked for under several names (``st_1`` and ``st_b`` on a ConvNet) is one job with one
-    name, the tables' (:func:`~seq2final.reporting.tables.shown_name`).
+    name, the tables' (:func:`~seq2final.methods.job_name`).
     """
     spec = sequence_spec(run)
     asked: dict[str, list[str]] = {}
@@ -211,7 +210,7 @@ def _job_names(run: RunParameters) -> list[JobNames]:
             sequence=spec.name,
             dataset=spec.dataset,
             arch=run.arch,
-            method=shown_name({"method": method, "aliases": [n for n in names if n != method]}),
+            method=job_name(method, [n for n in names if n != method]),
             budget=run.budget,
             seed=spec.seed,
         )

@@ -10,6 +10,7 @@ from typing import Any
 
 from seq2final.config.parameters import EvaluateOptions, MlflowOptions
 from seq2final.core.plugins import plugin_paths
+from seq2final.core.records import ResultRecord
 from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import ORACLE, HistoricalState, paper_columns
 from seq2final.protocols import PROTOCOLS, ProtocolOptions
@@ -103,12 +104,12 @@ def _row_name(plan: RunPlan, name: str) -> str:
 
 
 def result_rows(
-    results: Mapping[str, dict[str, Any]], plan: RunPlan, reference: str
+    results: Mapping[str, ResultRecord], plan: RunPlan, reference: str
 ) -> tuple[dict[str, tuple[str, ...]], str | None, str | None]:
     """One row per job (``RESULT_COLUMNS``), by test accuracy, best first; the best method and
     the reference."""
     jobs = {job.name: job for job in plan.jobs}
-    scores = {name: results[job.key]["test_accuracy"] for name, job in jobs.items()}
+    scores = {name: results[job.key].test_accuracy for name, job in jobs.items()}
     reference = _row_name(plan, reference)
     names, notes, best, shown_reference = _marks(scores, reference)
     rows = {}
@@ -116,17 +117,17 @@ def result_rows(
         record = results[jobs[name].key]
         rows[name] = (
             _method_label(jobs[name]),
-            f"{record['test_accuracy']:.3f}",
-            f"{record['valid_accuracy']:.3f}",
-            str(record["epochs"]),
-            f"{record['wall_seconds']:.1f}",
+            f"{record.test_accuracy:.3f}",
+            f"{record.valid_accuracy:.3f}",
+            str(record.epochs),
+            f"{record.wall_seconds:.1f}",
             notes[name],
         )
     return rows, best, shown_reference
 
 
 def protocol_rows(
-    results: Mapping[str, dict[str, Any]], plan: RunPlan, reference: str
+    results: Mapping[str, ResultRecord], plan: RunPlan, reference: str
 ) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]], str | None, str | None]:
     """Under a temporal protocol: one row per method, the protocol's numbers over its views, by
     its headline number, best first."""
@@ -136,7 +137,7 @@ def protocol_rows(
     columns = ("method", *chosen.reports, "seconds", "")
     seconds: dict[str, float] = {}
     for record in records:
-        seconds[shown_name(record)] = seconds.get(shown_name(record), 0.0) + record["wall_seconds"]
+        seconds[shown_name(record)] = seconds.get(shown_name(record), 0.0) + record.wall_seconds
     by_name = {row["method"]: row for row in scores}
     reference = _row_name(plan, reference)
     names, notes, best, shown_reference = _marks(
@@ -155,7 +156,7 @@ def protocol_rows(
 
 
 def run_table(
-    results: Mapping[str, dict[str, Any]], plan: RunPlan, reference: str = "baseline"
+    results: Mapping[str, ResultRecord], plan: RunPlan, reference: str = "baseline"
 ) -> RunTable:
     """The run's table (the final step's numbers per method, or under a temporal protocol the
     protocol's), sorted best first, with the best method and ``reference`` marked."""
@@ -169,7 +170,7 @@ def run_table(
 
 
 def report_results(
-    results: Mapping[str, dict[str, Any]], plan: RunPlan, evaluate: Mapping[str, Any]
+    results: Mapping[str, ResultRecord], plan: RunPlan, evaluate: Mapping[str, Any]
 ) -> dict[str, str]:
     """The run's result table as Markdown, kept under ``result_reports`` (the terminal shows it
     as a table when the run ends: :class:`seq2final.hooks.RunSummaryHook`)."""

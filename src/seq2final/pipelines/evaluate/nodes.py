@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.records import ResultRecord
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import ORACLE, paper_columns
 from seq2final.protocols import PROTOCOLS, ProtocolOptions
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 _SUMMARY_METRICS = ("test_accuracy", "worst_class_accuracy", "ece")
 
 
-def gather_results(spec: SequenceSpec, results: Mapping[str, dict[str, Any]]) -> list[dict]:
+def gather_results(spec: SequenceSpec, results: Mapping[str, ResultRecord]) -> list[ResultRecord]:
     """Every readable result record of the sequence, any architecture, method, seed or budget.
 
     Records are matched by sequence name and dataset; each must come from this specification at
@@ -49,29 +50,29 @@ def gather_results(spec: SequenceSpec, results: Mapping[str, dict[str, Any]]) ->
     for key in results:
         try:
             record = results[key]
-            ours = (record["sequence"], record["dataset"]) == (spec.name, spec.dataset)
-            expected = dataclasses.replace(spec, seed=record["seed"]).key if ours else None
-            cell = (record["budget"], record["arch"], record["method"], record["seed"])
-        except (Seq2FinalError, KeyError, TypeError) as error:
+            ours = (record.sequence, record.dataset) == (spec.name, spec.dataset)
+            expected = dataclasses.replace(spec, seed=record.seed).key if ours else None
+            cell = (record.budget, record.arch, record.method, record.seed)
+        except Seq2FinalError as error:  # unreadable, or not a record
             where = results.record_path(key) if isinstance(results, ResultStore) else key
             log.warning(
                 "result record %s cannot be read (%s: %s); it is not counted: rerun its job or "
                 "delete the file", where, type(error).__name__, error,
             )  # fmt: skip
             continue
-        if not ours or ("view" in record) != spec.step_tests:
+        if not ours or (record.view is not None) != spec.step_tests:
             continue  # another protocol's results (built with or without step tests)
-        cell = (*cell, record["view"]["name"]) if "view" in record else cell
-        if record["sequence_key"] != expected:
+        cell = (*cell, record.view.name) if record.view is not None else cell
+        if record.sequence_key != expected:
             raise Seq2FinalError(
-                f"result {key} is for sequence '{record['sequence_key']}', not '{expected}': "
+                f"result {key} is for sequence '{record.sequence_key}', not '{expected}': "
                 f"the records named '{spec.name}' ({spec.dataset}) come from different "
                 "specifications; pass the sequence's exact settings (e.g. build_sequences.test_size)"
             )
         if cell in cells_seen:  # two settings under one budget name would pass as two seeds
             raise Seq2FinalError(
-                f"results {cells_seen[cell]} and {key} are both {record['method']} on "
-                f"{record['arch']} with budget {record['budget']} and seed {record['seed']}, but "
+                f"results {cells_seen[cell]} and {key} are both {record.method} on "
+                f"{record.arch} with budget {record.budget} and seed {record.seed}, but "
                 "were run with different settings; give one setting its own budget name "
                 "(`budgets:` in parameters.yml) or move one record out of the results folder"
             )
@@ -88,7 +89,7 @@ def gather_results(spec: SequenceSpec, results: Mapping[str, dict[str, Any]]) ->
 
 
 def tabulate_results(
-    records: list[dict[str, Any]],
+    records: list[ResultRecord],
     spec: SequenceSpec,
     options: Mapping[str, Any],
     protocol: str = "final",
@@ -108,8 +109,8 @@ def tabulate_results(
     csv: dict[str, pd.DataFrame] = {}
     markdown: dict[str, str] = {}
     latex: dict[str, str] = {}
-    for budget in sorted({r["budget"] for r in records}):
-        group = [r for r in records if r["budget"] == budget]
+    for budget in sorted({r.budget for r in records}):
+        group = [r for r in records if r.budget == budget]
         table = ResultTable.from_cells(cells(group))
         name = f"{folder}/{budget}-per_arch"
         csv[name] = to_csv_frame(table)
@@ -131,7 +132,7 @@ def tabulate_results(
 
 
 def compare_methods(
-    records: list[dict[str, Any]], methods: list[str], options: Mapping[str, Any]
+    records: list[ResultRecord], methods: list[str], options: Mapping[str, Any]
 ) -> pd.DataFrame:
     """Every method of ``methods`` (the table's columns) against ``options['reference']``, then
     the extra ``pairs``, for test accuracy.
@@ -168,7 +169,7 @@ def comparisons_markdown(comparisons: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def summarize(records: list[dict[str, Any]]) -> pd.DataFrame:
+def summarize(records: list[ResultRecord]) -> pd.DataFrame:
     """Table 2 style: per method the mean over architectures of test accuracy and extra metrics.
 
     Each architecture's value is first averaged over seeds, so an architecture run with more
@@ -182,11 +183,10 @@ def summarize(records: list[dict[str, Any]]) -> pd.DataFrame:
             columns["architectures"] = per_arch.groupby("method")["arch"].nunique()
     # accuracy against compute, as NED reports it: a method's whole training, its historical
     # state's included (charged to every method that continues it: what reproducing it costs)
-    counted = [r for r in records if "train_flops" in r]
+    counted = [r for r in records if r.train_flops is not None]
     if counted:
-        total = [{**r, "total_train_flops": total_train_flops(r)} for r in counted]
         columns["train_gflops"] = (
-            cells(total, "total_train_flops").groupby("method")["mean"].mean() / 1e9
+            cells(counted, total_train_flops).groupby("method")["mean"].mean() / 1e9
         )
         per_image = cells(counted, "inference_flops_per_image").groupby("method")["mean"].mean()
         columns["inference_mflops_per_image"] = per_image / 1e6
@@ -221,9 +221,7 @@ def _title(spec: SequenceSpec, budget: str, what: str) -> str:
     return f"# {spec.name} ({spec.dataset}), budget {budget}: {what}\n\n"
 
 
-def choose_best_models(
-    records: list[dict[str, Any]], spec: SequenceSpec
-) -> dict[str, pd.DataFrame]:
+def choose_best_models(records: list[ResultRecord], spec: SequenceSpec) -> dict[str, pd.DataFrame]:
     """Per architecture, the adapted job with the best final-step *validation* accuracy.
 
     Any budget and seed of the sequence competes; the oracle does not (it is trained on the large
@@ -232,23 +230,23 @@ def choose_best_models(
     """
     order = {name: index for index, name in enumerate(paper_columns())}
     rows = []
-    for arch in sorted({r["arch"] for r in records}, key=arch_sort_key):
+    for arch in sorted({r.arch for r in records}, key=arch_sort_key):
         # a temporal protocol's views are not adapted final models: they do not compete
         candidates = [
             r for r in records
-            if r["arch"] == arch and shown_name(r) != ORACLE and "view" not in r
+            if r.arch == arch and shown_name(r) != ORACLE and r.view is None
         ]  # fmt: skip
         if not candidates:
             continue
         best = max(
             candidates,
-            key=lambda r: (r["valid_accuracy"], -order.get(shown_name(r), len(order)), -r["seed"]),
+            key=lambda r: (r.valid_accuracy, -order.get(shown_name(r), len(order)), -r.seed),
         )
         rows.append(
-            {"arch": arch, "method": shown_name(best), "job_method": best["method"],
-             "job_key": best["job_key"],
-             "budget": best["budget"], "seed": best["seed"],
-             "valid_accuracy": best["valid_accuracy"], "test_accuracy": best["test_accuracy"]}
+            {"arch": arch, "method": shown_name(best), "job_method": best.method,
+             "job_key": best.job_key,
+             "budget": best.budget, "seed": best.seed,
+             "valid_accuracy": best.valid_accuracy, "test_accuracy": best.test_accuracy}
         )  # fmt: skip
     folder = report_folder(spec.name, spec.dataset)
     return {folder: pd.DataFrame(rows)}

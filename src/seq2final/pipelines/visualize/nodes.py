@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 from torch import nn
 
+from seq2final.core.records import ResultRecord
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import ORACLE, HistoricalState, paper_columns
 from seq2final.models import JointModel
@@ -46,13 +47,13 @@ def _folder(spec: SequenceSpec) -> str:
     return report_folder(spec.name, spec.dataset)
 
 
-def _groups(records: list[dict[str, Any]]) -> dict[Group, dict[str, dict[str, Any]]]:
+def _groups(records: list[ResultRecord]) -> dict[Group, dict[str, ResultRecord]]:
     """Records by (budget, arch, seed), each keyed by the name the tables show it under."""
-    groups: dict[Group, dict[str, dict[str, Any]]] = defaultdict(dict)
+    groups: dict[Group, dict[str, ResultRecord]] = defaultdict(dict)
     for record in records:
-        if "view" in record:  # a temporal protocol's view: drawn by plot_protocol
+        if record.view is not None:  # a temporal protocol's view: drawn by plot_protocol
             continue
-        groups[(record["budget"], record["arch"], record["seed"])][shown_name(record)] = record
+        groups[(record.budget, record.arch, record.seed)][shown_name(record)] = record
     return dict(sorted(groups.items()))
 
 
@@ -64,36 +65,36 @@ class _Models:
         self._finals: dict[str, nn.Module] = {}
         self._states: dict[str, HistoricalState | None] = {}
 
-    def final(self, record: Mapping[str, Any]) -> nn.Module:
-        key = record["job_key"]
+    def final(self, record: ResultRecord) -> nn.Module:
+        key = record.job_key
         if key not in self._finals:
             self._finals[key] = self.results.model(key)
         return self._finals[key]
 
-    def state(self, record: Mapping[str, Any]) -> HistoricalState | None:
-        key = record.get("historical_state")
+    def state(self, record: ResultRecord) -> HistoricalState | None:
+        key = record.historical_state
         if key is None:
             return None
         if key not in self._states:
             found = key in self.states
             if not found:
-                log.warning("historical state %s of job %s is missing", key, record["job_key"])
+                log.warning("historical state %s of job %s is missing", key, record.job_key)
             self._states[key] = self.states[key] if found else None
         return self._states[key]
 
-    def missing_state(self, record: Mapping[str, Any]) -> bool:
+    def missing_state(self, record: ResultRecord) -> bool:
         """The job continued a historical state that is not stored (any more)."""
-        return record.get("historical_state") is not None and self.state(record) is None
+        return record.historical_state is not None and self.state(record) is None
 
-    def test_data(self, record: Mapping[str, Any], limit: int | None = None) -> TensorSplit | None:
-        key = record["sequence_key"]
+    def test_data(self, record: ResultRecord, limit: int | None = None) -> TensorSplit | None:
+        key = record.sequence_key
         if key not in self.sequences:
-            log.warning("sequence %s is not built; skipping job %s", key, record["job_key"])
+            log.warning("sequence %s is not built; skipping job %s", key, record.job_key)
             return None
         x, y = self.sequences[key].step(-1).split("test")
         return TensorSplit.from_arrays(x[:limit], y[:limit])
 
-    def trajectory(self, record: Mapping[str, Any]) -> list[tuple[nn.Module, int | None]]:
+    def trajectory(self, record: ResultRecord) -> list[tuple[nn.Module, int | None]]:
         """The job's models over time, each with the step it runs at, ending with its final model.
 
         Chains give their models at steps 0..T−1; a joint model trained at once is read at each
@@ -102,22 +103,22 @@ class _Models:
         final, state = self.final(record), self.state(record)
         points: list[tuple[nn.Module, int | None]] = []
         if state is not None:
-            chain = state.chains[record.get("chosen", {}).get("chain", "main")]
+            chain = state.chains[record.chosen.get("chain", "main")]
             points = [
                 (m, m.num_steps - 1 if isinstance(m, JointModel) else None) for m in chain.models
             ]
-        elif isinstance(final, JointModel) and record.get("eval_step"):
-            points = [(final, t) for t in range(record["eval_step"])]
-        return [*points, (final, record.get("eval_step"))]
+        elif isinstance(final, JointModel) and record.eval_step:
+            points = [(final, t) for t in range(record.eval_step)]
+        return [*points, (final, record.eval_step)]
 
 
-def _engine(record: Mapping[str, Any]) -> Engine:
+def _engine(record: ResultRecord) -> Engine:
     """The engine the job was trained with (input scale, batch sizes), so accuracies match."""
-    return Engine(**record["engine"])
+    return Engine(**record.engine)
 
 
 def interpolation_recipes(
-    records: list[dict[str, Any]],
+    records: list[ResultRecord],
     results: Any,
     states: Mapping[str, HistoricalState],
     sequences: Any,
@@ -128,10 +129,10 @@ def interpolation_recipes(
     points = int(options["interpolation_points"])
     recipes = {}
     for record in records:
-        if "view" in record:  # a temporal protocol's view: no path of the paper's figures
+        if record.view is not None:  # a temporal protocol's view: no path of the paper's figures
             continue
 
-        def make(record: dict[str, Any] = record) -> pd.DataFrame | None:
+        def make(record: ResultRecord = record) -> pd.DataFrame | None:
             data = models.test_data(record)
             if data is None or models.missing_state(record):
                 return None  # not stored: drawn once the sequence or state is back
@@ -141,7 +142,7 @@ def interpolation_recipes(
             engine = _engine(record)
             device = engine.torch_device()
             ends.start, ends.end = ends.start.to(device), ends.end.to(device)
-            log.info("interpolation path of %s (%d points)", record["job_key"], points)
+            log.info("interpolation path of %s (%d points)", record.job_key, points)
             return interpolation_path(ends, data, engine, points)
 
         recipes[path_key(record, points)] = make
@@ -149,7 +150,7 @@ def interpolation_recipes(
 
 
 def plot_interpolation(
-    records: list[dict[str, Any]],
+    records: list[ResultRecord],
     paths: Mapping[str, pd.DataFrame],
     spec: SequenceSpec,
     options: Mapping[str, Any],
@@ -198,7 +199,7 @@ def _interpolation_plotly(
 
 
 def plot_projections(
-    records: list[dict[str, Any]],
+    records: list[ResultRecord],
     results: Any,
     states: Mapping[str, HistoricalState],
     spec: SequenceSpec,
@@ -212,7 +213,7 @@ def plot_projections(
     models = _Models(results, states, None)
     figures, frames = {}, []
     for (budget, arch, seed), group in _groups(records).items():
-        history = next((r for r in group.values() if r.get("historical") == "erm"), None)
+        history = next((r for r in group.values() if r.historical == "erm"), None)
         erm_state = models.state(history) if history is not None else None
         if ORACLE not in group or "baseline" not in group or erm_state is None:
             log.info("no weight projection for %s/%s/seed %s: it needs the oracle, the "
@@ -240,7 +241,7 @@ def plot_projections(
 
 
 def plot_svcca(
-    records: list[dict[str, Any]],
+    records: list[ResultRecord],
     results: Any,
     states: Mapping[str, HistoricalState],
     sequences: Any,
@@ -271,7 +272,7 @@ def plot_svcca(
 
 
 def plot_adjacency_sweep(
-    records: list[dict[str, Any]], spec: SequenceSpec
+    records: list[ResultRecord], spec: SequenceSpec
 ) -> tuple[dict[str, Figure], dict[str, Figure]]:
     """Paper Fig. 9 from JM's own trials: validation accuracy per λ_adj tried, against the
     validation accuracy of ERM on the final step alone (baseline) and on all steps (ERM)."""
@@ -283,14 +284,14 @@ def plot_adjacency_sweep(
             [
                 {"adjacency": t["params"].get("adjacency"), "valid_accuracy": _trial_value(t),
                  "state": t["state"]}
-                for fit in group["jm"].get("fits", [])
+                for fit in group["jm"].fits
                 for t in fit.get("trial_summaries", [])
                 if _trial_value(t) is not None and t["params"].get("adjacency") is not None
             ],
             columns=["adjacency", "valid_accuracy", "state"],
         )  # fmt: skip
         references = {
-            name: group[name]["valid_accuracy"] for name in ("baseline", "erm") if name in group
+            name: group[name].valid_accuracy for name in ("baseline", "erm") if name in group
         }
         figures[f"{_folder(spec)}/{budget}-{arch}-seed{seed}-adjacency"] = plots.adjacency_sweep(
             trials, references, f"{spec.name}, {arch}, budget {budget}: JM's λ_adj"
@@ -307,16 +308,16 @@ def _trial_value(trial: Mapping[str, Any]) -> float | None:
 
 
 def plot_heatmaps(
-    records: list[dict[str, Any]], spec: SequenceSpec, budget: str
+    records: list[ResultRecord], spec: SequenceSpec, budget: str
 ) -> tuple[dict[str, Figure], dict[str, Figure], go.Figure]:
     """Test accuracy, methods × architectures, one heat-map per budget (plotly: the run's); none
     for a temporal protocol's views, whose numbers are its own (``plot_protocol``)."""
     figures, tables = {}, {}
-    records = [r for r in records if "view" not in r]
+    records = [r for r in records if r.view is None]
     if not records:
         return {}, {}, go.Figure()
-    for run_budget in sorted({r["budget"] for r in records}):
-        table = ResultTable.from_cells(cells([r for r in records if r["budget"] == run_budget]))
+    for run_budget in sorted({r.budget for r in records}):
+        table = ResultTable.from_cells(cells([r for r in records if r.budget == run_budget]))
         tables[run_budget] = table.means
         figures[f"{_folder(spec)}/{run_budget}-heatmap"] = plots.result_heatmap(
             table.means, f"{spec.name} ({spec.dataset}), budget {run_budget}: test accuracy"
@@ -331,7 +332,7 @@ def plot_heatmaps(
 
 
 def plot_learning_curves(
-    records: list[dict[str, Any]], results: Any, spec: SequenceSpec
+    records: list[ResultRecord], results: Any, spec: SequenceSpec
 ) -> tuple[dict[str, Figure], dict[str, Figure]]:
     """Each job's per-epoch loss and accuracy (every fit stage), as stored when it trained, and
     per budget, architecture and seed an overview with a small panel per job
@@ -341,18 +342,16 @@ def plot_learning_curves(
     overviews: dict[tuple[str, str, int, bool], list[tuple[str, pd.DataFrame]]] = defaultdict(list)
     for record in records:
         name = shown_name(record)
-        view = f"-steps{record['view']['name']}" if "view" in record else ""
-        group = f"{record['budget']}-{record['arch']}-seed{record['seed']}"
-        curves = results.learning_curves(record["job_key"])
+        view = f"-steps{record.view.name}" if record.view is not None else ""
+        group = f"{record.budget}-{record.arch}-seed{record.seed}"
+        curves = results.learning_curves(record.job_key)
         figures[f"{_folder(spec)}/curves/{group}-{name}{view}"] = plots.learning_curves(
             curves,
-            f"{name}{view.replace('-steps', ' · steps ')} · {record['arch']} · seed {record['seed']} "
-            f"· {record['budget']}",
+            f"{name}{view.replace('-steps', ' · steps ')} · {record.arch} · seed {record.seed} "
+            f"· {record.budget}",
         )
-        panel = f"{name} · steps {record['view']['name']}" if view else name
-        overviews[(record["budget"], record["arch"], record["seed"], bool(view))].append(
-            (panel, curves)
-        )
+        panel = f"{name} · steps {record.view.name}" if view else name
+        overviews[(record.budget, record.arch, record.seed, bool(view))].append((panel, curves))
     order = {name: index for index, name in enumerate(paper_columns())}
     for (budget, arch, seed, views), jobs in overviews.items():
         jobs.sort(key=lambda job: (order.get(job[0].split(" ")[0], len(order)), job[0]))
@@ -366,13 +365,13 @@ def plot_learning_curves(
 
 
 def plot_compute(
-    records: list[dict[str, Any]], spec: SequenceSpec
+    records: list[ResultRecord], spec: SequenceSpec
 ) -> tuple[dict[str, Figure], dict[str, Figure]]:
     """Per budget and architecture, every method's test accuracy against its training FLOPs
     (historical state included), means over seeds: the accuracy-for-compute Pareto figure."""
-    counted = [r for r in records if "train_flops" in r and "view" not in r]
-    rows = [{"budget": r["budget"], "arch": r["arch"], "method": shown_name(r),
-             "train_flops": total_train_flops(r), "test_accuracy": r["test_accuracy"]}
+    counted = [r for r in records if r.train_flops is not None and r.view is None]
+    rows = [{"budget": r.budget, "arch": r.arch, "method": shown_name(r),
+             "train_flops": total_train_flops(r), "test_accuracy": r.test_accuracy}
             for r in counted]  # fmt: skip
     figures = {}
     frame = pd.DataFrame(rows)
@@ -384,7 +383,7 @@ def plot_compute(
 
 
 def plot_protocol(
-    records: list[dict[str, Any]],
+    records: list[ResultRecord],
     spec: SequenceSpec,
     protocol: str,
     protocol_options: Mapping[str, Any],

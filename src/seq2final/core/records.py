@@ -1,0 +1,101 @@
+"""The result record: what a finished job reports, typed and versioned.
+
+A job's record is written once, as JSON, beside its model (``data/07_model_output/results``), and
+read by everything after it: the run's table, ``evaluate``'s tables, ``visualize``'s figures,
+MLflow, the sweep and the benchmarks. One pydantic model says what it holds, so a reader gets
+attributes checked once on load instead of string keys looked up in many modules, and a record
+that does not match is refused in one line naming the file.
+
+``format`` is the record's layout version. Records written before it existed have none and read as
+format 1, which holds the same fields; a later change of layout raises :data:`RECORD_FORMAT` and
+says here how the older formats read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RECORD_FORMAT = 2
+"""The layout records are written in: 2 adds ``format`` to format 1's fields."""
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RecordView(_Record):
+    """The protocol view a job trained on: its name (``0-2``), its steps, its mixing seed."""
+
+    name: str
+    steps: list[int]
+    mixed_seed: int | None = None
+
+
+class SharedFlops(_Record):
+    """The training FLOPs of the historical states a job continues, by state key: shared by the
+    jobs that continue them, so a total over jobs charges each key once."""
+
+    shared: bool = True
+    states: dict[str, int]
+
+
+class ResultRecord(_Record):
+    """A finished job: what it is, how it scored on the final step, and what it cost.
+
+    ``fits`` lists every fit of the job (stage, drawn hyper-parameters, chosen epoch, trials, FLOPs)
+    as the tuner reported it; ``hyperparameters`` the chosen values per stage. Under a temporal
+    protocol, ``view`` names the job's view and ``step_accuracies`` holds the model's accuracy on
+    every step of the whole sequence (keys are step indices as strings, as JSON keeps them).
+    """
+
+    format: int = Field(1, ge=1, le=RECORD_FORMAT)
+    job_key: str
+    sequence: str
+    sequence_key: str
+    dataset: str
+    arch: str
+    method: str
+    paper_name: str
+    paper_class: int | None
+    aliases: list[str] = []
+    historical: str
+    final: str
+    historical_state: str | None
+    seed: int
+    budget: str
+    test_accuracy: float
+    worst_class_accuracy: float
+    test_nll: float
+    ece: float
+    valid_accuracy: float
+    epochs: int
+    trials: int
+    wall_seconds: float
+    device: str
+    parameters: int
+    test_size: int
+    hyperparameters: dict[str, dict[str, Any]]
+    chosen: dict[str, Any] = {}
+    chains: dict[str, dict[str, float]] = {}
+    eval_step: int | None = None
+    engine: dict[str, Any]
+    fits: list[dict[str, Any]]
+    train_flops: int
+    eval_flops: int
+    inference_flops_per_image: int
+    historical_flops: SharedFlops | None = None
+    view: RecordView | None = None
+    step_accuracies: dict[str, dict[str, float]] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as written: ``view`` and ``step_accuracies`` only under a protocol."""
+        return self.model_dump(
+            mode="json",
+            exclude={name for name in ("view", "step_accuracies") if getattr(self, name) is None},
+        )
+
+    def shared_train_flops(self) -> dict[str, int]:
+        """The training FLOPs of the historical states this job continues, by key."""
+        return dict(self.historical_flops.states) if self.historical_flops else {}

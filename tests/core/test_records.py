@@ -1,0 +1,76 @@
+"""The result record: typed on load, versioned, and records written before the version load."""
+
+import json
+from pathlib import Path
+
+import pytest
+from result_records import make_record
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.records import RECORD_FORMAT, ResultRecord
+from seq2final.models import build_model
+from seq2final.runs.result_store import ResultStore
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden/default_run_smoke/AVX2.json"
+
+
+def _store(tmp_path: Path) -> ResultStore:
+    return ResultStore(tmp_path / "results", tmp_path / "models", tmp_path / "curves")
+
+
+def test_records_written_before_the_format_existed_load_as_format_1(tmp_path):
+    """The golden records are files as the default run wrote them before records had a format."""
+    store = _store(tmp_path)
+    store.results.mkdir()
+    written = json.loads(GOLDEN.read_text())["records"]
+    for key, old in written.items():
+        assert "format" not in old
+        store.record_path(key).write_text(json.dumps({**old, "wall_seconds": 1.5}))
+    for key, old in written.items():
+        record = store[key]
+        assert record.format == 1 and record.job_key == key
+        assert record.test_accuracy == old["test_accuracy"] and record.fits == old["fits"]
+        # nothing is lost or changed: written again, the record is the old file plus its format
+        assert record.to_json() == {**old, "wall_seconds": 1.5, "format": 1}
+
+
+def test_a_record_round_trips_through_the_store_at_the_current_format(tmp_path):
+    store = _store(tmp_path)
+    record = make_record(view={"name": "0-1", "steps": [0, 1]},
+                         step_accuracies={"0": {"test": 0.5}})  # fmt: skip
+    model = build_model("convnet_1", 2)
+    store.put(record.job_key, record, model, [{"epoch": 0, "valid_accuracy": 0.1}])
+    loaded = store[record.job_key]
+    assert loaded == record and loaded.format == RECORD_FORMAT
+    assert loaded.view.name == "0-1" and loaded.step_accuracies["0"]["test"] == 0.5
+    on_disk = json.loads(store.record_path(record.job_key).read_text())
+    assert on_disk["format"] == RECORD_FORMAT
+    assert "view" not in make_record().to_json()  # only a protocol's views carry one
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"test_accuracy": "high"}, "record field 'test_accuracy' = 'high'"),
+        ({"tested_accuracy": 0.5}, "record field: unknown key 'tested_accuracy'"),
+        ({"format": RECORD_FORMAT + 1}, "record field 'format'"),
+    ],
+)
+def test_a_record_that_does_not_match_is_refused_in_one_line_naming_its_file(
+    tmp_path, change, message
+):
+    store = _store(tmp_path)
+    store.results.mkdir()
+    path = store.record_path("k")
+    path.write_text(json.dumps({**make_record().to_json(), **change}))
+    with pytest.raises(Seq2FinalError) as error:
+        store["k"]
+    assert str(error.value).startswith(f"result record {path} is corrupt (")
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_shared_flops_count_the_states_a_job_continues():
+    record = make_record(historical_flops={"states": {"erm": 10, "step0": 5}})
+    assert record.shared_train_flops() == {"erm": 10, "step0": 5}
+    assert make_record(historical_flops=None).shared_train_flops() == {}
+    assert isinstance(record, ResultRecord)
