@@ -2,13 +2,15 @@
 
 import copy
 
+from seq2final.config.checks import CheckedParameters
 from seq2final.hooks import RunSummaryHook
 from seq2final.pipelines.visualize import create_pipeline as visualize_pipeline
 
 
 def test_the_figures_line_lists_only_folders_this_run_drew_into(project_parameters):
-    hook = RunSummaryHook()
-    hook._params = {**copy.deepcopy(project_parameters), "mlflow": {"enabled": False}}
+    checked = CheckedParameters()
+    checked.check({**copy.deepcopy(project_parameters), "mlflow": {"enabled": False}})
+    hook = RunSummaryHook(checked)
     outputs = visualize_pipeline().all_outputs() | {"adapt_results"}
     hook.after_dataset_saved("svcca_figures", {"digits_clr-digits/tour-convnet_4-seed1-svcca": 1})
     hook.after_dataset_saved("compute_figures", {"digits_clr-digits/tour-compute": 1})

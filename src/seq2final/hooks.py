@@ -13,7 +13,7 @@ from mlflow.exceptions import MlflowException
 from rich.console import Console
 from rich.table import Table
 
-from seq2final.config.checks import sequence_spec, validate_parameters
+from seq2final.config.checks import CheckedParameters, sequence_spec
 from seq2final.config.parameters import EvaluateOptions
 from seq2final.pipelines.adapt_final.nodes import run_table
 from seq2final.pipelines.visualize import create_pipeline as visualize_pipeline
@@ -24,11 +24,19 @@ from seq2final.training.tuner import check_storage
 
 
 class ValidateParametersHook:
-    """Check every run parameter as soon as the context exists, so a typo costs no work."""
+    """Check every run parameter as soon as the context exists, so a typo costs no work, and keep
+    them for the other hooks (``checked``): the parameters are validated once.
+
+    It reads the raw parameters, not ``context.params``: reading those makes Kedro convert the
+    blocks that nodes take typed, and report a bad value over several lines; ours says it in one.
+    """
+
+    def __init__(self, checked: CheckedParameters) -> None:
+        self.checked = checked
 
     @hook_impl(tryfirst=True)
     def after_context_created(self, context: KedroContext) -> None:
-        run = validate_parameters(context.params)
+        run = self.checked.check(context.config_loader["parameters"])
         check_storage(run.tuning.storage)
 
 
@@ -40,15 +48,14 @@ class RunSummaryHook:
     on to its tables, figures and MLflow runs.
     """
 
-    def __init__(self) -> None:
-        self._params: dict[str, Any] | None = None
+    def __init__(self, checked: CheckedParameters) -> None:
+        self.checked = checked
         self._tables: list[tuple[str, Table]] = []
         self._drawn: set[str] = set()
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
-        self._params, self._tables = context.params, []  # one hook serves every session
-        self._drawn = set()
+        self._tables, self._drawn = [], set()  # one hook serves every session
 
     @hook_impl
     def after_dataset_saved(self, dataset_name: str, data: Any) -> None:
@@ -58,7 +65,9 @@ class RunSummaryHook:
     @hook_impl
     def after_node_run(self, node: Node, inputs: dict[str, Any]) -> None:
         if "result_reports" in node.outputs:  # adapt_final's report, under any namespace
-            evaluate = EvaluateOptions.model_validate(inputs["params:evaluate"])
+            evaluate: EvaluateOptions = inputs[
+                "params:evaluate"
+            ]  # typed by Kedro (the node's hint)
             result = run_table(inputs["adapt_results"], inputs["job_plan"], evaluate.reference)
             table = Table()
             for column in result.columns:
@@ -72,7 +81,7 @@ class RunSummaryHook:
     def after_pipeline_run(
         self, run_params: dict[str, Any], pipeline: Pipeline, catalog: CatalogProtocol
     ) -> None:
-        if self._params is None:
+        if self.checked.run is None:
             return
         console = Console()
         for title, table in self._tables:  # the title above, not in, the table: it never wraps
@@ -82,8 +91,7 @@ class RunSummaryHook:
             console.print(line, highlight=False, soft_wrap=True)
 
     def _locations(self, outputs: set[str]) -> list[str]:
-        assert self._params is not None
-        run = validate_parameters(self._params)
+        run = self.checked.checked()
         spec = sequence_spec(run)
         folder = report_folder(spec.name, spec.dataset)
         lines = []

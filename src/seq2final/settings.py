@@ -8,10 +8,12 @@ plain_when_piped()  # Kedro has configured logging by now: one line per record i
 
 from kedro.config import OmegaConfigLoader  # noqa: E402
 
+from seq2final.config.checks import CheckedParameters  # noqa: E402
 from seq2final.hooks import RunSummaryHook, ValidateParametersHook  # noqa: E402
 from seq2final.tracking.kedro_hook import TrackingHook  # noqa: E402
 
-HOOKS = (ValidateParametersHook(), TrackingHook(), RunSummaryHook())
+_checked = CheckedParameters()  # validated by the first hook, read by the others
+HOOKS = (ValidateParametersHook(_checked), TrackingHook(_checked), RunSummaryHook(_checked))
 # kedro-mlflow's own hook (and its pipeline run) is replaced by TrackingHook, which reads the same
 # mlflow.yml, checks it before any work and files the summary run; a parameter switches it off.
 DISABLE_HOOKS_FOR_PLUGINS = (

@@ -4,6 +4,8 @@ import pytest
 
 from seq2final.config.checks import validate_parameters
 from seq2final.core.errors import Seq2FinalError
+from seq2final.methods import FINAL_MODES, FinalMode
+from seq2final.training import ModelWrapper
 
 
 def _with(base: dict, **overrides):
@@ -104,3 +106,33 @@ def test_good_parameters_pass(project_parameters):
         }
     )
     assert run.seed == 3 and run.quantify_shift.variance == 0.95
+
+
+class _AdapterFirst(ModelWrapper):
+    """Trains parameters named ``adapter.`` first: a ConvNet has none."""
+
+    def phases(self):
+        return [(1, ["adapter."]), (None, None)]
+
+
+def test_a_wrapper_phase_that_trains_nothing_stops_the_run_before_any_work(
+    project_parameters, monkeypatch
+):
+    def never(ctx, config, state):  # the check stops the run before any mode runs
+        raise AssertionError("trained")
+
+    mode = FinalMode("adapter_ft", "adapter first", ("model",), never, wrapper=_AdapterFirst())
+    monkeypatch.setitem(FINAL_MODES._entries, "adapter_ft", mode)
+    params = {**_with(project_parameters), "historical": "erm", "final": "adapter_ft",
+              "final_modes": {**project_parameters["final_modes"], "adapter_ft": {"space": {
+                  "lr": {"grid": [1e-3]}}}}}  # fmt: skip
+    with pytest.raises(Seq2FinalError) as error:
+        validate_parameters(params)
+    assert str(error.value).startswith(
+        "final mode 'adapter_ft': model wrapper _AdapterFirst: phase 1 trains no parameter "
+        "(prefixes ['adapter.'])"
+    )
+    assert "\n" not in str(error.value)
+    # the same wrapper with a phase the architecture has passes
+    monkeypatch.setattr(_AdapterFirst, "phases", lambda self: [(1, ["fc."]), (None, None)])
+    assert validate_parameters(params).final == "adapter_ft"

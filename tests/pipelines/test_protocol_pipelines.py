@@ -7,7 +7,7 @@ from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.core.records import RecordView
+from seq2final.core.records import StepView
 from seq2final.methods.context import Context
 from seq2final.training import Engine, TensorSplit, predict_logits
 
@@ -141,7 +141,7 @@ def test_eval_fix_and_the_stream_share_the_view_at_the_split_step(project, store
     _run(project, method="baseline", protocol="eval_fix", protocol_options={"split_step": 2})
     stores = stores_of(project)
     (first,) = [stores.results[k] for k in stores.results]
-    assert first.view == RecordView(name="0-2", steps=[0, 1, 2], mixed_seed=None)
+    assert first.view == StepView(name="0-2", steps=(0, 1, 2), mixed_seed=None)
     caplog.clear()
     _run(project, ["adapt_final"], method="baseline", protocol="eval_stream",
          protocol_options={"window": 1})  # fmt: skip

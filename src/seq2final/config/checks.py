@@ -8,6 +8,7 @@ the parameters (a project hook) and raises one line on the first problem.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -21,6 +22,7 @@ from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
 from seq2final.methods.requests import requested_jobs, resolve_request
 from seq2final.methods.schedules import check_schedules
+from seq2final.models import build_model
 from seq2final.protocols import (
     PROTOCOLS,
     chosen_views,
@@ -48,12 +50,32 @@ def validate_parameters(parameters: Mapping[str, Any]) -> RunParameters:
         raise Seq2FinalError(one_line(error, RunParameters)) from None
     spec = sequence_spec(run)
     _check_methods(run, spec.num_targets)
+    _check_wrappers(run)
     _check_protocol(run, spec)
     try:  # even when every job will be reused: a setting this machine cannot honour is a typo
         run.training.torch_device()
     except Seq2FinalError as error:
         raise Seq2FinalError(f"parameter 'training': {error}") from None
     return run
+
+
+@dataclass
+class CheckedParameters:
+    """The session's run parameters, validated once and kept: the first hook validates them
+    (``ValidateParametersHook``), the others read ``run`` instead of validating again."""
+
+    run: RunParameters | None = None
+
+    def check(self, parameters: Mapping[str, Any]) -> RunParameters:
+        """Validate ``parameters`` (the raw ones, as the configuration gives them) and keep them."""
+        self.run = validate_parameters(parameters)
+        return self.run
+
+    def checked(self) -> RunParameters:
+        """The kept parameters (hooks run after the check, which stops a session it refuses)."""
+        if self.run is None:
+            raise RuntimeError("the run parameters are read before they were checked")
+        return self.run
 
 
 def sequence_spec(run: RunParameters) -> SequenceSpec:
@@ -91,6 +113,24 @@ def _check_methods(run: RunParameters, final_step: int) -> None:
             final_step,
             run.budget,
         )
+
+
+def _check_wrappers(run: RunParameters) -> None:
+    """Every model wrapper a requested mode declares leaves each of its phases something to train
+    on the run's architecture (a model of two classes: parameter names do not depend on it)."""
+    checked: set[str] = set()
+    for job in requested_jobs(run.method, run.historical, run.final, run.arch):
+        for kind, mode in (
+            ("historical", HISTORICAL_MODES[job.historical]),
+            ("final", FINAL_MODES[job.final]),
+        ):
+            if mode.wrapper is None or mode.name in checked:
+                continue
+            checked.add(mode.name)
+            try:
+                mode.wrapper.check(mode.wrapper.wrap(build_model(run.arch, 2)))
+            except Seq2FinalError as error:
+                raise Seq2FinalError(f"{kind} mode '{mode.name}': {error}") from None
 
 
 def _check_protocol(run: RunParameters, spec: SequenceSpec) -> None:

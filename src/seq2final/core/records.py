@@ -25,11 +25,14 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class RecordView(_Record):
-    """The protocol view a job trained on: its name (``0-2``), its steps, its mixing seed."""
+class StepView(_Record):
+    """The view of the sequence a state or job trains on under a temporal protocol: its name
+    (``0-2``), the sequence's steps it holds (the last is its final step) and, for a view whose
+    training images are mixed from every step, the seed of that draw. Planned with the run
+    (``runs.plans``) and kept in the job's record."""
 
     name: str
-    steps: list[int]
+    steps: tuple[int, ...]
     mixed_seed: int | None = None
 
 
@@ -86,7 +89,7 @@ class ResultRecord(_Record):
     eval_flops: int
     inference_flops_per_image: int
     historical_flops: SharedFlops | None = None
-    view: RecordView | None = None
+    view: StepView | None = None
     step_accuracies: dict[str, dict[str, float]] | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from seq2final.core.registry import Registry
 from seq2final.methods.context import Context
 from seq2final.training.hyperparameters import declared
 from seq2final.training.terms import LOSS_TERMS, Anchor, AnchorPull, mode_schemas, pull_towards
+from seq2final.training.wrappers import ModelWrapper
 
 Leaves = Literal["nothing", "model", "side_chain"]
 LEAVES: tuple[Leaves, ...] = ("nothing", "model", "side_chain")
@@ -118,6 +119,8 @@ class HistoricalMode:
     modules (a ConvNet block is one conv + BN already). ``config_keys``: the search spaces its
     YAML block must hold. ``terms``: the registered loss terms its fits use beyond the L2 term
     every fit has, whose hyper-parameters its spaces may name (checked before any work).
+    ``wrapper``: the model wrapper its fits use, if any, whose phases are checked against a model
+    of the run's architecture before any work.
     """
 
     name: str
@@ -130,6 +133,7 @@ class HistoricalMode:
     config_keys: tuple[str, ...] = ("space",)
     check: ConfigCheck | None = None
     terms: tuple[str, ...] = ()
+    wrapper: ModelWrapper | None = None
 
     def __post_init__(self) -> None:
         _check_terms(self.name, self.terms)
@@ -144,7 +148,8 @@ class HistoricalMode:
 class FinalMode:
     """A way to fit the final step; ``continues_from`` lists what historical modes it follows.
 
-    ``side_module``, ``block_equivalent`` and ``terms`` as for :class:`HistoricalMode`.
+    ``side_module``, ``block_equivalent``, ``terms`` and ``wrapper`` as for
+    :class:`HistoricalMode`.
     ``uses_oracle``: it trains on the final step's oracle-size draw, which only a whole sequence
     has (the views the temporal protocols train on have none).
     """
@@ -159,6 +164,7 @@ class FinalMode:
     uses_oracle: bool = False
     check: ConfigCheck | None = None
     terms: tuple[str, ...] = ()
+    wrapper: ModelWrapper | None = None
 
     def __post_init__(self) -> None:
         _check_terms(self.name, self.terms)

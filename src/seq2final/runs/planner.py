@@ -15,13 +15,14 @@ from pydantic import ValidationError
 
 from seq2final.config.checks import check_mode_configs
 from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
+from seq2final.core.records import StepView
 from seq2final.core.schema import one_line
 from seq2final.core.seeds import derived_seed
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import HISTORICAL_MODES, HistoricalState, requested_jobs
 from seq2final.protocols import PROTOCOLS, ProtocolOptions, chosen_views, options_for, runnable
 from seq2final.runs.keys import job_key, key_base, state_key, step0_key
-from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan, ViewPlan
+from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan
 from seq2final.training.engine import Engine
 from seq2final.training.search import get_budget
 
@@ -120,7 +121,7 @@ def plan_run(
 
 def _problems(
     spec: SequenceSpec, protocol: str, options: ProtocolOptions, only: str | None = None
-) -> list[tuple[SequenceSpec, ViewPlan | None]]:
+) -> list[tuple[SequenceSpec, StepView | None]]:
     """The Seq-to-Final problems a protocol trains: the sequence itself, or each of its views
     (``only`` the one so named, if given) as a spec of its own (the view's steps, its name in
     the key)."""
@@ -136,10 +137,10 @@ def _problems(
     return [
         (
             replace(spec, steps=tuple(spec.steps[s] for s in view.steps), view=view.name),
-            ViewPlan(
-                view.name,
-                view.steps,
-                derived_seed(spec.seed, "mixed", view.name) if view.mixed else None,
+            StepView(
+                name=view.name,
+                steps=view.steps,
+                mixed_seed=derived_seed(spec.seed, "mixed", view.name) if view.mixed else None,
             ),
         )  # fmt: skip
         for view in views

@@ -10,22 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from seq2final.core.records import StepView
 from seq2final.methods import METHODS, job_name
 from seq2final.training.engine import Engine
 
 STEP0 = "step0"
 """The mode name of the step-0 model every sequential mode starts from."""
-
-
-@dataclass(frozen=True)
-class ViewPlan:
-    """The view of the sequence a state or job trains on under a temporal protocol: its name,
-    the sequence's steps it holds (the last is its final step) and, for a view whose training
-    images are mixed from every step, the seed of that draw."""
-
-    name: str
-    steps: tuple[int, ...]
-    mixed_seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -36,7 +26,7 @@ class StatePlan:
     mode: str
     config: dict[str, Any]
     step0_key: str | None = None
-    view: ViewPlan | None = None
+    view: StepView | None = None
 
     @property
     def name(self) -> str:
@@ -55,7 +45,7 @@ class JobPlan:
     final: str
     state_key: str | None
     config: dict[str, Any]
-    view: ViewPlan | None = None
+    view: StepView | None = None
 
     @property
     def name(self) -> str:

@@ -20,7 +20,7 @@ from torch import nn
 
 from seq2final.core.files import json_safe
 from seq2final.core.progress import Progress
-from seq2final.core.records import RECORD_FORMAT, ResultRecord
+from seq2final.core.records import RECORD_FORMAT, ResultRecord, StepView
 from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import (
     FINAL_MODES,
@@ -35,7 +35,7 @@ from seq2final.methods.historical import train_step0
 from seq2final.models import count_parameters
 from seq2final.protocols import STEP_SPLITS
 from seq2final.runs.leases import claim
-from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan, ViewPlan
+from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan
 from seq2final.runs.result_store import ResultStore
 from seq2final.runs.state_store import HistoricalStore
 from seq2final.training.engine import Engine, predict_logits
@@ -71,7 +71,7 @@ def chain_accuracies(
     }
 
 
-def problem_sequence(sequence: ShiftSequence, view: ViewPlan | None) -> ShiftSequence:
+def problem_sequence(sequence: ShiftSequence, view: StepView | None) -> ShiftSequence:
     """What a state or job trains on: the sequence, or the protocol's view of it."""
     if view is None:
         return sequence
@@ -244,8 +244,7 @@ def fit_job(
         "historical_flops": {"shared": True, "states": dict(costs)} if costs else None,
     }
     if job.view is not None:  # scored by a temporal protocol: every step's accuracy
-        record["view"] = {"name": job.view.name, "steps": list(job.view.steps),
-                          "mixed_seed": job.view.mixed_seed}  # fmt: skip
+        record["view"] = job.view.model_dump()
         record["step_accuracies"] = step_accuracies(
             outcome.model, sequence, ctx.engine, outcome.step
         )
@@ -253,7 +252,7 @@ def fit_job(
     return JobOutcome(ResultRecord.model_validate(json_safe(record)), outcome.model, curves), ctx
 
 
-class JobLog(Protocol):
+class Tracker(Protocol):
     """What :func:`train_jobs` tells about each job as it goes (MLflow's
     :class:`~seq2final.tracking.jobs.JobTracker` is one)."""
 
@@ -335,7 +334,7 @@ def train_jobs(
     states: Mapping[str, HistoricalState],
     costs: Mapping[str, Mapping[str, int]],
     store: ResultStore,
-    tracker: JobLog | None = None,
+    tracker: Tracker | None = None,
 ) -> None:
     """Fits the plan's jobs that ``store`` lacks (every one under ``plan.force``) on their loaded
     historical ``states``, storing each as soon as it is fitted; ``costs``: each state's

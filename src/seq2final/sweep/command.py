@@ -28,7 +28,7 @@ from seq2final.sweep.driver import Sweep, SweepReport
 from seq2final.sweep.graph import Stores, SweepGraph, expand, parse_request
 from seq2final.sweep.work import PipelineRun, run_task
 from seq2final.tracking.names import (
-    JobNames,
+    MlflowNames,
     check_experiment_names,
     check_registry_names,
     fail_fast,
@@ -71,7 +71,7 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
     base = options.run_params()
     with KedroSession.create(project_path=project, env=options.env, runtime_params=base) as session:
         context = session.load_context()  # the project's hooks check the parameters and MLflow
-        params = context.params
+        params = context.config_loader["parameters"]  # raw: the workers get them as --params
         settings = _settings(context.config_loader)
         catalog = context.catalog
         stores = Stores(
@@ -142,7 +142,7 @@ def check_names(graph: SweepGraph, options: MlflowOptions) -> None:
     """Every experiment and registered-model name the sweep's jobs will use, checked against
     MLflow's rules before any work (the project's hooks check only the default parameters')."""
     names = {
-        JobNames.of(
+        MlflowNames.of(
             options, sequence=plan.sequence_name, dataset=plan.dataset, arch=plan.arch,
             method=job.method, budget=plan.budget_name, seed=plan.seed,
         )

@@ -53,7 +53,7 @@ from seq2final.tracking.mlflow_io import (
     param_value,
     quiet_model_logging,
 )
-from seq2final.tracking.names import JobNames
+from seq2final.tracking.names import MlflowNames
 from seq2final.tracking.pyfunc import save_pyfunc_model
 
 log = logging.getLogger(__name__)
@@ -109,12 +109,12 @@ class JobTracker:
             sequence_digest,
         )
 
-    def names(self, job: JobPlan, record: ResultRecord | None = None) -> JobNames:
+    def names(self, job: JobPlan, record: ResultRecord | None = None) -> MlflowNames:
         """The job's experiment and registered-model names (``record``: see :func:`method_names`)."""
         method = method_names(job, record)[0]
         # a temporal protocol's view is a model of its own: its name says which view
         method = method if job.view is None else f"{method}.{job.view.name}"
-        return JobNames.of(self.options, **plan_fields(self.plan, method))
+        return MlflowNames.of(self.options, **plan_fields(self.plan, method))
 
     def _experiment_id(self, job: JobPlan) -> str:
         name = self.names(job).experiment

@@ -18,13 +18,13 @@ from kedro_mlflow.config.kedro_mlflow_config import KedroMlflowConfig
 from mlflow import MlflowClient
 from pydantic import ValidationError
 
-from seq2final.config.checks import sequence_spec, validate_parameters
+from seq2final.config.checks import CheckedParameters, sequence_spec
 from seq2final.config.parameters import RunParameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.methods import job_name, requested_jobs
 from seq2final.tracking.mlflow_io import store_setup_lock, trash_empty_default_experiment
 from seq2final.tracking.names import (
-    JobNames,
+    MlflowNames,
     check_experiment_names,
     check_registry_names,
     fail_fast,
@@ -53,11 +53,14 @@ class TrackingHook:
     _run: RunParameters | None = None
     _summary: SequenceSummary | None = None
 
+    def __init__(self, checked: CheckedParameters) -> None:
+        self.checked = checked  # the run parameters, validated by the first hook
+
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
         """Set MLflow up and check what the run will name, at the earliest hook, so a bad URI or
         name costs no work; open no experiment or run (the jobs open theirs when they log)."""
-        run = validate_parameters(context.params)
+        run = self.checked.checked()
         self.enabled = run.mlflow.enabled
         self._run, self._summary = run, None  # one hook object serves every session of a process
         if not self.enabled:
@@ -194,7 +197,7 @@ def _as_uri(uri: str, project: Path) -> str:
     return (project / uri).as_uri() if urlparse(uri).scheme == "" else uri
 
 
-def _job_names(run: RunParameters) -> list[JobNames]:
+def _job_names(run: RunParameters) -> list[MlflowNames]:
     """The names this run's jobs will use, as the tracker will render them (templates checked).
 
     A job asked for under several names (``st_1`` and ``st_b`` on a ConvNet) is one job with one
@@ -205,7 +208,7 @@ def _job_names(run: RunParameters) -> list[JobNames]:
     for job in requested_jobs(run.method, run.historical, run.final, run.arch):
         asked.setdefault(job.method, []).append(job.requested)
     return [
-        JobNames.of(
+        MlflowNames.of(
             run.mlflow,
             sequence=spec.name,
             dataset=spec.dataset,

@@ -42,15 +42,16 @@ def render_name(template: str, what: str, fields: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class JobNames:
-    """A job's experiment and registered-model names, from the ``mlflow`` templates."""
+class MlflowNames:
+    """The MLflow names of a job (or of a sequence's summary): its experiment, its registered model
+    and the best model's, rendered from the ``mlflow`` templates."""
 
     experiment: str
     registered_model: str
     best_model: str
 
     @classmethod
-    def of(cls, templates: Any, **fields: Any) -> JobNames:
+    def of(cls, templates: Any, **fields: Any) -> MlflowNames:
         missing = set(NAME_FIELDS) - set(fields)
         assert not missing, f"name fields missing: {missing}"
         return cls(
@@ -62,10 +63,10 @@ class JobNames:
 
 def sequence_names(
     templates: Any, sequence: str, dataset: str, seed: int, arch: str = "all"
-) -> JobNames:
+) -> MlflowNames:
     """The names of a sequence's summary run and best models: the job templates, with fields no
     single job fixes (method, budget; the architecture unless given) rendered as placeholders."""
-    return JobNames.of(
+    return MlflowNames.of(
         templates, sequence=sequence, dataset=dataset, arch=arch, method="summary",
         budget="all", seed=seed,
     )  # fmt: skip

@@ -20,7 +20,7 @@ from seq2final.tracking.mlflow_io import (
     experiment_id,
     quiet_model_logging,
 )
-from seq2final.tracking.names import JobNames, sequence_names
+from seq2final.tracking.names import MlflowNames, sequence_names
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class SequenceSummary:
     seed: int
     _run_id: str | None = None
 
-    def _names(self, arch: str = "all") -> JobNames:
+    def _names(self, arch: str = "all") -> MlflowNames:
         return sequence_names(self.options, self.sequence, self.dataset, self.seed, arch)
 
     @property
@@ -132,7 +132,7 @@ class SequenceSummary:
         """
         for row in best.itertuples():
             name = self._names(arch=row.arch).best_model
-            job_names = JobNames.of(
+            job_names = MlflowNames.of(
                 self.options, sequence=self.sequence, dataset=self.dataset, arch=row.arch,
                 method=row.job_method, budget=row.budget, seed=row.seed,
             )  # fmt: skip

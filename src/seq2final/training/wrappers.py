@@ -12,8 +12,10 @@ A wrapper does two things a method may need beyond a loss term or a callback
 
 The phases run as a fit callback (:meth:`ModelWrapper.callback`): at the start of each epoch the
 parameters outside the phase stop receiving gradients, so Adam leaves them (and its moments of
-them) exactly as they were. A phase that would train nothing is refused when the fit starts, in
-one line, before its first epoch.
+them) exactly as they were. A phase that would train nothing is refused in one line: before any
+work, for a mode that declares its wrapper (``wrapper=`` at registration; the run's checks wrap a
+model of the run's architecture and call :meth:`ModelWrapper.check`), and in any case when the fit
+starts, before its first epoch.
 """
 
 from __future__ import annotations
@@ -45,6 +47,12 @@ class ModelWrapper:
         """The fit callback that runs :meth:`phases` (put it on the fit's task)."""
         return _Phases(self.phases(), type(self).__name__)
 
+    def check(self, model: nn.Module) -> None:
+        """Refuse, in one line, a phase that would train none of ``model``'s trainable parameters
+        (``model`` as :meth:`wrap` made it)."""
+        names = [name for name, p in model.named_parameters() if p.requires_grad]
+        _Phases(self.phases(), type(self).__name__).check(names)
+
 
 class _Phases(FitCallback):
     """Before each epoch, only the current phase's parameters keep receiving gradients."""
@@ -60,7 +68,11 @@ class _Phases(FitCallback):
 
     def before_fit(self, fit: FitState) -> None:
         trained = {id(p) for p in fit.parameters}
-        self.names = [n for n, p in fit.model.named_parameters() if id(p) in trained]
+        self.check([n for n, p in fit.model.named_parameters() if id(p) in trained])
+
+    def check(self, names: list[str]) -> None:
+        """Every phase trains some of ``names`` (the parameters the fit trains)."""
+        self.names = names
         for index, (_, prefixes) in enumerate(self.phases):
             if not self._chosen(prefixes):
                 raise Seq2FinalError(

@@ -6,7 +6,6 @@ import json
 from collections import ChainMap
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from seq2final.config.parameters import EvaluateOptions, MlflowOptions
 from seq2final.core.plugins import plugin_paths
@@ -41,7 +40,7 @@ def train_final_jobs(
     plan: RunPlan,
     states: Mapping[str, HistoricalState],
     store: ResultStore,
-    mlflow_options: Mapping[str, Any],
+    mlflow_options: MlflowOptions,
     plugins: object,  # a path or a list of them; checked by plugin_paths
 ) -> ResultStore:
     """Fits every job of the plan that ``store`` lacks on its historical state, storing each as
@@ -54,7 +53,7 @@ def train_final_jobs(
     # once per state, from the states loaded (the store reads only the step-0 models they continue)
     costs = {key: historical_costs(key, ChainMap(loaded, states)) for key in loaded}
     tracker = JobTracker.connect(
-        MlflowOptions.model_validate(mlflow_options),
+        mlflow_options,
         plan,
         json.dumps(sequence.manifest["spec"], separators=(",", ":")),
         example=sequence.step(-1).split("test")[0][:2],
@@ -170,11 +169,11 @@ def run_table(
 
 
 def report_results(
-    results: Mapping[str, ResultRecord], plan: RunPlan, evaluate: Mapping[str, Any]
+    results: Mapping[str, ResultRecord], plan: RunPlan, evaluate: EvaluateOptions
 ) -> dict[str, str]:
     """The run's result table as Markdown, kept under ``result_reports`` (the terminal shows it
     as a table when the run ends: :class:`seq2final.hooks.RunSummaryHook`)."""
-    table = run_table(results, plan, EvaluateOptions.model_validate(evaluate).reference)
+    table = run_table(results, plan, evaluate.reference)
     name = f"{plan.sequence_key}/{plan.arch}-{plan.budget_name}"
     if PROTOCOLS[plan.protocol].temporal:
         name += f"-{plan.protocol}"

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 
+from seq2final.config.parameters import BuildOptions
 from seq2final.core.errors import MissingPrerequisiteError
 from seq2final.data.fingerprints import source_change
 from seq2final.data.sampler import build_sequence
@@ -23,20 +23,20 @@ def resolve_sequence(
     dataset: str | None,
     data_path: str | None,
     seed: int | None,
-    options: dict[str, Any],
+    options: BuildOptions,
     protocol: str,
 ) -> SequenceSpec:
     """The full specification of the sequence the run parameters name (under a temporal
     protocol, with a test split for every step)."""
     return resolve_spec(
-        sequence, dataset, data_path, seed, options.get("test_size"), options.get("oracle_size"),
+        sequence, dataset, data_path, seed, options.test_size, options.oracle_size,
         **sequence_options(protocol),
     )  # fmt: skip
 
 
-def load_source_data(spec: SequenceSpec, options: dict[str, Any]) -> SourceData:
+def load_source_data(spec: SequenceSpec, options: BuildOptions) -> SourceData:
     """The source pools the sequence is drawn from."""
-    return load_source(spec.dataset, spec.data_path, options["raw_dir"])
+    return load_source(spec.dataset, spec.data_path, options.raw_dir)
 
 
 def build(spec: SequenceSpec, source: SourceData) -> dict[str, ShiftSequence]:
@@ -52,7 +52,7 @@ def _command(spec: SequenceSpec) -> str:
 
 
 def select_sequence(
-    sequences: Mapping[str, ShiftSequence], spec: SequenceSpec, options: dict[str, Any]
+    sequences: Mapping[str, ShiftSequence], spec: SequenceSpec, options: BuildOptions
 ) -> ShiftSequence:
     """The stored sequence for ``spec``, drawn from the source data as it is now.
 
@@ -65,7 +65,7 @@ def select_sequence(
             f"sequence '{spec.key}' has not been built; make it with: {_command(spec)}"
         )
     sequence = sequences[spec.key]
-    changed = source_change(sequence.manifest, spec.dataset, spec.data_path, options["raw_dir"])
+    changed = source_change(sequence.manifest, spec.dataset, spec.data_path, options.raw_dir)
     if changed:
         recorded, current = changed
         raise MissingPrerequisiteError(
@@ -76,14 +76,14 @@ def select_sequence(
     return sequence
 
 
-def plot_examples(sequence: ShiftSequence, options: dict[str, Any]) -> dict[str, Figure]:
+def plot_examples(sequence: ShiftSequence, options: BuildOptions) -> dict[str, Figure]:
     """One example grid per step, plus the sub-class membership figure for sub-population shifts."""
     figures = {}
     for index, step in enumerate(sequence.steps()):
         images, labels = step.split("train")
         title = f"{sequence.key}: step {index} ({step.name})"
         figures[f"{sequence.key}/step_{index}.png"] = plots.example_grid(
-            images, labels, sequence.class_names, title, options["example_columns"]
+            images, labels, sequence.class_names, title, options.example_columns
         )
     subclass_names = sequence.manifest["subclass_names"]
     if subclass_names and "sub_train" in sequence.step(0).arrays:

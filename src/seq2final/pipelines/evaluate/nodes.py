@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from seq2final.config.parameters import EvaluateOptions
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.records import ResultRecord
 from seq2final.data.spec import SequenceSpec
@@ -91,7 +92,7 @@ def gather_results(spec: SequenceSpec, results: Mapping[str, ResultRecord]) -> l
 def tabulate_results(
     records: list[ResultRecord],
     spec: SequenceSpec,
-    options: Mapping[str, Any],
+    options: EvaluateOptions,
     protocol: str = "final",
     protocol_options: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, pd.DataFrame], dict[str, str], dict[str, str]]:
@@ -132,21 +133,21 @@ def tabulate_results(
 
 
 def compare_methods(
-    records: list[ResultRecord], methods: list[str], options: Mapping[str, Any]
+    records: list[ResultRecord], methods: list[str], options: EvaluateOptions
 ) -> pd.DataFrame:
-    """Every method of ``methods`` (the table's columns) against ``options['reference']``, then
+    """Every method of ``methods`` (the table's columns) against ``options.reference``, then
     the extra ``pairs``, for test accuracy.
 
     Pairs without a shared (arch, seed) are listed with 0 pairs and missing numbers, so a
     comparison asked for is never silently dropped.
     """
-    reference = options["reference"]
+    reference = options.reference
     pairs = [(m, reference) for m in methods if m != reference]
-    pairs += [tuple(p) for p in options.get("pairs", []) if tuple(p) not in pairs]
+    pairs += [tuple(p) for p in options.pairs if tuple(p) not in pairs]
     rows = [
         paired_comparison(
-            records, method, ref, resamples=options["resamples"],
-            confidence=options["confidence"],
+            records, method, ref, resamples=options.resamples,
+            confidence=options.confidence,
         )
         for method, ref in pairs
     ]  # fmt: skip

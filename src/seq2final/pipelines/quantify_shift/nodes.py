@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from seq2final.config.parameters import QuantifyOptions
 from seq2final.data.distances import (
     Embedded,
     conditional_wasserstein2,
@@ -24,7 +25,7 @@ from seq2final.reporting import plots
 logger = logging.getLogger(__name__)
 
 
-def embed_sequence(sequence: ShiftSequence, options: dict[str, Any]) -> dict[str, Any]:
+def embed_sequence(sequence: ShiftSequence, options: QuantifyOptions) -> dict[str, Any]:
     """PCA coordinates of every step's train set, the final test set and two source halves.
 
     The halves (a seeded random split of the source train set) give the sanity value: the
@@ -35,7 +36,7 @@ def embed_sequence(sequence: ShiftSequence, options: dict[str, Any]) -> dict[str
     test_set = steps[-1].split("test")
     seed = sequence.manifest["spec"]["seed"]
     train_features, test_features, k = fit_pca_features(
-        train_sets, test_set, options["variance"], options["max_components"], seed
+        train_sets, test_set, options.variance, options.max_components, seed
     )
     names = [f"{i}:{step.name}" for i, step in enumerate(steps)]
     embedded = [
@@ -71,7 +72,7 @@ def _distance(job: tuple[Embedded, Embedded, int]) -> tuple[float, float]:
 
 
 def measure_distances(
-    embedding: dict[str, Any], options: dict[str, Any]
+    embedding: dict[str, Any], options: QuantifyOptions
 ) -> dict[str, pd.DataFrame]:
     """Covariate and conditional W2 for the half split, consecutive steps and each step vs final.
 
@@ -81,9 +82,9 @@ def measure_distances(
     pairs = [("half_split", embedding["halves"][0], embedding["halves"][1])]
     pairs += [("consecutive", train[t - 1], train[t]) for t in range(1, len(train))]
     pairs += [("to_final", train[t], test) for t in range(len(train))]
-    jobs = [(first, second, options["max_iterations"]) for _, first, second in pairs]
-    if options["workers"] > 1:
-        with ProcessPoolExecutor(max_workers=options["workers"]) as pool:
+    jobs = [(first, second, options.max_iterations) for _, first, second in pairs]
+    if options.workers > 1:
+        with ProcessPoolExecutor(max_workers=options.workers) as pool:
             results = list(pool.map(_distance, jobs))
     else:
         results = [_distance(job) for job in jobs]

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 from torch import nn
 
+from seq2final.config.parameters import VisualizeOptions
 from seq2final.core.records import ResultRecord
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import ORACLE, HistoricalState, paper_columns
@@ -122,11 +123,11 @@ def interpolation_recipes(
     results: Any,
     states: Mapping[str, HistoricalState],
     sequences: Any,
-    options: Mapping[str, Any],
+    options: VisualizeOptions,
 ) -> dict[str, Callable[[], pd.DataFrame | None]]:
     """One path per job that has one (see :mod:`seq2final.reporting.interpolation`), computed only if missing."""
     models = _Models(results, states, sequences)
-    points = int(options["interpolation_points"])
+    points = options.interpolation_points
     recipes = {}
     for record in records:
         if record.view is not None:  # a temporal protocol's view: no path of the paper's figures
@@ -153,11 +154,11 @@ def plot_interpolation(
     records: list[ResultRecord],
     paths: Mapping[str, pd.DataFrame],
     spec: SequenceSpec,
-    options: Mapping[str, Any],
+    options: VisualizeOptions,
     budget: str,
 ) -> tuple[dict[str, Figure], dict[str, Figure], go.Figure]:
     """Paper Fig. 1 per budget and seed (one panel per architecture), as PNG, PDF and plotly."""
-    points = int(options["interpolation_points"])
+    points = options.interpolation_points
     by_figure: dict[tuple[str, int], dict[str, dict[str, pd.DataFrame]]] = defaultdict(dict)
     for (run_budget, arch, seed), group in _groups(records).items():
         drawn = {}
@@ -246,7 +247,7 @@ def plot_svcca(
     states: Mapping[str, HistoricalState],
     sequences: Any,
     spec: SequenceSpec,
-    options: Mapping[str, Any],
+    options: VisualizeOptions,
 ) -> tuple[dict[str, Figure], dict[str, Figure], dict[str, pd.DataFrame]]:
     """Paper Fig. 17: every job's trajectory in SVCCA similarity to the oracle, per layer."""
     models = _Models(results, states, sequences)
@@ -255,7 +256,7 @@ def plot_svcca(
         if ORACLE not in group:
             log.info("no SVCCA for %s/%s/seed %s: it needs the oracle", budget, arch, seed)
             continue
-        data = models.test_data(group[ORACLE], int(options["svcca_images"]))
+        data = models.test_data(group[ORACLE], options.svcca_images)
         if data is None:
             continue
         trajectories = {n: models.trajectory(r) for n, r in group.items() if n != ORACLE}
