@@ -40,6 +40,7 @@ from kedro.framework.startup import bootstrap_project
 from seq2final.bench.machine import describe_machine
 from seq2final.config.checks import sequence_spec, validate_parameters
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.records import ResultRecord
 from seq2final.pipelines.evaluate.nodes import gather_results
 from seq2final.protocols import ProtocolOptions
 from seq2final.reporting.protocols import protocol_scores
@@ -62,7 +63,7 @@ def run_study(env: str, overrides: Mapping[str, Any], protocols: Sequence[str]) 
 
 def study_records(
     env: str, overrides: Mapping[str, Any]
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[dict[str, Any], list[ResultRecord]]:
     """The study's parameters and view records: its sequence's, as ``evaluate`` gathers them
     (two settings under one budget name refused in one line), of its architecture, budget and
     methods."""
@@ -70,7 +71,8 @@ def study_records(
     runtime = {**overrides, "protocol": PROTOCOLS[0]}  # any temporal protocol: views' records
     with KedroSession.create(project_path=PROJECT, env=env, runtime_params=runtime) as session:
         context = session.load_context()
-        params, store = context.params, context.catalog.load("adapt_results")
+        params = context.config_loader["parameters"]  # raw, as the hooks read them
+        store = context.catalog.load("adapt_results")
     methods = study_methods(params)
     records = [
         record
@@ -86,7 +88,7 @@ def study_methods(params: Mapping[str, Any]) -> list[str]:
     return params["method"] if isinstance(params["method"], list) else [params["method"]]
 
 
-def summary(params: Mapping[str, Any], records: list[dict[str, Any]]) -> str:
+def summary(params: Mapping[str, Any], records: list[ResultRecord]) -> str:
     """The study's Markdown table, each cell the mean over the seeds trained under all three
     protocols (± their standard deviation when there are several), then the mean ID→OOD drop of
     Eval-Fix and the share of it that the mixed split closes, over all methods and over those

@@ -37,7 +37,7 @@ def test_records_written_before_the_format_existed_load_as_format_1(tmp_path):
 def test_a_record_round_trips_through_the_store_at_the_current_format(tmp_path):
     store = _store(tmp_path)
     record = make_record(view={"name": "0-1", "steps": [0, 1]},
-                         step_accuracies={"0": {"test": 0.5}})  # fmt: skip
+                         step_accuracies={"0": {"test": 0.5, "test_size": 200}})  # fmt: skip
     model = build_model("convnet_1", 2)
     store.put(record.job_key, record, model, [{"epoch": 0, "valid_accuracy": 0.1}])
     loaded = store[record.job_key]
@@ -45,6 +45,8 @@ def test_a_record_round_trips_through_the_store_at_the_current_format(tmp_path):
     assert loaded.view.name == "0-1" and loaded.step_accuracies["0"]["test"] == 0.5
     on_disk = json.loads(store.record_path(record.job_key).read_text())
     assert on_disk["format"] == RECORD_FORMAT
+    assert on_disk["step_accuracies"]["0"] == {"test": 0.5, "test_size": 200}  # a count stays one
+    assert isinstance(on_disk["step_accuracies"]["0"]["test_size"], int)
     assert "view" not in make_record().to_json()  # only a protocol's views carry one
 
 
@@ -74,3 +76,23 @@ def test_shared_flops_count_the_states_a_job_continues():
     assert record.shared_train_flops() == {"erm": 10, "step0": 5}
     assert make_record(historical_flops=None).shared_train_flops() == {}
     assert isinstance(record, ResultRecord)
+
+
+def test_format_1_records_of_earlier_releases_load(tmp_path):
+    """Before FLOPs were counted a record had no FLOP fields; before a chain's step-0 model was
+    charged it held one state's FLOPs; a diverged model's NLL was written as null."""
+    store = _store(tmp_path)
+    store.results.mkdir()
+    current = make_record(historical_state="erm-key").to_json()
+    current.pop("format")
+    before_flops = {k: v for k, v in current.items() if not k.endswith("flops_per_image")
+                    and k not in ("train_flops", "eval_flops", "historical_flops")}  # fmt: skip
+    one_state = {**current, "historical_flops": {"state": "erm-key", "shared": True,
+                                                  "train_flops": 7}}  # fmt: skip
+    diverged = {**current, "test_nll": None, "ece": None}
+    for key, old in {"a": before_flops, "b": one_state, "c": diverged}.items():
+        store.record_path(key).write_text(json.dumps(old))
+    assert store["a"].train_flops is None and store["a"].shared_train_flops() == {}
+    assert "train_flops" not in store["a"].to_json()  # written again, still without them
+    assert store["b"].shared_train_flops() == {"erm-key": 7}
+    assert store["c"].test_nll is None and store["c"].format == 1

@@ -68,6 +68,7 @@ class CheckedParameters:
 
     def check(self, parameters: Mapping[str, Any]) -> RunParameters:
         """Validate ``parameters`` (the raw ones, as the configuration gives them) and keep them."""
+        self.run = None  # a refused session keeps nothing of the one before
         self.run = validate_parameters(parameters)
         return self.run
 
@@ -117,16 +118,19 @@ def _check_methods(run: RunParameters, final_step: int) -> None:
 
 def _check_wrappers(run: RunParameters) -> None:
     """Every model wrapper a requested mode declares leaves each of its phases something to train
-    on the run's architecture (a model of two classes: parameter names do not depend on it)."""
-    checked: set[str] = set()
+    on the run's architecture: the probe is the architecture's plain model (of two classes:
+    parameter names do not depend on the count) as the wrapper wraps it, so a wrapper declared
+    with a mode whose fits train another kind of model (joint, side modules) names phases of
+    that model in ``wrap``."""
+    checked: set[tuple[str, str]] = set()
     for job in requested_jobs(run.method, run.historical, run.final, run.arch):
         for kind, mode in (
             ("historical", HISTORICAL_MODES[job.historical]),
             ("final", FINAL_MODES[job.final]),
         ):
-            if mode.wrapper is None or mode.name in checked:
+            if mode.wrapper is None or (kind, mode.name) in checked:
                 continue
-            checked.add(mode.name)
+            checked.add((kind, mode.name))
             try:
                 mode.wrapper.check(mode.wrapper.wrap(build_model(run.arch, 2)))
             except Seq2FinalError as error:

@@ -7,15 +7,17 @@ attributes checked once on load instead of string keys looked up in many modules
 that does not match is refused in one line naming the file.
 
 ``format`` is the record's layout version. Records written before it existed have none and read as
-format 1, which holds the same fields; a later change of layout raises :data:`RECORD_FORMAT` and
-says here how the older formats read.
+format 1, with what earlier releases wrote: records from before FLOPs were counted have no FLOP
+fields (``None`` here), and those from before a chain's step-0 model was charged hold one state's
+FLOPs as ``{"state": key, "train_flops": n}``, read as ``{"states": {key: n}}``. A later change
+of layout raises :data:`RECORD_FORMAT` and says here how the older formats read.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 RECORD_FORMAT = 2
 """The layout records are written in: 2 adds ``format`` to format 1's fields."""
@@ -70,8 +72,8 @@ class ResultRecord(_Record):
     budget: str
     test_accuracy: float
     worst_class_accuracy: float
-    test_nll: float
-    ece: float
+    test_nll: float | None  # None: not a number (a diverged model's), which JSON cannot hold
+    ece: float | None
     valid_accuracy: float
     epochs: int
     trials: int
@@ -85,18 +87,35 @@ class ResultRecord(_Record):
     eval_step: int | None = None
     engine: dict[str, Any]
     fits: list[dict[str, Any]]
-    train_flops: int
-    eval_flops: int
-    inference_flops_per_image: int
+    train_flops: int | None = None  # None: written before FLOPs were counted
+    eval_flops: int | None = None
+    inference_flops_per_image: int | None = None
     historical_flops: SharedFlops | None = None
     view: StepView | None = None
-    step_accuracies: dict[str, dict[str, float]] | None = None
+    step_accuracies: dict[str, dict[str, float | int]] | None = None  # test_size is a count
+
+    @model_validator(mode="before")
+    @classmethod
+    def _format_1(cls, data: Any) -> Any:
+        """A format-1 record charging one state as ``{"state", "shared", "train_flops"}``."""
+        shared = data.get("historical_flops") if isinstance(data, dict) else None
+        if isinstance(shared, dict) and "state" in shared and "states" not in shared:
+            states = {shared["state"]: shared.get("train_flops", 0)}
+            data = {**data, "historical_flops": {"shared": True, "states": states}}
+        return data
 
     def to_json(self) -> dict[str, Any]:
-        """The record as written: ``view`` and ``step_accuracies`` only under a protocol."""
+        """The record as written: ``view`` and ``step_accuracies`` only under a protocol, and the
+        FLOP fields only where they were counted."""
+        optional = (
+            "view",
+            "step_accuracies",
+            "train_flops",
+            "eval_flops",
+            "inference_flops_per_image",
+        )
         return self.model_dump(
-            mode="json",
-            exclude={name for name in ("view", "step_accuracies") if getattr(self, name) is None},
+            mode="json", exclude={name for name in optional if getattr(self, name) is None}
         )
 
     def shared_train_flops(self) -> dict[str, int]:

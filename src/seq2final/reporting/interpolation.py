@@ -62,8 +62,10 @@ def path_ends(
 
 def path_key(record: ResultRecord, points: int) -> str:
     """Where a job's path sampled at ``points`` points is stored. The digest of the result record
-    changes when the job is retrained (``force:true``), so a stale path is never reused."""
-    digest = hashlib.sha256(json.dumps(record.to_json(), sort_keys=True).encode()).hexdigest()
+    changes when the job is retrained (``force:true``), so a stale path is never reused; the
+    record's layout version is left out, so a path outlives a change of layout."""
+    fields = {k: v for k, v in record.to_json().items() if k != "format"}
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
     return f"{record.job_key}.p{points}.{digest[:8]}"
 
 

@@ -8,7 +8,6 @@ is how finished work is reused and interrupted runs resume.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,6 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write, json_safe
 from seq2final.methods import HistoricalState, ModelChain
 from seq2final.models.storage import pack, unpack
-
-log = logging.getLogger(__name__)
 
 
 def pack_state(state: HistoricalState) -> dict[str, Any]:

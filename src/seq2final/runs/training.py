@@ -281,23 +281,26 @@ def _each_missing(
     items: Sequence[tuple[str, str]],
     stored: Callable[[str], bool],
     train: Callable[[str], str],
-    reuse: Callable[[str], None],
+    finished: Callable[[str, bool], None],
     force: bool = False,
 ) -> None:
     """Trains each ``(key, label)`` of ``items`` that is not ``stored`` (or every one under
     ``force``) with ``train(key)``, which stores it and returns its note for the progress line;
-    ``reuse(key)`` for the others. The key's lease is held while it trains: a process asking for
-    it meanwhile waits, then reuses it."""
+    then ``finished(key, trained)`` for every key, trained now or reused. The key's lease is held
+    while it trains (not while it finishes): a process asking for it meanwhile waits, then
+    reuses it."""
     with Progress(kind, [label for _, label in items]) as progress:
         for key, label in items:
+            trained = False
             if not (stored(key) and not force):
                 with claim(root, key, done=lambda key=key: stored(key)) as claimed:
                     if claimed and not (stored(key) and not force):
                         with progress.item(label) as shown:
                             shown.note = train(key)
-                        continue
-            progress.reused()
-            reuse(key)
+                        trained = True
+            if not trained:
+                progress.reused()
+            finished(key, trained)
 
 
 def train_states(plan: RunPlan, sequence: ShiftSequence, store: HistoricalStore) -> None:
@@ -315,8 +318,9 @@ def train_states(plan: RunPlan, sequence: ShiftSequence, store: HistoricalStore)
         ctx.tuner.discard_checkpoints()
         return key
 
-    def reuse(key: str) -> None:
-        log.info("historical state %s exists; reusing it", key)
+    def finished(key: str, trained: bool) -> None:
+        if not trained:
+            log.info("historical state %s exists; reusing it", key)
 
     _each_missing(
         "historical state",
@@ -324,7 +328,7 @@ def train_states(plan: RunPlan, sequence: ShiftSequence, store: HistoricalStore)
         [(state.key, state.name) for state in plan.states],
         store.__contains__,
         train,
-        reuse,
+        finished,
     )
 
 
@@ -344,10 +348,11 @@ def train_jobs(
     it raises; a job reused is logged from its record if it has no finished run yet.
     """
     jobs = {job.key: job for job in plan.jobs}
+    runs: dict[str, str | None] = {}
 
     def train(key: str) -> str:
         job = jobs[key]
-        run_id = None if tracker is None else tracker.start(job)
+        run_id = runs[key] = None if tracker is None else tracker.start(job)
         try:
             outcome, ctx = fit_job(
                 plan, job, sequence, states.get(job.state_key or ""), costs.get(job.state_key, {})
@@ -358,15 +363,14 @@ def train_jobs(
                 tracker.fail(run_id, error)
             raise
         ctx.tuner.discard_checkpoints()
-        if tracker is not None:
-            tracker.complete(job, run_id, store)
         record = outcome.record
         return f"test {record.test_accuracy:.3f}, valid {record.valid_accuracy:.3f}; {key}"
 
-    def reuse(key: str) -> None:
-        log.info("job %s finished earlier; reusing it (force:true recomputes)", key)
-        if tracker is not None:
-            tracker.complete(jobs[key], None, store)
+    def finished(key: str, trained: bool) -> None:
+        if not trained:
+            log.info("job %s finished earlier; reusing it (force:true recomputes)", key)
+        if tracker is not None:  # logged from the store, after the lease is given back
+            tracker.complete(jobs[key], runs.get(key) if trained else None, store)
 
     _each_missing(
         "job",
@@ -374,6 +378,6 @@ def train_jobs(
         [(job.key, job_label(job)) for job in plan.jobs],
         store.__contains__,
         train,
-        reuse,
+        finished,
         force=plan.force,
     )

@@ -286,6 +286,7 @@ class JobTracker:
                 "test_accuracy", "worst_class_accuracy", "test_nll", "ece", "valid_accuracy",
                 "epochs", "trials", "wall_seconds",
             )
+            if getattr(record, name) is not None  # a diverged model's NLL and ECE are not numbers
         }  # fmt: skip
         summary["parameter_count"] = record.parameters
         for name in ("train_flops", "eval_flops", "inference_flops_per_image"):
