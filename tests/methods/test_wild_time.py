@@ -92,6 +92,8 @@ def test_lisa_mixes_every_image_only_with_images_of_its_own_label():
 
 
 def test_mixup_mixes_a_batch_with_its_permutation_and_keeps_both_labels():
+    """Wild-Time's ``mixup_data`` re-typed: one λ for the whole batch, ``λ·x + (1−λ)·x[index]``
+    with ``index`` a permutation of the batch, and both labels kept."""
     domain, engine = _domain(), Engine()
     mixer = Mixer("mixup", 2.0, domain, engine)
     x, y = scale_images(domain.x[:10], engine), domain.y[:10]
@@ -99,6 +101,7 @@ def test_mixup_mixes_a_batch_with_its_permutation_and_keeps_both_labels():
     mixed, mixed_y, mix = mixer(x, y, torch.Generator().manual_seed(2))
     order = torch.randperm(10, generator=torch.Generator().manual_seed(2))
     assert torch.equal(mixed_y, y[order]) and 0 < float(mix) < 1
+    assert mix.dim() == 0  # one λ per batch, not per image
     torch.testing.assert_close(mixed, mix * x + (1 - mix) * x[order])
 
 
@@ -111,6 +114,7 @@ def test_lambda_follows_beta_2_2():
 
 
 def test_the_mixup_loss_weighs_each_labels_loss_by_its_share_of_the_image():
+    """Wild-Time's ``mixup_criterion`` re-typed: ``λ·CE(pred, y_a) + (1−λ)·CE(pred, y_b)``."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
     x, y, other = torch.randn(6, 3, 2, 2), torch.arange(6) % 3, (torch.arange(6) + 1) % 3

@@ -10,9 +10,10 @@ step t alone, from the model of time t−1.
 * **A-GEM** (Chaudhry et al., 2019; Wild-Time: a memory of 1,000): an episodic memory, a
   reservoir sample of the earlier steps' training images, and every step's gradient projected
   so that it does not point against the gradient on a reference batch from the memory.
-* **SWA** (Izmailov et al., 2018, over time as Wild-Time runs it): a fine-tuning chain whose
-  end-of-step weights are averaged, with the BatchNorm statistics recomputed for the average on
-  the final step's training images.
+* **SWA** (Izmailov et al., 2018, over time): a fine-tuning chain whose end-of-step weights are
+  averaged, with the BatchNorm statistics recomputed for the average on the final step's
+  training images. Wild-Time's online SWA averages end-of-step weights too but keeps the last
+  model's BatchNorm statistics (docs/methods.md says where the two differ).
 """
 
 from __future__ import annotations
