@@ -65,9 +65,8 @@ class RunSummaryHook:
     @hook_impl
     def after_node_run(self, node: Node, inputs: dict[str, Any]) -> None:
         if "result_reports" in node.outputs:  # adapt_final's report, under any namespace
-            evaluate: EvaluateOptions = inputs[
-                "params:evaluate"
-            ]  # typed by Kedro (the node's hint)
+            # typed by Kedro, from the hint of the node that takes it
+            evaluate: EvaluateOptions = inputs["params:evaluate"]
             result = run_table(inputs["adapt_results"], inputs["job_plan"], evaluate.reference)
             table = Table()
             for column in result.columns:
