@@ -1,11 +1,12 @@
 """Wild-Time's methods: time windows, CORAL, mixup and LISA against their definitions."""
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.methods.wild_time import Windows, time_windows, windows_of
+from seq2final.methods.wild_time import Windows, irm_objective, time_windows, windows_of
 from seq2final.training.engine import Engine, scale_images
 from seq2final.training.mixing import Mixer
 from seq2final.training.objectives import Task, objective_loss
@@ -185,3 +186,26 @@ def test_each_time_window_domain_holds_exactly_its_steps_training_images(overlap
         assert [sorted(d.x[:, 0, 0, 0].tolist()) for d in task.domains] == [
             sorted(10 * t + i for t in window for i in range(t + 2)) for window in windows
         ]
+
+
+@pytest.mark.parametrize(("present", "length"), [(0, 5), (3, 5), (5, 5), (12, 5), (20, 10), (7, 1)])
+def test_nested_windows_are_wild_times_yearbook_groups(present, length):
+    """Wild-Time's ``YearbookGroup`` re-typed: at time index ``idx`` a group id g is one of
+    ``range(max(1, idx - group_size + 1))`` and its window is ``arange(max(0, idx - g -
+    group_size), idx + 1)``."""
+    groups = range(max(1, present - length + 1))
+    expected = [tuple(np.arange(max(0, present - g - length), present + 1)) for g in groups]
+    windows = time_windows(present, Windows(length=length, scheme="nested"))
+    assert windows == [tuple(int(t) for t in w) for w in expected]
+    assert all(w[-1] == present for w in windows)  # every window ends at the present
+    assert windows[-1][0] == 0  # and together they reach step 0
+
+
+def test_irm_t_trains_with_the_penalty_its_dummy_names():
+    assert irm_objective({}, "historical_modes.irm_t") == "irm"  # the paper's, by default
+    assert irm_objective({"irm_dummy": "scalar"}, "historical_modes.irm_t") == "irm_v1"
+    with pytest.raises(Seq2FinalError) as error:
+        irm_objective({"irm_dummy": "vector"}, "historical_modes.irm_t")
+    assert str(error.value) == (
+        "historical_modes.irm_t.irm_dummy 'vector': valid: per_class, scalar"
+    )

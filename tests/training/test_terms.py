@@ -61,6 +61,25 @@ def _check_irm(inputs):
     assert torch.equal(term.combine(inputs, hp), _domain_losses(inputs).sum())
 
 
+def _check_irm_v1(inputs):
+    """Wild-Time's IRM-T ``train_step`` re-typed: a scalar dummy ``scale`` times the logits,
+    per group the mean loss and the product of the gradients of the even and odd halves' mean
+    losses w.r.t. ``scale``, both averaged over the groups."""
+    scale = torch.tensor(1.0, dtype=torch.float64).requires_grad_()
+    avg_loss, penalty = 0.0, 0.0
+    for logits, batch in zip(inputs.logits, inputs.batches, strict=True):
+        group_losses = F.cross_entropy(scale * logits, batch.y, reduction="none")
+        avg_loss += group_losses.mean()
+        grad_1 = torch.autograd.grad(group_losses[0::2].mean(), [scale], create_graph=True)[0]
+        grad_2 = torch.autograd.grad(group_losses[1::2].mean(), [scale], create_graph=True)[0]
+        penalty += torch.sum(grad_1 * grad_2)
+    groups = len(inputs.batches)
+    expected = avg_loss / groups + 2.5 * (penalty / groups)
+    loss = LOSS_TERMS["irm_v1"]().combine(inputs, HyperParameters(irm_penalty=2.5))
+    torch.testing.assert_close(loss, expected)
+    assert float(penalty) != 0.0  # the penalty counts in the check
+
+
 def _check_dro(inputs):
     assert torch.equal(
         LOSS_TERMS["dro"]().combine(inputs, HyperParameters()), _domain_losses(inputs).max()
@@ -122,7 +141,7 @@ def _check_adjacency(inputs):
 
 
 CHECKS = {
-    "erm": _check_erm, "irm": _check_irm, "dro": _check_dro, "joint": _check_joint,
+    "erm": _check_erm, "irm": _check_irm, "irm_v1": _check_irm_v1, "dro": _check_dro, "joint": _check_joint,
     "coral": _check_coral, "l2": _check_l2, "ewc": _check_pull(Ewc, "ewc_lambda"),
     "si": _check_pull(Si, "si_c"), "adjacency": _check_adjacency,
 }  # fmt: skip
@@ -178,7 +197,7 @@ def test_a_plugin_term_with_an_invalid_schema_is_refused_when_it_registers(schem
 
 def test_an_objective_is_a_term_that_combines():
     with pytest.raises(Seq2FinalError, match="loss term 'l2' is a penalty, not an objective; valid "
-                       "objectives: erm, irm, dro, joint, coral"):  # fmt: skip
+                       "objectives: erm, irm, irm_v1, dro, joint, coral"):  # fmt: skip
         Task([_split()], _split(), objective="l2")
 
 

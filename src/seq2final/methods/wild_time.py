@@ -13,7 +13,7 @@ every final mode that continues a model (``historical:coral_t,final:ft``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
@@ -37,18 +37,34 @@ from seq2final.training.tensors import TensorSplit
 
 
 class Windows(StrictModel):
-    """A ``-T`` mode's ``windows`` block (Wild-Time's Yearbook setting: 10 windows of 5 steps)."""
+    """A ``-T`` mode's ``windows`` block (Wild-Time's Yearbook setting: windows of 5 steps).
+
+    ``scheme``: ``sliding``, the paper's description (``count`` windows of ``length`` steps), or
+    ``nested``, Wild-Time's code (``YearbookGroup``: every window ends at the present step, the
+    g-th starting ``length + g`` steps before it, so together they reach step 0; ``count`` and
+    ``overlapping`` are the sliding scheme's).
+    """
 
     count: int = Field(default=10, ge=1)
     length: int = Field(default=5, ge=1)
     overlapping: bool = True
+    scheme: Literal["sliding", "nested"] = "sliding"
 
 
 def time_windows(present: int, windows: Windows) -> list[tuple[int, ...]]:
-    """The steps of each time window at step ``present``, latest first: window g ends at
-    ``present − g·stride`` (stride 1 when overlapping, else ``length``) and holds up to
-    ``length`` steps; windows that would start before step 0 are cut there, and repeats (once
-    cut, two windows can be the same) are dropped."""
+    """The steps of each time window at step ``present``, latest first.
+
+    ``sliding``: window g ends at ``present − g·stride`` (stride 1 when overlapping, else
+    ``length``) and holds up to ``length`` steps; windows that would start before step 0 are cut
+    there, and repeats (once cut, two windows can be the same) are dropped. ``nested``: window g
+    (g = 0 .. max(1, present − length + 1) − 1) holds steps ``max(0, present − g − length)`` ..
+    ``present``.
+    """
+    if windows.scheme == "nested":
+        groups = max(1, present - windows.length + 1)
+        return [
+            tuple(range(max(0, present - g - windows.length), present + 1)) for g in range(groups)
+        ]
     stride = 1 if windows.overlapping else windows.length
     listed: list[tuple[int, ...]] = []
     for g in range(windows.count):
@@ -69,6 +85,20 @@ def windows_of(config: Mapping[str, Any], where: str) -> Windows:
         raise Seq2FinalError(one_line(error, Windows, f"{where}.windows")) from None
 
 
+IRM_DUMMIES = {"per_class": "irm", "scalar": "irm_v1"}
+"""IRM-T's penalty by its dummy multiplier (``irm_dummy``): the paper's original code's per-class
+vector, summed over the windows (the ``irm`` term), or Wild-Time's scalar IRMv1, averaged over
+them (``irm_v1``)."""
+
+
+def irm_objective(config: Mapping[str, Any], where: str) -> str:
+    """The loss term IRM-T trains with, from its ``irm_dummy`` key (default ``per_class``)."""
+    dummy = config.get("irm_dummy", "per_class")
+    if dummy not in IRM_DUMMIES:
+        raise Seq2FinalError(f"{where}.irm_dummy {dummy!r}: valid: {', '.join(IRM_DUMMIES)}")
+    return IRM_DUMMIES[dummy]
+
+
 def mix_alpha(config: Mapping[str, Any], where: str) -> float:
     """A mixing mode's Beta concentration α (Wild-Time: 2, so λ ~ Beta(2, 2))."""
     alpha = config.get("mix_alpha", 2.0)
@@ -86,7 +116,8 @@ def _task(
             TensorSplit.concat([ctx.split(t, "train") for t in window])
             for window in time_windows(last, windows_of(config, where))
         ]
-        return Task(domains, valid, objective=kind)
+        objective = irm_objective(config, where) if kind == "irm" else kind
+        return Task(domains, valid, objective=objective)
     pooled = TensorSplit.concat([ctx.split(t, "train") for t in range(last + 1)])
     return Task([pooled], valid, callbacks=[BatchMixing(kind, mix_alpha(config, where))])
 
@@ -95,6 +126,8 @@ def _check(kind: str):  # noqa: ANN202 - a checker of one mode's block
     def check(config: Mapping[str, Any], where: str) -> None:
         if kind in ("coral", "irm", "dro"):
             windows_of(config, where)
+            if kind == "irm":
+                irm_objective(config, where)
         else:
             mix_alpha(config, where)
 

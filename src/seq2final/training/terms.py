@@ -174,6 +174,24 @@ class Irm(Erm):
         return torch.randperm(size, generator=generator, device=generator.device)
 
 
+@loss_term("irm_v1")
+class IrmV1(LossTerm):
+    """IRMv1 as Wild-Time's IRM-T computes it: the domains' mean loss plus λ_IRM times the mean
+    over the domains of :func:`irm_v1_penalty`. Wild-Time also keeps λ at 1 for its first
+    ``irm_penalty_anneal_iters`` updates; here λ holds from the first."""
+
+    hyperparameters = IrmWeight
+    fusable = False  # the scalar dummy's gradients are not written for vmap
+
+    def combine(self, inputs: LossInputs, hp: HyperParameters) -> torch.Tensor:
+        penalties = [
+            irm_v1_penalty(logits, batch.y)
+            for logits, batch in zip(inputs.logits, inputs.batches, strict=True)
+        ]
+        mean_loss = torch.stack(inputs.domain_losses).mean()
+        return mean_loss + hp.irm_penalty * torch.stack(penalties).mean()
+
+
 @loss_term("dro")
 class Dro(LossTerm):
     """Worst-domain DRO: only the worst domain's loss is back-propagated."""
@@ -234,6 +252,17 @@ def irm_penalty(
     (g1,) = torch.autograd.grad(first, [scale], create_graph=True)
     (g2,) = torch.autograd.grad(second, [scale], create_graph=True)
     return (g1 * g2).sum()
+
+
+def irm_v1_penalty(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Wild-Time's IRMv1 penalty on one domain batch: the logits scaled by one scalar dummy
+    ``s = 1``, and the product of the gradients w.r.t. ``s`` of the mean loss over the even- and
+    the odd-indexed images, in batch order (the batch is drawn at random)."""
+    scale = torch.ones((), device=logits.device, requires_grad=True)
+    losses = F.cross_entropy(at_least_float32(logits) * scale, y, reduction="none")
+    (g1,) = torch.autograd.grad(losses[0::2].mean(), [scale], create_graph=True)
+    (g2,) = torch.autograd.grad(losses[1::2].mean(), [scale], create_graph=True)
+    return g1 * g2
 
 
 def _irm_penalty_functional(shuffled: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
