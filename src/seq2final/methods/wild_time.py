@@ -3,9 +3,10 @@ and mixup and LISA, each on the final step's view of all steps or on the histori
 
 Wild-Time's "-T" variants treat *windows of time* as the domains of CORAL, GroupDRO and IRM:
 ``count`` windows of ``length`` consecutive steps, the first ending at the present step and each
-next one ``1`` step earlier (overlapping, the default) or ``length`` steps earlier. Its code
-builds nested windows that all end at the present; the windows here are the paper's description,
-each of ``length`` steps (shorter only where it reaches step 0), which ``time_windows`` lists.
+next one ``1`` step earlier (overlapping, the default) or ``length`` steps earlier: the paper's
+description, each window of ``length`` steps (shorter only where it reaches step 0). Its code
+builds nested windows that all end at the present instead (``scheme: nested``). ``time_windows``
+lists both.
 Every mode is registered beside the paper's, so it runs under every protocol and combines with
 every final mode that continues a model (``historical:coral_t,final:ft``).
 """
