@@ -47,6 +47,15 @@ def test_a_presets_split_step_applies_on_its_own_dataset_unless_one_is_given():
     assert options_for(ProtocolOptions(), "rot8", "npz").split_step is None
 
 
+def test_the_yearbook_presets_stream_window_is_wild_times_ten_years_unless_one_is_given():
+    from seq2final.protocols import options_for
+
+    assert options_for(ProtocolOptions(), "yearbook", "portraits_1y").window == 10
+    assert options_for(ProtocolOptions(window=3), "yearbook", "portraits_1y").window == 3
+    assert options_for(ProtocolOptions(), "yearbook", "portraits_5y").window == 2  # not its data
+    assert options_for(ProtocolOptions(), "digits_clr", "digits").window == 2
+
+
 def test_eval_stream_scores_each_time_over_its_window_then_averages_over_time():
     options = ProtocolOptions(window=2)
     stream = PROTOCOLS["eval_stream"]

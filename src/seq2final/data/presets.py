@@ -18,6 +18,7 @@ class SequencePreset:
     oracle_size: int | None = None
     seed: int = 1007
     split_step: int | None = None  # the temporal protocols' split step unless one is given
+    window: int | None = None  # eval_stream's window unless one is given
 
 
 PRESETS: Registry[SequencePreset] = Registry("sequence preset")
@@ -42,8 +43,9 @@ for _name, _preset in {
     "rot7": _paper("source4000:rotation2000:rotation3000:rotation2000:rotation3000:rotation2000:rotation4000", "rotation length study, 7 steps"),
     "rot8": _paper("source4000" + ":rotation2000" * 6 + ":rotation4000", "rotation length study, 8 steps"),
     "portraits": SequencePreset("portraits", NATURAL, "yearbook portraits by decade, 1930s to 2000s"),
-    # Wild-Time's Yearbook: years 1930..2013 as steps 0..83, Eval-Fix trains on 1930-1970 (0..40)
-    "yearbook": SequencePreset("portraits_1y", NATURAL, "Wild-Time's Yearbook: portraits by year, 1930 to 2013", split_step=40),
+    # Wild-Time's Yearbook: years 1930..2013 as steps 0..83, Eval-Fix trains on 1930-1970 (0..40),
+    # Eval-Stream tests each year's model on the next K = 10 years
+    "yearbook": SequencePreset("portraits_1y", NATURAL, "Wild-Time's Yearbook: portraits by year, 1930 to 2013", split_step=40, window=10),
     "digits_clr": SequencePreset("digits", "corruption:label_flip:rotation", "small CLR on digits"),
     "digits_rcl": SequencePreset("digits", "rotation:corruption:label_flip", "small RCL on digits"),
     "digits_rrr": SequencePreset("digits", "rotation_cond:rotation_cond:rotation_cond", "small rrr on digits"),

@@ -17,8 +17,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import Field
-
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.registry import Registry
 from seq2final.core.schema import StrictModel
@@ -54,16 +52,21 @@ def prefix(t: int) -> View:
     return View(f"0-{t}", tuple(range(t + 1)))
 
 
+DEFAULT_WINDOW = 2
+"""Eval-Stream's window where neither the parameters nor the sequence's preset give one."""
+
+
 class ProtocolOptions(StrictModel):
     """The ``protocol_options`` block: the split step and the stream window.
 
     ``split_step``: ``eval_fix`` (and the mixed diagnostic) train on steps 0..split_step and test
     on the later ones; ``None`` means the middle step. ``window``: ``eval_stream`` tests the model
-    of time t on steps t+1..t+window.
+    of time t on steps t+1..t+window; ``None`` means a preset's own window, else
+    :data:`DEFAULT_WINDOW` (:func:`options_for` resolves both).
     """
 
     split_step: int | None = None
-    window: int = Field(default=2)
+    window: int | None = None  # None: a preset's own (Yearbook's 10, Wild-Time's K), else 2
 
 
 StepAccuracies = Mapping[int, Mapping[str, float]]
@@ -121,18 +124,19 @@ def long_enough(num_steps: int) -> int:
 
 
 def options_for(options: ProtocolOptions, sequence: str, dataset: str) -> ProtocolOptions:
-    """The options a sequence runs with: where no split step is given, a preset's own (the
-    Yearbook preset's 1970, as Wild-Time splits it) when the preset runs on its own dataset,
-    else the given options as they are."""
+    """The options a sequence runs with: where no split step or window is given, a preset's own
+    when the preset runs on its own dataset (the Yearbook preset's split at 1970 and window of 10
+    years, as Wild-Time runs Yearbook); a window otherwise :data:`DEFAULT_WINDOW`."""
     preset = PRESETS.get(sequence)
-    if (
-        options.split_step is None
-        and preset is not None
-        and preset.split_step is not None
-        and preset.dataset == dataset
-    ):
-        return options.model_copy(update={"split_step": preset.split_step})
-    return options
+    own = preset if preset is not None and preset.dataset == dataset else None
+    update: dict[str, int] = {}
+    if options.split_step is None and own is not None and own.split_step is not None:
+        update["split_step"] = own.split_step
+    if options.window is None:
+        update["window"] = (
+            own.window if own is not None and own.window is not None else DEFAULT_WINDOW
+        )
+    return options.model_copy(update=update) if update else options
 
 
 def split_step(num_steps: int, options: ProtocolOptions) -> int:
@@ -153,6 +157,7 @@ def split_step(num_steps: int, options: ProtocolOptions) -> int:
 def stream_times(num_steps: int, options: ProtocolOptions) -> range:
     """The times t a stream scores (t+1..t+window must exist): 1..T−window."""
     last = long_enough(num_steps)
+    assert options.window is not None, "options_for resolves the window first"
     if not 1 <= options.window <= last - 1:
         raise Seq2FinalError(
             f"protocol_options.window {options.window} is past the end of the sequence (steps "
