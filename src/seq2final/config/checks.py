@@ -20,7 +20,7 @@ from seq2final.core.schema import one_line
 from seq2final.data.sources import SOURCES
 from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
-from seq2final.methods.requests import requested_jobs, resolve_request
+from seq2final.methods.requests import RequestedJob, requested_jobs, resolve_request
 from seq2final.methods.schedules import check_schedules
 from seq2final.models import build_model
 from seq2final.protocols import (
@@ -50,8 +50,9 @@ def validate_parameters(parameters: Mapping[str, Any]) -> RunParameters:
         raise Seq2FinalError(one_line(error, RunParameters)) from None
     spec = sequence_spec(run)
     _check_methods(run, spec.num_targets)
-    _check_wrappers(run)
-    _check_protocol(run, spec)
+    asked = requested_jobs(run.method, run.historical, run.final, run.arch)
+    _check_wrappers(run, asked)
+    _check_protocol(run, spec, asked)
     try:  # even when every job will be reused: a setting this machine cannot honour is a typo
         run.training.torch_device()
     except Seq2FinalError as error:
@@ -116,14 +117,14 @@ def _check_methods(run: RunParameters, final_step: int) -> None:
         )
 
 
-def _check_wrappers(run: RunParameters) -> None:
+def _check_wrappers(run: RunParameters, asked: Sequence[RequestedJob]) -> None:
     """Every model wrapper a requested mode declares leaves each of its phases something to train
     on the run's architecture: the probe is the architecture's plain model (of two classes:
     parameter names do not depend on the count) as the wrapper wraps it, so a wrapper declared
     with a mode whose fits train another kind of model (joint, side modules) names phases of
     that model in ``wrap``."""
     checked: set[tuple[str, str]] = set()
-    for job in requested_jobs(run.method, run.historical, run.final, run.arch):
+    for job in asked:
         for kind, mode in (
             ("historical", HISTORICAL_MODES[job.historical]),
             ("final", FINAL_MODES[job.final]),
@@ -137,13 +138,12 @@ def _check_wrappers(run: RunParameters) -> None:
                 raise Seq2FinalError(f"{kind} mode '{mode.name}': {error}") from None
 
 
-def _check_protocol(run: RunParameters, spec: SequenceSpec) -> None:
+def _check_protocol(run: RunParameters, spec: SequenceSpec, asked: Sequence[RequestedJob]) -> None:
     """The protocol's options fit the sequence (a split step inside it, a window before its
     end) and the requested methods can run on its views, checked before anything is built or
     trained."""
     if not PROTOCOLS[run.protocol].temporal:
         return
-    asked = requested_jobs(run.method, run.historical, run.final, run.arch)
     runnable(asked, run.protocol, run.method or run.final)
     if spec.natural and not spec.steps:
         complete = [name for name, entry in SOURCES.items() if entry.periods]

@@ -18,6 +18,11 @@ STEP0 = "step0"
 """The mode name of the step-0 model every sequential mode starts from."""
 
 
+def _in_view(text: str, view: StepView | None) -> str:
+    """``text``, with the view it trains on under a protocol (``ft (steps 0-2)``)."""
+    return text + (f" (steps {view.name})" if view is not None else "")
+
+
 @dataclass(frozen=True)
 class StatePlan:
     """One historical state to train (or reuse): a mode, or the shared step-0 model."""
@@ -31,7 +36,7 @@ class StatePlan:
     @property
     def name(self) -> str:
         """The state as progress lines show it: its mode, and its view under a protocol."""
-        return self.mode + (f" (steps {self.view.name})" if self.view is not None else "")
+        return _in_view(self.mode, self.view)
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,11 @@ class JobPlan:
     def name(self) -> str:
         """The job's one name in every view (:func:`seq2final.methods.job_name`)."""
         return job_name(self.method, self.requested)
+
+    @property
+    def label(self) -> str:
+        """The job as progress lines show it: its one name, and its view under a protocol."""
+        return _in_view(self.name, self.view)
 
     @property
     def other_names(self) -> list[str]:

@@ -269,12 +269,6 @@ class Tracker(Protocol):
         ...
 
 
-def job_label(job: JobPlan) -> str:
-    """The job in progress lines: its one name, and its view under a protocol."""
-    view = f" (steps {job.view.name})" if job.view is not None else ""
-    return job.name + view
-
-
 def _each_missing(
     kind: str,
     root: Path,
@@ -375,7 +369,7 @@ def train_jobs(
     _each_missing(
         "job",
         store.results,
-        [(job.key, job_label(job)) for job in plan.jobs],
+        [(job.key, job.label) for job in plan.jobs],
         store.__contains__,
         train,
         finished,
