@@ -93,6 +93,48 @@ def test_eval_stream_trains_each_family_on_the_steps_it_should_see(project, fits
         assert record.test_accuracy == record.step_accuracies[str(last)]["test"]
 
 
+def test_a_chain_grows_with_the_stream_each_step_fitted_once_over_every_view(
+    project, fits_seen, stores_of
+):
+    """Six steps, window 1: the stream's models of times 1..4. Each continual chain fits each
+    history step once for all views (its state of steps 0..k extends that of 0..k−1), so a
+    method's fits are linear in the stream's length: ≤ 2 per step."""
+    six = "source100:rotation60:rotation60:rotation60:rotation60:rotation60"
+    _run(project, method=["sft", "ewc", "erm"], protocol="eval_stream", sequence=six,
+         protocol_options={"window": 1})  # fmt: skip
+    stores = stores_of(project)
+    (key,) = list(stores.sequences)
+    sequence = stores.sequences[key]
+    times = range(1, 5)
+    for mode, owner in (("sequential", "sequential-"), ("sequential_ewc", "sequential_ewc-")):
+        chain = [f for f in fits_seen if f["owner"].startswith(owner)]
+        # steps 1..3 (the history of the last view, 0-4), each once
+        assert sorted(steps_of(f["images"], sequence) for f in chain) == [[1], [2], [3]]
+        final = [f for f in fits_seen if f"{mode}+ft" in f["owner"]]
+        assert sorted(f["view"] for f in final) == [f"0-{t}" for t in times]
+        step0 = [f for f in fits_seen if f["owner"].startswith("step0")]
+        assert len(chain) + len(final) + len(step0) <= 2 * sequence.num_steps
+        # the state of steps 0..k continues that of 0..k−1 as it is: its first models are those
+        grown = [k for k in stores.states if k.startswith(owner)]
+        extended = {stores.states[k].info["extends"] for k in grown}
+        (last,) = [k for k in grown if k not in extended]  # steps 0..3, extended by none
+        seen = [stores.states[last]]
+        while seen[-1].info["extends"]:
+            seen.append(stores.states[seen[-1].info["extends"]])
+        assert len(seen) == 4  # steps 0..0, 0..1, 0..2 and 0..3
+        for longer, shorter in zip(seen, seen[1:], strict=False):
+            for name, chain_models in shorter.chains.items():
+                kept = longer.chains[name].models[: len(chain_models.models)]
+                assert [_bytes(m) for m in kept] == [_bytes(m) for m in chain_models.models]
+    # the pooled method trains one model per time on steps 0..t
+    erm = [f for f in fits_seen if "all_erm" in f["owner"]]
+    assert sorted(f["view"] for f in erm) == [f"0-{t}" for t in times]
+
+
+def _bytes(model):
+    return [value.numpy().tobytes() for value in model.state_dict().values()]
+
+
 WILD_TIME = {  # method -> its job's modes, as in the job's key
     "coral_t": "none+all_coral_t", "irm_t": "none+all_irm_t", "dro_t": "none+all_dro_t",
     "mixup": "none+all_mixup", "lisa": "none+all_lisa",

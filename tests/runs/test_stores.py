@@ -2,12 +2,14 @@
 
 import json
 
+import torch
 from result_records import make_record
 
 from seq2final.methods import HistoricalState, ModelChain
 from seq2final.models import build_model
 from seq2final.runs.result_store import ResultStore, ResultStoreDataset
 from seq2final.runs.state_store import HistoricalStore, HistoricalStoreDataset
+from seq2final.runs.training import historical_costs
 
 
 def _state(arch: str) -> HistoricalState:
@@ -43,3 +45,42 @@ def test_saving_results_copies_the_jobs_another_store_has(tmp_path):
     assert here["j1"].test_accuracy == 0.1 and here["j2"] == second  # j1 kept, j2 copied
     assert json.loads(here.record_path("j2").read_text()) == second.to_json()
     assert list(here.learning_curves("j2")["epoch"]) == [0]
+
+
+def _bytes(model) -> list[bytes]:
+    return [value.numpy().tobytes() for value in model.state_dict().values()]
+
+
+def test_a_grown_chain_state_stores_only_what_it_adds_to_the_state_it_extends(tmp_path):
+    """EWC's chain appends a model and an anchor per step, SI's replaces its one anchor: the
+    state of steps 0..1 keeps step 0's model and anchor from the state it extends and stores only
+    its own, and loads back whole."""
+    store = HistoricalStore(tmp_path / "states")
+    models = [build_model("convnet_1", 2) for _ in range(2)]
+    anchor = ({"w": torch.ones(2)}, {"w": torch.full((2,), 0.5)})
+    first = HistoricalState("sequential_ewc", "convnet_1", {
+        "main": ModelChain(models[:1], {"lr": {"grid": [0.1]}}, [anchor]),
+        "si": ModelChain(models[:1], None, [anchor], "si_c"),
+    }, [{"stage": "x", "train_flops": 5}], {"extends": None, "step0": None})  # fmt: skip
+    store.put("k0", first)
+    loaded = store["k0"]
+    second_anchor = ({"w": torch.zeros(2)}, {"w": torch.ones(2)})
+    main, si = loaded.chains["main"], loaded.chains["si"]
+    second = HistoricalState("sequential_ewc", "convnet_1", {
+        "main": ModelChain([*main.models, models[1]], main.final_space,
+                           [*main.anchors, second_anchor]),
+        "si": ModelChain([*si.models, models[1]], None, [second_anchor], "si_c"),
+    }, [{"stage": "y", "train_flops": 7}], {"extends": "k0", "step0": None}, loaded)  # fmt: skip
+    store.put("k1", second)
+    payload = torch.load(tmp_path / "states/k1/state.pt", weights_only=True)
+    saved = payload["chains"]
+    assert (saved["main"]["shared_models"], len(saved["main"]["models"])) == (1, 1)
+    assert (saved["main"]["shared_anchors"], len(saved["main"]["anchors"])) == (1, 1)
+    assert (saved["si"]["shared_anchors"], len(saved["si"]["anchors"])) == (0, 1)
+    back = store["k1"]
+    for name in ("main", "si"):
+        assert [_bytes(m) for m in back.chains[name].models] == [_bytes(m) for m in models]
+    assert [a[0]["w"].tolist() for a in back.chains["main"].anchors] == [[1, 1], [0, 0]]
+    assert [a[0]["w"].tolist() for a in back.chains["si"].anchors] == [[0, 0]]
+    # a job's cost walks the chain through the stored fits alone
+    assert historical_costs("k1", store.summary) == {"k1": 7, "k0": 5}

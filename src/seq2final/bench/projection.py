@@ -105,7 +105,13 @@ def count_fits(
                 if job.key not in jobs:
                     jobs.add(job.key)
                     state = states.get(job.state_key or "")
-                    fit_job(plan, job, sequence, state, historical_costs(job.state_key, states))
+                    fit_job(
+                        plan,
+                        job,
+                        sequence,
+                        state,
+                        historical_costs(job.state_key, states.__getitem__),
+                    )
     return work
 
 

@@ -63,13 +63,18 @@ class ModelChain:
 
 @dataclass
 class HistoricalState:
-    """What ``pretrain_historical`` persists: chains by name (schedules, or ``main``) and fit records."""
+    """What ``pretrain_historical`` persists: chains by name (schedules, or ``main``) and fit records.
+
+    ``extends``: the state of the previous time that a growing chain's state continues, whose
+    models and anchors it holds as they are (the store keeps only what this state adds).
+    """
 
     mode: str
     arch: str
     chains: dict[str, ModelChain]
     fits: list[dict[str, Any]] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    extends: HistoricalState | None = field(default=None, repr=False)
 
     def to(self, device: torch.device) -> HistoricalState:
         """Move every model and EWC anchor to ``device`` (stores load on the CPU)."""
@@ -107,6 +112,9 @@ line on a bad value; run with every other check, before any work."""
 StepZero = Callable[[], nn.Module]
 """Loads the shared step-0 model (for modes with ``uses_step0``)."""
 HistoricalTrainer = Callable[[Context, Mapping[str, Any], StepZero | None], dict[str, ModelChain]]
+ChainStep = Callable[[Context, Mapping[str, Any], str, ModelChain, int], ModelChain]
+"""One step of a chain: ``(ctx, config, chain name, chain of steps 0..t−1, t)`` → the chain of
+steps 0..t (its model of step t fitted on step t of ``ctx``'s sequence)."""
 FinalRunner = Callable[[Context, Mapping[str, Any], HistoricalState | None], FinalOutcome]
 
 
@@ -120,13 +128,17 @@ class HistoricalMode:
     YAML block must hold. ``terms``: the registered loss terms its fits use beyond the L2 term
     every fit has, whose hyper-parameters its spaces may name (checked before any work).
     ``wrapper``: the model wrapper its fits use, if any, whose phases are checked against a model
-    of the run's architecture before any work.
+    of the run's architecture before any work. ``grow``: for a chain written with
+    :func:`chain_mode`, its one step; a temporal protocol then keys the chain's state by the steps
+    it saw and extends the state of steps 0..t−1 by one fit for time t, instead of re-running the
+    chain for every view (docs/protocols.md, "Chains that grow").
     """
 
     name: str
     description: str
     leaves: Leaves
     train: HistoricalTrainer | None = None
+    grow: ChainStep | None = None
     side_module: str | None = None
     uses_step0: bool = False
     block_equivalent: str | None = None
@@ -200,6 +212,48 @@ def historical_mode(
         return train
 
     return register
+
+
+def chain_mode(
+    name: str,
+    description: str,
+    start: HistoricalTrainer,
+    leaves: Leaves = "model",
+    **options: Any,
+) -> Callable[[ChainStep], ChainStep]:
+    """Register the decorated chain step as historical mode ``name``: a chain that ``start``
+    begins (its chains of step 0) and the step extends by one step at a time.
+
+    On a whole sequence the mode trains ``start`` and then the step for t = 1..T−1, in one state;
+    under a temporal protocol each time's state is the previous time's plus one step, so a
+    stream of T steps costs T fits of the chain, not T²/2.
+    """
+
+    def register(step: ChainStep) -> ChainStep:
+        def train(
+            ctx: Context, config: Mapping[str, Any], step0: StepZero | None
+        ) -> dict[str, ModelChain]:
+            chains = start(ctx, config, step0)
+            for name, chain in chains.items():  # chain by chain, then step by step
+                for t in range(1, ctx.final_index):
+                    chain = step(ctx, config, name, chain, t)
+                chains[name] = chain
+            return chains
+
+        HISTORICAL_MODES.add(
+            name, HistoricalMode(name, description, leaves, train, grow=step, **options)
+        )
+        return step
+
+    return register
+
+
+def from_step0(
+    ctx: Context, config: Mapping[str, Any], step0: StepZero | None
+) -> dict[str, ModelChain]:
+    """The start of a chain that continues the shared step-0 model (``uses_step0``)."""
+    assert step0 is not None, "a chain that starts from step 0's model declares uses_step0"
+    return {"main": ModelChain([step0()])}
 
 
 def final_mode(

@@ -18,7 +18,8 @@ step t alone, from the model of time t−1.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import torch
@@ -35,8 +36,9 @@ from seq2final.methods.base import (
     HistoricalState,
     ModelChain,
     StepZero,
+    chain_mode,
     final_mode,
-    historical_mode,
+    from_step0,
     method,
 )
 from seq2final.methods.context import Context, space_of
@@ -52,7 +54,7 @@ from seq2final.training.loop import clone_model
 from seq2final.training.objectives import Task, parameters_of
 from seq2final.training.search import SearchSpace
 from seq2final.training.tensors import TensorSplit
-from seq2final.training.terms import Anchor, Si
+from seq2final.training.terms import Si
 
 S = TypeVar("S", bound=StrictModel)
 
@@ -99,51 +101,53 @@ def _check_si(config: Mapping[str, Any], where: str) -> None:
         )
 
 
-@historical_mode(
+_SI = "historical_modes.sequential_si"
+
+
+def _si_start(
+    ctx: Context, config: Mapping[str, Any], step0: StepZero | None
+) -> dict[str, ModelChain]:
+    """SI's own step-0 fit: Ω needs the path of step 0's training."""
+    return {
+        "main": _sequential_si(ctx, config, "main", ModelChain([], None, [], Si.weight_name()), 0)
+    }
+
+
+@chain_mode(
     "sequential_si",
     "a sequential chain pulled towards the last step by SI's importance (SI)",
+    start=_si_start,
     check=_check_si,
     terms=("si",),
 )
 def _sequential_si(
-    ctx: Context, config: Mapping[str, Any], step0: StepZero | None
-) -> dict[str, ModelChain]:
-    where = "historical_modes.sequential_si"
-    damping = _settings(SISettings, config, where).damping
-    space = space_of(config, "space", where)
-    anchors: list[Anchor] = []
-    models: list[nn.Module] = []
-    importance = None
-    for t in range(ctx.final_index):
-        start = ctx.new_model("step0") if t == 0 else models[-1]
-        before = parameters_of(start)
-        task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), terms=[Si(anchors)],
-                    callbacks=[PathTracking()])  # fmt: skip
-        model, fit = ctx.tuned(f"step{t}", space, lambda s=start: clone_model(s), task)
-        after = parameters_of(model)
-        omega = fit.extras["path_integral"]
-        importance = si_importance(omega, before, after, damping, importance)
-        importance = {name: value.to(ctx.device) for name, value in importance.items()}
-        anchors = [(after, importance)]
-        models.append(model)
-    return {"main": ModelChain(models, space.describe(), anchors, Si.weight_name())}
+    ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
+) -> ModelChain:
+    damping = _settings(SISettings, config, _SI).damping
+    space = space_of(config, "space", _SI)
+    start = ctx.new_model("step0") if t == 0 else chain.last
+    before = parameters_of(start)
+    task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), terms=[Si(chain.anchors)],
+                callbacks=[PathTracking()])  # fmt: skip
+    model, fit = ctx.tuned(f"step{t}", space, lambda: clone_model(start), task)
+    after = parameters_of(model)
+    earlier = chain.anchors[-1][1] if chain.anchors else None  # Ω of the steps before t
+    importance = si_importance(fit.extras["path_integral"], before, after, damping, earlier)
+    importance = {k: value.to(ctx.device) for k, value in importance.items()}
+    return ModelChain([*chain.models, model], space.describe(), [(after, importance)],
+                      Si.weight_name())  # fmt: skip
 
 
 # A-GEM ---------------------------------------------------------------------------------------
 
 
-def fine_tuned_chain(
-    ctx: Context, start: nn.Module, space: SearchSpace, task_of: Callable[[int], Task]
-) -> list[nn.Module]:
-    """``start`` (the step-0 model), then a model per step t = 1..T−1, each fine-tuned from the
-    one before on ``task_of(t)``."""
-    models = [start]
-    for t in range(1, ctx.final_index):
-        previous = models[-1]
-        models.append(
-            ctx.tuned_fit(f"step{t}", space, lambda s=previous: clone_model(s), task_of(t))
-        )
-    return models
+def fine_tuned_step(
+    ctx: Context, chain: ModelChain, t: int, space: SearchSpace, task: Task
+) -> ModelChain:
+    """``chain`` one step longer: its last model fine-tuned on ``task`` (step ``t``'s)."""
+    start = chain.last
+    model = ctx.tuned_fit(f"step{t}", space, lambda: clone_model(start), task)
+    return replace(chain, models=[*chain.models, model])
 
 
 def episodic_memory(ctx: Context, steps: int, capacity: int) -> TensorSplit:
@@ -159,24 +163,22 @@ def episodic_memory(ctx: Context, steps: int, capacity: int) -> TensorSplit:
     )
 
 
-@historical_mode(
+@chain_mode(
     "sequential_agem",
     "a sequential chain whose steps never point against an episodic memory's gradient (A-GEM)",
+    start=from_step0,
     uses_step0=True,
     check=_checker(MemorySettings),
 )
 def _sequential_agem(
-    ctx: Context, config: Mapping[str, Any], step0: StepZero | None
-) -> dict[str, ModelChain]:
-    assert step0 is not None
+    ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
+) -> ModelChain:
     where = "historical_modes.sequential_agem"
     settings = _settings(MemorySettings, config, where)
-    space = space_of(config, "space", where)
-    return {"main": ModelChain(fine_tuned_chain(ctx, step0(), space, lambda t: Task(
-        [ctx.split(t, "train")], ctx.split(t, "valid"),
-        callbacks=[GradientProjection(episodic_memory(ctx, t, settings.memory),
-                                      settings.reference_batch)],
-    )))}  # fmt: skip
+    memory = episodic_memory(ctx, t, settings.memory)
+    task = Task([ctx.split(t, "train")], ctx.split(t, "valid"),
+                callbacks=[GradientProjection(memory, settings.reference_batch)])  # fmt: skip
+    return fine_tuned_step(ctx, chain, t, space_of(config, "space", where), task)
 
 
 @final_mode(
@@ -205,19 +207,18 @@ def _agem_final(
 # SWA -----------------------------------------------------------------------------------------
 
 
-@historical_mode(
+@chain_mode(
     "sequential_ft",
     "a chain of models, each fine-tuned from the previous on its step, lr searched (Wild-Time's FT)",
+    start=from_step0,
     uses_step0=True,
 )
 def _sequential_ft(
-    ctx: Context, config: Mapping[str, Any], step0: StepZero | None
-) -> dict[str, ModelChain]:
-    assert step0 is not None
+    ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
+) -> ModelChain:
     space = space_of(config, "space", "historical_modes.sequential_ft")
-    return {"main": ModelChain(fine_tuned_chain(ctx, step0(), space, lambda t: Task(
-        [ctx.split(t, "train")], ctx.split(t, "valid"),
-    )))}  # fmt: skip
+    task = Task([ctx.split(t, "train")], ctx.split(t, "valid"))
+    return fine_tuned_step(ctx, chain, t, space, task)
 
 
 def averaged_model(models: list[nn.Module], data: TensorSplit, engine: Engine) -> nn.Module:

@@ -8,16 +8,20 @@ mode and trained once).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from torch import nn
 
 from seq2final.methods.base import (
     HISTORICAL_MODES,
+    ChainStep,
     HistoricalMode,
     HistoricalTrainer,
     ModelChain,
     StepZero,
+    chain_mode,
+    from_step0,
     historical_mode,
 )
 from seq2final.methods.context import Context, space_of
@@ -66,84 +70,98 @@ for _name, _text in (
     historical_mode(_name, _text, terms=(_name,))(_one_model(_name))
 
 
-@historical_mode(
+_SFT = "historical_modes.sequential"
+
+
+def _schedule_starts(
+    ctx: Context, config: Mapping[str, Any], step0: StepZero | None
+) -> dict[str, ModelChain]:
+    """One chain per schedule the budget runs, each starting from the step-0 model."""
+    assert step0 is not None
+    return {
+        name: ModelChain([step0()], step_space(config, schedule, 1, _SFT).describe())
+        for name, schedule in selected_schedules(config, ctx.budget_name).items()
+    }
+
+
+@chain_mode(
     "sequential",
     "a chain of models, each fine-tuned from the previous on its step (SFT)",
+    start=_schedule_starts,
     uses_step0=True,
 )
 def _sequential(
+    ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
+) -> ModelChain:
+    schedule = selected_schedules(config, ctx.budget_name)[name]
+    task = Task([ctx.split(t, "train")], ctx.split(t, "valid"))
+    start = chain.last
+    model = ctx.tuned_fit(
+        f"{name}/step{t}", step_space(config, schedule, t, _SFT), lambda: clone_model(start), task
+    )
+    # the continuation of the chain (the final step, or the next time's) gets the next step's rate
+    final_space = step_space(config, schedule, t + 1, _SFT).describe()
+    return replace(chain, models=[*chain.models, model], final_space=final_space)
+
+
+_EWC = "historical_modes.sequential_ewc"
+
+
+def _ewc_start(
     ctx: Context, config: Mapping[str, Any], step0: StepZero | None
 ) -> dict[str, ModelChain]:
+    """The step-0 model, anchored with its Fisher information on step 0."""
     assert step0 is not None
-    chains = {}
-    for name, schedule in selected_schedules(config, ctx.budget_name).items():
-        models = [step0()]
-        for t in range(1, ctx.final_index):
-            start = models[-1]
-            task = Task([ctx.split(t, "train")], ctx.split(t, "valid"))
-            space = step_space(config, schedule, t, "historical_modes.sequential")
-            models.append(
-                ctx.tuned_fit(f"{name}/step{t}", space, lambda s=start: clone_model(s), task)
-            )
-        final_space = step_space(config, schedule, ctx.final_index, "historical_modes.sequential")
-        chains[name] = ModelChain(models, final_space.describe())
-    return chains
+    model = step0()
+    data = ctx.split(0, "train").to(ctx.device)
+    anchor = (parameters_of(model), fisher_information(model, data, ctx.engine))
+    return {"main": ModelChain([model], space_of(config, "space", _EWC).describe(), [anchor])}
 
 
-@historical_mode(
+@chain_mode(
     "sequential_ewc",
     "a sequential chain with EWC towards every earlier step (EWC)",
+    start=_ewc_start,
     uses_step0=True,
     terms=("ewc",),
 )
 def _sequential_ewc(
-    ctx: Context, config: Mapping[str, Any], step0: StepZero | None
-) -> dict[str, ModelChain]:
-    assert step0 is not None
-    space = space_of(config, "space", "historical_modes.sequential_ewc")
-    models = [step0()]
-    anchors = [
-        (
-            parameters_of(models[0]),
-            fisher_information(models[0], ctx.split(0, "train").to(ctx.device), ctx.engine),
-        )
-    ]
-    for t in range(1, ctx.final_index):
-        start = models[-1]
-        task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), terms=[Ewc(anchors)])
-        model = ctx.tuned_fit(f"step{t}", space, lambda s=start: clone_model(s), task)
-        models.append(model)
-        data = ctx.split(t, "train").to(ctx.device)
-        anchors.append((parameters_of(model), fisher_information(model, data, ctx.engine)))
-    return {"main": ModelChain(models, space.describe(), anchors)}
+    ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
+) -> ModelChain:
+    space = space_of(config, "space", _EWC)
+    start = chain.last
+    task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), terms=[Ewc(chain.anchors)])
+    model = ctx.tuned_fit(f"step{t}", space, lambda: clone_model(start), task)
+    data = ctx.split(t, "train").to(ctx.device)
+    anchor = (parameters_of(model), fisher_information(model, data, ctx.engine))
+    return replace(chain, models=[*chain.models, model], anchors=[*chain.anchors, anchor])
 
 
-def _sequential_side(side_module: str) -> HistoricalTrainer:
-    def train(
-        ctx: Context, config: Mapping[str, Any], step0: StepZero | None
-    ) -> dict[str, ModelChain]:
-        assert step0 is not None
+def _sequential_side(side_module: str) -> ChainStep:
+    def step(
+        ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
+    ) -> ModelChain:
         space = space_of(config, "space", "historical_modes.sequential_side")
-        models: list[nn.Module] = [step0()]
-        for t in range(1, ctx.final_index):
-            models.append(side_fit(ctx, f"step{t}", models[-1], side_module, t, space))
-        return {"main": ModelChain(models)}
+        model = side_fit(ctx, f"step{t}", chain.last, side_module, t, space)
+        return replace(chain, models=[*chain.models, model])
 
-    return train
+    return step
 
 
-historical_mode(
+chain_mode(
     "sequential_side_1",
     "a chain of 1-layer side modules, one per step (SST-1)",
+    start=from_step0,
     leaves="side_chain",
     side_module="one_layer",
     uses_step0=True,
     block_equivalent="sequential_side_b",
     terms=("joint", "adjacency"),
 )(_sequential_side("one_layer"))
-historical_mode(
+chain_mode(
     "sequential_side_b",
     "a chain of block side modules, one per step (SST-B)",
+    start=from_step0,
     leaves="side_chain",
     side_module="block",
     uses_step0=True,

@@ -68,6 +68,22 @@ def state_key(
     return f"{mode}-{base['arch']}-{budget_name}-{digest(payload)}"
 
 
+def grown_state_key(
+    base: Mapping[str, Any],
+    budget_name: str,
+    mode: str,
+    config: Mapping[str, Any],
+    start: str | None,
+    last_step: int,
+) -> str:
+    """A growing chain's state of steps 0..``last_step`` under a temporal protocol, keyed by the
+    whole sequence (``base``) and the steps it saw, not by a view: every view, protocol and
+    method that continues the chain at that time shares it. ``start`` is the key of what it
+    continues: the previous time's state, or the step-0 model at step 0."""
+    payload = {**base, "mode": mode, "config": dict(config), "start": start, "steps": last_step}
+    return f"{mode}-{base['arch']}-{budget_name}-0-{last_step}-{digest(payload)}"
+
+
 def job_key(
     spec: SequenceSpec,
     base: Mapping[str, Any],

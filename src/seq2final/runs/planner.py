@@ -21,7 +21,7 @@ from seq2final.core.seeds import derived_seed
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import HISTORICAL_MODES, HistoricalState, requested_jobs
 from seq2final.protocols import PROTOCOLS, ProtocolOptions, chosen_views, options_for, runnable
-from seq2final.runs.keys import job_key, key_base, state_key, step0_key
+from seq2final.runs.keys import grown_state_key, job_key, key_base, state_key, step0_key
 from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan
 from seq2final.training.engine import Engine
 from seq2final.training.search import get_budget
@@ -83,13 +83,20 @@ def plan_run(
             if job.historical != "none":
                 # a mode with no settings (config_keys empty) may have no YAML block
                 config = dict(historical_modes.get(job.historical, {}))
-                depends = shared_step0 if HISTORICAL_MODES[job.historical].uses_step0 else None
+                mode = HISTORICAL_MODES[job.historical]
+                depends = shared_step0 if mode.uses_step0 else None
                 if depends and depends not in states:
                     states[depends] = StatePlan(
                         depends, STEP0, {"space": dict(step0_space)}, view=step0_view
                     )
-                state = state_key(base, budget_name, job.historical, config, depends)
-                states.setdefault(state, StatePlan(state, job.historical, config, depends, view))
+                if mode.grow is not None and view is not None and view.mixed_seed is None:
+                    state = _grown(states, whole, budget_name, job.historical, config, depends,
+                                   view.steps[-1] - 1)  # fmt: skip
+                else:
+                    state = state_key(base, budget_name, job.historical, config, depends)
+                    states.setdefault(
+                        state, StatePlan(state, job.historical, config, depends, view)
+                    )
             final_config = dict(final_modes.get(job.final, {}))
             key = job_key(problem, base, budget_name, job.historical, job.final, state,
                           final_config)  # fmt: skip
@@ -117,6 +124,28 @@ def plan_run(
         protocol=name,
         protocol_options=options,
     )
+
+
+def _grown(
+    states: dict[str, StatePlan],
+    whole: Mapping[str, Any],
+    budget_name: str,
+    mode: str,
+    config: dict[str, Any],
+    step0: str | None,
+    last_step: int,
+) -> str:
+    """Plans a growing chain's states of steps 0..0, 0..1, …, 0..``last_step`` (those not yet
+    planned), each extending the one before by a step, and returns the last one's key."""
+    key: str | None = None
+    for k in range(last_step + 1):
+        start = step0 if k == 0 else key
+        key = grown_state_key(whole, budget_name, mode, config, start, k)
+        seen = StepView(name=f"0-{k}", steps=tuple(range(k + 1)))
+        states.setdefault(key, StatePlan(key, mode, config, step0 if k == 0 else None, seen,
+                                         extends=None if k == 0 else start))  # fmt: skip
+    assert key is not None
+    return key
 
 
 def _problems(

@@ -25,13 +25,18 @@ def _in_view(text: str, view: StepView | None) -> str:
 
 @dataclass(frozen=True)
 class StatePlan:
-    """One historical state to train (or reuse): a mode, or the shared step-0 model."""
+    """One historical state to train (or reuse): a mode, or the shared step-0 model.
+
+    ``extends``: the key of the state of the previous time that a growing chain's state extends
+    by one step (:func:`seq2final.methods.chain_mode`); ``view`` is then the steps it has seen.
+    """
 
     key: str
     mode: str
     config: dict[str, Any]
     step0_key: str | None = None
     view: StepView | None = None
+    extends: str | None = None
 
     @property
     def name(self) -> str:

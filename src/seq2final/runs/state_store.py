@@ -21,43 +21,62 @@ from seq2final.methods import HistoricalState, ModelChain
 from seq2final.models.storage import pack, unpack
 
 
+def _added(items: list[Any], earlier: list[Any] | None) -> tuple[int, list[Any]]:
+    """How many of ``items`` are ``earlier``'s own (the same objects, in order), and the rest."""
+    shared = 0
+    for mine, theirs in zip(items, earlier or [], strict=False):
+        if mine is not theirs:
+            break
+        shared += 1
+    return shared, items[shared:]
+
+
 def pack_state(state: HistoricalState) -> dict[str, Any]:
+    """A state as ``state.pt`` holds it: a state that ``extends`` the previous time's holds only
+    the models and anchors it adds (``shared_models`` and ``shared_anchors`` count those it keeps
+    from that state), so a stream's chain is stored in space linear in its length."""
+    base = state.extends
+    chains = {}
+    for name, chain in state.chains.items():
+        earlier = base.chains.get(name) if base is not None else None
+        shared_models, models = _added(chain.models, earlier.models if earlier else None)
+        shared_anchors, anchors = _added(chain.anchors, earlier.anchors if earlier else None)
+        chains[name] = {
+            "models": [pack(m) for m in models],
+            "shared_models": shared_models,
+            "final_space": chain.final_space,
+            "anchors": [
+                [{k: v.cpu() for k, v in values.items()}, {k: v.cpu() for k, v in fisher.items()}]
+                for values, fisher in anchors
+            ],
+            "shared_anchors": shared_anchors,
+            "anchor_weight": chain.anchor_weight,
+        }
     return {
         "format": 1,
         "mode": state.mode,
         "arch": state.arch,
-        "chains": {
-            name: {
-                "models": [pack(m) for m in chain.models],
-                "final_space": chain.final_space,
-                "anchors": [
-                    [
-                        {k: v.cpu() for k, v in values.items()},
-                        {k: v.cpu() for k, v in fisher.items()},
-                    ]
-                    for values, fisher in chain.anchors
-                ],
-                "anchor_weight": chain.anchor_weight,
-            }
-            for name, chain in state.chains.items()
-        },
+        "chains": chains,
         "fits": state.fits,
         "info": state.info,
     }
 
 
-def unpack_state(payload: dict[str, Any]) -> HistoricalState:
-    chains = {
-        name: ModelChain(
-            [unpack(m) for m in chain["models"]],
+def unpack_state(payload: dict[str, Any], base: HistoricalState | None = None) -> HistoricalState:
+    """A state from ``state.pt``; ``base`` is the state it extends (``info.extends``), whose
+    shared models and anchors it continues."""
+    chains = {}
+    for name, chain in payload["chains"].items():
+        earlier = base.chains[name] if base is not None else ModelChain([])
+        chains[name] = ModelChain(
+            earlier.models[: chain.get("shared_models", 0)] + [unpack(m) for m in chain["models"]],
             chain["final_space"],
-            [(values, fisher) for values, fisher in chain["anchors"]],
+            earlier.anchors[: chain.get("shared_anchors", 0)]
+            + [(values, fisher) for values, fisher in chain["anchors"]],
             chain.get("anchor_weight", "ewc_lambda"),  # states saved before SI existed
         )
-        for name, chain in payload["chains"].items()
-    }
     return HistoricalState(
-        payload["mode"], payload["arch"], chains, payload["fits"], payload["info"]
+        payload["mode"], payload["arch"], chains, payload["fits"], payload["info"], base
     )
 
 
@@ -77,15 +96,23 @@ class HistoricalStore(Mapping[str, HistoricalState]):
         path = self._path(key)
         if not path.exists():
             raise KeyError(key)
+        extends = json.loads((path.parent / "state.json").read_text())["info"].get("extends")
+        base = self[extends] if extends else None  # the previous time's, for a growing chain
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True)
-            return unpack_state(payload)
+            return unpack_state(payload, base)
         except Exception as error:  # any unreadable or inconsistent file is the same problem
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise Seq2FinalError(
                 f"historical state {path} is corrupt ({first[:120]}); delete its folder and rerun "
                 "pretrain_historical"
             ) from None
+
+    def summary(self, key: str) -> HistoricalState:
+        """State ``key`` without its models (its mode, arch, fits and info, from ``state.json``):
+        what a job's cost needs, read without loading a stream's chain."""
+        record = json.loads((self.root / key / "state.json").read_text())
+        return HistoricalState(record["mode"], record["arch"], {}, record["fits"], record["info"])
 
     def __iter__(self) -> Iterator[str]:
         if not self.root.exists():

@@ -120,9 +120,17 @@ def train_state(
     the context its fits ran in comes with it."""
     started = time.perf_counter()
     ctx = _context(plan, problem_sequence(sequence, state.view), state.key)
+    extends = None
     if state.mode == STEP0:
         model = train_step0(ctx, SearchSpace.parse(state.config["space"], "step0"))
         chains = {"main": ModelChain([model])}
+    elif state.extends is not None:  # a growing chain: the previous time's state, one step on
+        grow, extends = HISTORICAL_MODES[state.mode].grow, store[state.extends].to(ctx.device)
+        assert grow is not None and state.view is not None
+        chains = {
+            name: grow(ctx, state.config, name, chain, state.view.steps[-1])
+            for name, chain in extends.chains.items()
+        }
     else:
         mode = HISTORICAL_MODES[state.mode]
         step0 = None
@@ -145,9 +153,11 @@ def train_state(
             "seed": plan.seed,
             "budget": plan.budget_name,
             "step0": state.step0_key,
+            "extends": state.extends,
             "wall_seconds": time.perf_counter() - started,
             "device": str(ctx.device),
         },
+        extends,
     )
     return trained, ctx
 
@@ -161,18 +171,20 @@ class JobOutcome:
     curves: list[dict[str, Any]]
 
 
-def historical_costs(key: str | None, store: Mapping[str, HistoricalState]) -> dict[str, int]:
-    """The training FLOPs of historical state ``key`` and of every state it continues (the step-0
-    model a chain starts from), by key; empty for a job with no state.
+def historical_costs(key: str | None, summary: Callable[[str], HistoricalState]) -> dict[str, int]:
+    """The training FLOPs of historical state ``key`` and of every state it continues (the
+    previous times' states of a growing chain, the step-0 model a chain starts from), by key;
+    empty for a job with no state. ``summary`` gives a state's fits and info by key (the store's
+    :meth:`~seq2final.runs.state_store.HistoricalStore.summary` reads them without the models).
 
     Each of these states is shared by the methods (and views) that continue it, so a total over
     several jobs charges each key once (``reporting.tables.train_flops_once``).
     """
     costs = {}
     while key is not None:
-        state = store[key]
+        state = summary(key)
         costs[key] = sum(fit.get("train_flops", 0) for fit in state.fits)
-        key = state.info.get("step0")
+        key = state.info.get("extends") or state.info.get("step0")
     return costs
 
 

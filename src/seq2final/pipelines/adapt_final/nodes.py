@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import ChainMap
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -11,13 +10,14 @@ from seq2final.config.parameters import EvaluateOptions, MlflowOptions
 from seq2final.core.plugins import plugin_paths
 from seq2final.core.records import ResultRecord
 from seq2final.data.sequence import ShiftSequence
-from seq2final.methods import ORACLE, HistoricalState, paper_columns
+from seq2final.methods import ORACLE, paper_columns
 from seq2final.protocols import PROTOCOLS, ProtocolOptions
 from seq2final.reporting.protocols import protocol_scores
 from seq2final.reporting.tables import shown_name
 from seq2final.runs.planner import load_states
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.result_store import ResultStore
+from seq2final.runs.state_store import HistoricalStore
 from seq2final.runs.training import historical_costs, train_jobs
 from seq2final.tracking.jobs import JobTracker
 
@@ -38,7 +38,7 @@ class RunTable:
 def train_final_jobs(
     sequence: ShiftSequence,
     plan: RunPlan,
-    states: Mapping[str, HistoricalState],
+    states: HistoricalStore,
     store: ResultStore,
     mlflow_options: MlflowOptions,
     plugins: object,  # a path or a list of them; checked by plugin_paths
@@ -50,8 +50,8 @@ def train_final_jobs(
     accepted, before any training.
     """
     loaded = load_states(plan, states)
-    # once per state, from the states loaded (the store reads only the step-0 models they continue)
-    costs = {key: historical_costs(key, ChainMap(loaded, states)) for key in loaded}
+    # once per state, from the stored fits of it and of what it continues (no models read)
+    costs = {key: historical_costs(key, states.summary) for key in loaded}
     tracker = JobTracker.connect(
         mlflow_options,
         plan,
