@@ -59,7 +59,7 @@ def test_eval_stream_trains_each_family_on_the_steps_it_should_see(project, fits
     _run(project, method="erm", protocol="eval_stream", protocol_options={"window": 1})
     _run(project, ["pretrain_historical", "adapt_final"], method="sft", protocol="eval_stream",
          protocol_options={"window": 1})  # fmt: skip
-    views = {"0-1": 1, "0-2": 2}  # window 1 on steps 0..3: times 1 and 2
+    views = {"0-1": 1, "0-2": 2}  # window 1 on steps 0..3: times 1 and 2 (and 0, below)
     stores = stores_of(project)
     (key,) = list(stores.sequences)
     sequence = stores.sequences[key]
@@ -68,6 +68,9 @@ def test_eval_stream_trains_each_family_on_the_steps_it_should_see(project, fits
     erm = [f for f in fits_seen if "all_erm" in f["owner"]]
     # pooled: every step up to t, in one fit, and none after
     assert sorted((f["view"], f["steps"]) for f in erm) == [("0-1", [0, 1]), ("0-2", [0, 1, 2])]
+    # time 0: one model of step 0 alone, for both methods (the second run reuses it)
+    (first,) = [f for f in fits_seen if f["view"] == "0-0"]
+    assert "none+scratch" in first["owner"] and first["steps"] == [0]
     # continual (SFT): each fit on one step, the last one on step t itself
     sft_final = [f for f in fits_seen if "sequential+ft" in f["owner"]]
     assert sorted((f["view"], f["steps"]) for f in sft_final) == [("0-1", [1]), ("0-2", [2])]
@@ -78,7 +81,7 @@ def test_eval_stream_trains_each_family_on_the_steps_it_should_see(project, fits
     records = [stores.results[k] for k in stores.results]
     assert {(r.method, r.view.name) for r in records} == {
         (m, v) for m in ("erm", "sft") for v in views
-    }
+    } | {("baseline", "0-0")}
     for record in records:
         # every step's accuracy is the stored model's, recomputed here
         model, engine = stores.results.model(record.job_key), Engine(**record.engine)
@@ -166,7 +169,7 @@ def test_wild_times_methods_run_and_are_scored_under_every_temporal_protocol(
     stores = stores_of(project)
     records = [stores.results[k] for k in stores.results]
     assert sorted((r.method, r.view.name) for r in records) == sorted(
-        (m, v) for m in WILD_TIME for v in ("0-1", "mixed-0-1")
+        [(m, v) for m in WILD_TIME for v in ("0-1", "mixed-0-1")] + [("baseline", "0-0")]
     )
     (key,) = list(stores.sequences)
     sequence = stores.sequences[key]
@@ -188,7 +191,7 @@ def test_eval_fix_and_the_stream_share_the_view_at_the_split_step(project, store
     _run(project, ["adapt_final"], method="baseline", protocol="eval_stream",
          protocol_options={"window": 1})  # fmt: skip
     assert "finished earlier; reusing it" in caplog.text  # the view 0-2 is eval_fix's
-    assert {stores.results[k].view.name for k in stores.results} == {"0-1", "0-2"}
+    assert {stores.results[k].view.name for k in stores.results} == {"0-0", "0-1", "0-2"}
 
 
 def test_the_mixed_split_trains_on_images_of_later_steps(project, fits_seen, stores_of):
@@ -211,12 +214,12 @@ def test_the_mixed_split_trains_on_images_of_later_steps(project, fits_seen, sto
          "oracle-size draw"),
         ({"protocol": "eval_fix", "protocol_options": {"split_step": 3}},
          r"split_step 3 is outside the sequence \(steps 0..3\); valid: 1..2"),
-        ({"protocol": "eval_stream", "protocol_options": {"window": 0}}, "window 0: valid: 1..2"),
-        ({"protocol": "eval_stream", "protocol_options": {"window": 3}},
-         "window 3 is past the end"),
+        ({"protocol": "eval_stream", "protocol_options": {"window": 0}}, "window 0: valid: 1..3"),
+        ({"protocol": "eval_stream", "protocol_options": {"window": 4}},
+         "window 4 is past the end"),
         ({"protocol": "eval_fixed"}, "unknown protocol 'eval_fixed'; valid: final, eval_fix"),
         ({"protocol": "eval_stream", "protocol_options": {"window": 1}, "protocol_view": "0-3"},
-         "protocol_view '0-3' is not a view protocol 'eval_stream' trains here; valid: 0-1, 0-2"),
+         "protocol_view '0-3' is not a view protocol 'eval_stream' trains here; valid: 0-0, 0-1, 0-2"),
         ({"sequence": "portraits", "protocol": "eval_fix"},
          "dataset 'portraits' \\(whose empty periods are dropped\\) does not fix; valid: the "
          "protocol final, or the datasets portraits_5y, portraits_1y"),
@@ -309,10 +312,12 @@ def test_evaluate_and_visualize_report_the_protocol_beside_the_final_protocols_r
     stores = stores_of(project)
     records = [stores.results[k] for k in stores.results]
     views = {r.view.name: r for r in records if r.view is not None}
-    assert set(views) == {"0-1", "0-2"}
-    # the table's number is the protocol's score of the two views, by hand
-    expected = (views["0-1"].step_accuracies["2"]["test"]
-                + views["0-2"].step_accuracies["3"]["test"]) / 2  # fmt: skip
+    assert set(views) == {"0-0", "0-1", "0-2"}
+    assert views["0-0"].method == "baseline" and views["0-0"].aliases == ["erm"]  # time 0's
+    # the table's number is the protocol's score of the three views, by hand
+    expected = (views["0-0"].step_accuracies["1"]["test"]
+                + views["0-1"].step_accuracies["2"]["test"]
+                + views["0-2"].step_accuracies["3"]["test"]) / 3  # fmt: skip
     (average,) = reports.glob("*_tables/*/eval_stream/smoke-average.csv")
     table = __import__("pandas").read_csv(average)
     cell = table[(table["arch"] == "convnet_4") & (table["method"] == "erm")]

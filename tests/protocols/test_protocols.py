@@ -59,8 +59,11 @@ def test_the_yearbook_presets_stream_window_is_wild_times_ten_years_unless_one_i
 def test_eval_stream_scores_each_time_over_its_window_then_averages_over_time():
     options = ProtocolOptions(window=2)
     stream = PROTOCOLS["eval_stream"]
-    assert [v.name for v in stream.views(STEPS, options)] == ["0-1", "0-2", "0-3"]
+    # from time 0, the model of step 0 alone, as Wild-Time's Eval-Stream
+    assert [v.name for v in stream.views(STEPS, options)] == ["0-0", "0-1", "0-2", "0-3"]
+    assert stream.views(STEPS, options)[0].steps == (0,)
     test = {
+        "0-0": {1: 0.9, 2: 0.5},
         "0-1": {2: 0.8, 3: 0.6},
         "0-2": {3: 0.7, 4: 0.5},
         "0-3": {4: 0.9, 5: 0.3},
@@ -73,10 +76,11 @@ def test_eval_stream_scores_each_time_over_its_window_then_averages_over_time():
     }
     score = stream.score(accuracies, STEPS, options)
     assert [(r["time"], r["average"], r["worst"]) for r in score["per_time"]] == [
-        (1, pytest.approx(0.7), 0.6), (2, pytest.approx(0.6), 0.5), (3, pytest.approx(0.6), 0.3)
+        (0, pytest.approx(0.7), 0.5), (1, pytest.approx(0.7), 0.6), (2, pytest.approx(0.6), 0.5),
+        (3, pytest.approx(0.6), 0.3),
     ]  # fmt: skip
-    assert score["average"] == pytest.approx((0.7 + 0.6 + 0.6) / 3)
-    assert score["worst"] == pytest.approx((0.6 + 0.5 + 0.3) / 3)
+    assert score["average"] == pytest.approx((0.7 + 0.7 + 0.6 + 0.6) / 4)
+    assert score["worst"] == pytest.approx((0.5 + 0.6 + 0.5 + 0.3) / 4)
 
 
 def test_test_then_train_scores_each_step_by_the_model_trained_before_it():
@@ -114,8 +118,8 @@ def test_final_trains_the_sequence_itself():
         ("eval_fix", {"split_step": 5}, r"split_step 5 is outside the sequence \(steps 0..5\); valid: 1..4"),
         ("eval_fix", {"split_step": 0}, r"split_step 0 is outside .* valid: 1..4"),
         ("mixed_split", {"split_step": 9}, r"split_step 9 is outside .* valid: 1..4"),
-        ("eval_stream", {"window": 0}, r"window 0: valid: 1..4"),
-        ("eval_stream", {"window": 5}, r"window 5 is past the end .* valid: 1..4"),
+        ("eval_stream", {"window": 0}, r"window 0: valid: 1..5"),
+        ("eval_stream", {"window": 6}, r"window 6 is past the end .* valid: 1..5"),
     ],
 )  # fmt: skip
 def test_bad_options_are_one_line_naming_the_value_and_the_valid_range(name, options, message):
@@ -147,7 +151,18 @@ def test_a_plan_for_one_view_holds_only_that_views_states_and_jobs(project_param
                         params["pretrain_historical"]["step0"], "data")  # fmt: skip
 
     every, one = plan(), plan(protocol_view="0-2")
-    assert sorted(job.view.name for job in every.jobs) == ["0-1", "0-2"]
+    assert sorted(job.view.name for job in every.jobs) == ["0-0", "0-1", "0-2"]
+    # SFT's states: the step-0 model, and its chain of steps 0..0 and 0..1, each extending
+    # the one before (view 0-2 continues the chain of 0..1)
+    (step0,) = [s for s in every.states if s.mode == "step0"]
+    chain = {s.view.name: s for s in every.states if s.mode == "sequential"}
+    assert sorted(chain) == ["0-0", "0-1"]
+    assert chain["0-0"].step0_key == step0.key and chain["0-0"].extends is None
+    assert chain["0-1"].extends == chain["0-0"].key
+    assert {job.view.name: job.state_key for job in every.jobs if job.state_key} == {
+        "0-1": chain["0-0"].key,
+        "0-2": chain["0-1"].key,
+    }
     assert [job.view.name for job in one.jobs] == ["0-2"]
     assert {job.key for job in one.jobs} <= {job.key for job in every.jobs}  # the same keys
     (job,) = one.jobs

@@ -3,6 +3,7 @@ streams), each posed as Seq-to-Final problems on views of the sequence."""
 
 from seq2final.protocols import builtin  # noqa: F401  (registers the built-in protocols)
 from seq2final.protocols.base import (
+    FIRST_MODEL,
     PROTOCOLS,
     STEP_SPLITS,
     WILD_TIME_TRAIN_FRACTION,
@@ -21,6 +22,7 @@ from seq2final.protocols.base import (
 )
 
 __all__ = [
+    "FIRST_MODEL",
     "PROTOCOLS",
     "STEP_SPLITS",
     "WILD_TIME_TRAIN_FRACTION",

@@ -155,17 +155,25 @@ def split_step(num_steps: int, options: ProtocolOptions) -> int:
 
 
 def stream_times(num_steps: int, options: ProtocolOptions) -> range:
-    """The times t a stream scores (t+1..t+window must exist): 1..T−window."""
+    """The times t a stream scores (t+1..t+window must exist): 0..T−window, as Wild-Time's
+    Eval-Stream, whose first model is that of step 0 alone (:data:`FIRST_MODEL`)."""
     last = long_enough(num_steps)
     assert options.window is not None, "options_for resolves the window first"
-    if not 1 <= options.window <= last - 1:
+    if not 1 <= options.window <= last:
         raise Seq2FinalError(
             f"protocol_options.window {options.window} is past the end of the sequence (steps "
-            f"0..{last}, the stream starting at step 1); valid: 1..{last - 1}"
+            f"0..{last}, the first window after step 0); valid: 1..{last}"
             if options.window >= 1
-            else f"protocol_options.window {options.window}: valid: 1..{last - 1}"
+            else f"protocol_options.window {options.window}: valid: 1..{last}"
         )
-    return range(1, last - options.window + 1)
+    return range(0, last - options.window + 1)
+
+
+FIRST_MODEL = ("none", "scratch")
+"""The modes of every method's model of time 0 (the view of step 0 alone): one model trained on
+step 0 alone, the baseline's fit, shared by every method. A view of one step has no history for
+a method to use; Wild-Time trains each method's own objective on step 0, which for ERM, FT and
+the continual methods is this fit (docs/protocols.md)."""
 
 
 def sequence_options(protocol: str) -> dict[str, Any]:

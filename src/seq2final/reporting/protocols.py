@@ -51,8 +51,12 @@ def protocol_scores(
     left out with a warning naming them (its runs are not finished)."""
     chosen = PROTOCOLS[protocol]
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    first: dict[tuple[Any, ...], ResultRecord] = {}  # time 0's model, one for every method
     for record in records:
         if record.view is None:
+            continue
+        if len(record.view.steps) == 1:  # protocols.FIRST_MODEL
+            first[(record.budget, record.arch, record.seed)] = record
             continue
         cell = (record.budget, record.arch, shown_name(record), record.seed)
         if cell not in groups:
@@ -65,6 +69,10 @@ def protocol_scores(
         groups[cell]["records"][view] = record
     rows = []
     for (budget, arch, method, seed), group in sorted(groups.items(), key=str):
+        shared = first.get((budget, arch, seed))
+        if shared is not None:
+            group["views"].setdefault(shared.view.name, step_table(shared))
+            group["records"].setdefault(shared.view.name, shared)
         wanted = [view.name for view in chosen.views(group["num_steps"], group["options"])]
         missing = [name for name in wanted if name not in group["views"]]
         if missing:

@@ -19,8 +19,15 @@ from seq2final.core.records import StepView
 from seq2final.core.schema import one_line
 from seq2final.core.seeds import derived_seed
 from seq2final.data.spec import SequenceSpec
-from seq2final.methods import HISTORICAL_MODES, HistoricalState, requested_jobs
-from seq2final.protocols import PROTOCOLS, ProtocolOptions, chosen_views, options_for, runnable
+from seq2final.methods import HISTORICAL_MODES, HistoricalState, RequestedJob, requested_jobs
+from seq2final.protocols import (
+    FIRST_MODEL,
+    PROTOCOLS,
+    ProtocolOptions,
+    chosen_views,
+    options_for,
+    runnable,
+)
 from seq2final.runs.keys import grown_state_key, job_key, key_base, state_key, step0_key
 from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan
 from seq2final.training.engine import Engine
@@ -79,6 +86,8 @@ def plan_run(
         step0_view = view if view is not None and view.mixed_seed is not None else None
         shared_step0 = step0_key(base if step0_view else whole, budget_name, step0_space)
         for job in wanted:
+            if view is not None and len(view.steps) == 1:  # time 0: one model for every method
+                job = RequestedJob(job.requested, *FIRST_MODEL)
             state = None
             if job.historical != "none":
                 # a mode with no settings (config_keys empty) may have no YAML block
