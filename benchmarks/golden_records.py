@@ -9,6 +9,12 @@ a machine of each instruction set), and say why in the commit:
 
     .venv/bin/python benchmarks/golden_records.py          # this CPU's file
     .venv/bin/python benchmarks/golden_records.py PATH     # elsewhere
+    .venv/bin/python benchmarks/golden_records.py --prune-others
+
+``--prune-others`` (after this CPU's file is remade, where no machine of another instruction set
+is at hand) removes from the other files every record whose job key this CPU's file no longer
+has: the jobs the change re-keyed. The test compares such jobs with the AVX2 records within
+another CPU's tolerances until their own instruction set's file is remade.
 
 It runs in a throw-away copy of the project, in the test environment, on one CPU thread as the
 test suite does (thread counts change float reductions, so they change NLL and ECE in the last
@@ -67,7 +73,24 @@ def main(target: Path) -> None:
     print(f"{len(golden['records'])} records written to {target}")
 
 
+def prune_others(own: Path) -> None:
+    """Drop from the other instruction sets' files the records whose keys ``own`` lacks."""
+    keys = set(json.loads(own.read_text())["records"])
+    for other in sorted(own.parent.glob("*.json")):
+        if other == own:
+            continue
+        golden = json.loads(other.read_text())
+        stale = sorted(set(golden["records"]) - keys)
+        for key in stale:
+            del golden["records"][key]
+        other.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
+        print(f"{other.name}: {len(stale)} stale record(s) removed, {len(golden['records'])} kept")
+
+
 if __name__ == "__main__":
     capability = torch.backends.cpu.get_cpu_capability()
     default = PROJECT / "tests" / "golden" / "default_run_smoke" / f"{capability}.json"
-    main(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else default)
+    if sys.argv[1:] == ["--prune-others"]:
+        prune_others(default)
+    else:
+        main(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else default)

@@ -15,24 +15,28 @@ from seq2final.training.terms import Batch, coral_penalty
 
 
 def test_overlapping_windows_slide_back_one_step_and_are_cut_at_step_zero():
-    windows = Windows(count=4, length=3, overlapping=True)
+    windows = Windows(count=4, length=3, overlapping=True, scheme="sliding")
     assert time_windows(9, windows) == [(7, 8, 9), (6, 7, 8), (5, 6, 7), (4, 5, 6)]
     assert time_windows(2, windows) == [(0, 1, 2), (0, 1), (0,)]
 
 
 def test_non_overlapping_windows_slide_back_a_whole_window():
-    windows = Windows(count=4, length=3, overlapping=False)
+    windows = Windows(count=4, length=3, overlapping=False, scheme="sliding")
     assert time_windows(9, windows) == [(7, 8, 9), (4, 5, 6), (1, 2, 3), (0,)]
     assert time_windows(4, windows) == [(2, 3, 4), (0, 1)]
 
 
 def test_wild_times_yearbook_setting_is_the_default_and_bad_blocks_are_one_line():
-    assert Windows() == Windows(count=10, length=5, overlapping=True)
-    assert len(time_windows(40, Windows())) == 10
+    # Wild-Time's Yearbook script (group_size 4): nested windows of 5 steps and more, 37 of them
+    # at step 40 (36..40 the narrowest, 0..40 the widest)
+    assert Windows() == Windows(length=4, scheme="nested")
+    assert time_windows(40, Windows())[0] == (36, 37, 38, 39, 40)
+    assert len(time_windows(40, Windows())) == 37 and time_windows(40, Windows())[-1][0] == 0
+    assert len(time_windows(40, Windows(scheme="sliding"))) == 10
     with pytest.raises(Seq2FinalError, match=r"final_modes.all_coral_t.windows 'length' = 0"):
         windows_of({"windows": {"length": 0}}, "final_modes.all_coral_t")
     with pytest.raises(
-        Seq2FinalError, match=r"unknown key 'size'; valid: count, length, overlapping"
+        Seq2FinalError, match=r"unknown key 'size'; valid: count, length, overlapping, scheme"
     ):
         windows_of({"windows": {"size": 3}}, "final_modes.all_coral_t")
 
@@ -172,7 +176,7 @@ class _RecordingContext:
 def test_each_time_window_domain_holds_exactly_its_steps_training_images(overlapping):
     from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
 
-    config = {"windows": {"count": 3, "length": 2, "overlapping": overlapping},
+    config = {"windows": {"count": 3, "length": 2, "overlapping": overlapping, "scheme": "sliding"},
               "space": {"lr": {"grid": [1e-3]}}}  # fmt: skip
     ctx = _RecordingContext()
     HISTORICAL_MODES["coral_t"].train(ctx, config, None)  # steps 0..4: the present is step 4
@@ -195,17 +199,17 @@ def test_nested_windows_are_wild_times_yearbook_groups(present, length):
     group_size), idx + 1)``."""
     groups = range(max(1, present - length + 1))
     expected = [tuple(np.arange(max(0, present - g - length), present + 1)) for g in groups]
-    windows = time_windows(present, Windows(length=length, scheme="nested"))
+    windows = time_windows(present, Windows(length=length))  # the default scheme
     assert windows == [tuple(int(t) for t in w) for w in expected]
     assert all(w[-1] == present for w in windows)  # every window ends at the present
     assert windows[-1][0] == 0  # and together they reach step 0
 
 
 def test_irm_t_trains_with_the_penalty_its_dummy_names():
-    assert irm_objective({}, "historical_modes.irm_t") == "irm"  # the paper's, by default
-    assert irm_objective({"irm_dummy": "scalar"}, "historical_modes.irm_t") == "irm_v1"
+    assert irm_objective({}, "historical_modes.irm_t") == "irm_v1"  # Wild-Time's, by default
+    assert irm_objective({"irm_dummy": "per_class"}, "historical_modes.irm_t") == "irm"
     with pytest.raises(Seq2FinalError) as error:
         irm_objective({"irm_dummy": "vector"}, "historical_modes.irm_t")
     assert str(error.value) == (
-        "historical_modes.irm_t.irm_dummy 'vector': valid: per_class, scalar"
+        "historical_modes.irm_t.irm_dummy 'vector': valid: scalar, per_class"
     )

@@ -134,6 +134,33 @@ def test_a_chain_grows_with_the_stream_each_step_fitted_once_over_every_view(
     assert sorted(f["view"] for f in erm) == [f"0-{t}" for t in times]
 
 
+def test_a_warm_started_stream_starts_each_pooled_fit_from_the_previous_times_model(
+    project, stores_of, monkeypatch
+):
+    starts = []
+    tuned = Context.tuned
+
+    def spy(self, stage, space, make_model, task):
+        starts.append((self.sequence.manifest["view"]["name"], _bytes(make_model())))
+        return tuned(self, stage, space, make_model, task)
+
+    monkeypatch.setattr(Context, "tuned", spy)
+    _run(project, method="erm", protocol="eval_stream",
+         protocol_options={"window": 1, "warm_start": True})  # fmt: skip
+    stores = stores_of(project)
+    views = {r.view.name: r for r in (stores.results[k] for k in stores.results)}
+    assert sorted(views) == ["0-0", "0-1", "0-2"]
+    for t in (1, 2):  # each time's first weights are the previous time's model, byte for byte
+        (start,) = [weights for view, weights in starts if view == f"0-{t}"]
+        assert start == _bytes(stores.results.model(views[f"0-{t - 1}"].job_key))
+    # off, the same stream trains each time afresh, under other keys
+    starts.clear()
+    _run(project, ["adapt_final"], method="erm", protocol="eval_stream",
+         protocol_options={"window": 1})  # fmt: skip
+    (fresh,) = [weights for view, weights in starts if view == "0-1"]
+    assert fresh != _bytes(stores.results.model(views["0-0"].job_key))
+
+
 def _bytes(model):
     return [value.numpy().tobytes() for value in model.state_dict().values()]
 
@@ -220,6 +247,10 @@ def test_the_mixed_split_trains_on_images_of_later_steps(project, fits_seen, sto
         ({"protocol": "eval_fixed"}, "unknown protocol 'eval_fixed'; valid: final, eval_fix"),
         ({"protocol": "eval_stream", "protocol_options": {"window": 1}, "protocol_view": "0-3"},
          "protocol_view '0-3' is not a view protocol 'eval_stream' trains here; valid: 0-0, 0-1, 0-2"),
+        ({"protocol_options": {"warm_start": True}},
+         "protocol_options.warm_start true under protocol 'final': valid only under eval_stream"),
+        ({"protocol": "eval_fix", "protocol_options": {"warm_start": True}},
+         "warm_start true under protocol 'eval_fix': valid only under eval_stream"),
         ({"sequence": "portraits", "protocol": "eval_fix"},
          "dataset 'portraits' \\(whose empty periods are dropped\\) does not fix; valid: the "
          "protocol final, or the datasets portraits_5y, portraits_1y"),

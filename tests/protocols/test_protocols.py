@@ -169,3 +169,35 @@ def test_a_plan_for_one_view_holds_only_that_views_states_and_jobs(project_param
     assert one.job_params(job)["protocol_view"] == "0-2"
     assert "protocol_view:0-2" in one.command("adapt_final", job)
     assert "protocol_options.window:1" in one.command("adapt_final", job)
+
+
+def test_a_warm_started_view_plans_the_earlier_times_pooled_jobs_it_continues(project_parameters):
+    from seq2final.data.spec import resolve_spec
+    from seq2final.runs.planner import plan_run
+
+    params = project_parameters
+    spec = resolve_spec("source100:rotation60:corruption100:label_flip60", dataset="digits",
+                        test_size=50, step_tests=True, train_fraction=0.9)  # fmt: skip
+    request = {"method": ["erm", "sft"], "historical": None, "final": None, "arch": "convnet_1",
+               "budget": "smoke", "protocol": "eval_stream",
+               "protocol_options": {"window": 1, "warm_start": True}}  # fmt: skip
+
+    def plan(**extra):
+        return plan_run(spec, {**request, **extra}, params["budgets"], {"device": "cpu"}, {},
+                        params["historical_modes"], params["final_modes"],
+                        params["pretrain_historical"]["step0"], "data")  # fmt: skip
+
+    every, one = plan(), plan(protocol_view="0-2")
+    erm = {job.view.name: job for job in every.jobs if job.final == "all_erm"}
+    (first,) = [job for job in every.jobs if job.view.name == "0-0"]
+    assert erm["0-1"].warm_start == first.key and erm["0-2"].warm_start == erm["0-1"].key
+    assert all(job.warm_start is None for job in every.jobs if job.final != "all_erm")
+    # one view: its jobs, and the earlier times' jobs its warm start continues (not SFT's)
+    assert sorted((job.view.name, job.final) for job in one.jobs) == [
+        ("0-0", "scratch"),
+        ("0-1", "all_erm"),
+        ("0-2", "all_erm"),
+        ("0-2", "ft"),
+    ]
+    assert {job.key for job in one.jobs} <= {job.key for job in every.jobs}
+    assert [name for name, _ in one.requested] == ["erm", "sft"]  # what the run reports

@@ -25,6 +25,7 @@ from seq2final.methods.schedules import check_schedules
 from seq2final.models import build_model
 from seq2final.protocols import (
     PROTOCOLS,
+    check_warm_start,
     chosen_views,
     options_for,
     runnable,
@@ -142,6 +143,10 @@ def _check_protocol(run: RunParameters, spec: SequenceSpec, asked: Sequence[Requ
     """The protocol's options fit the sequence (a split step inside it, a window before its
     end) and the requested methods can run on its views, checked before anything is built or
     trained."""
+    try:
+        check_warm_start(run.protocol, run.protocol_options)
+    except Seq2FinalError as error:
+        raise Seq2FinalError(f"parameter 'protocol': {error}") from None
     if not PROTOCOLS[run.protocol].temporal:
         return
     runnable(asked, run.protocol, run.method or run.final)

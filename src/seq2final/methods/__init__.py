@@ -17,7 +17,9 @@ from seq2final.methods.base import (
     HistoricalState,
     MethodRecipe,
     ModelChain,
+    chain_mode,
     final_mode,
+    from_step0,
     historical_mode,
     method,
 )
@@ -29,6 +31,6 @@ from seq2final.methods.requests import RequestedJob, requested_jobs
 __all__ = [
     "FINAL_MODES", "HISTORICAL_MODES", "METHODS", "ORACLE", "Context", "FinalMode", "FinalOutcome",
     "HistoricalMode", "HistoricalState", "MethodRecipe", "ModelChain", "RequestedJob",
-    "chain_space", "continue_chains", "final_mode", "historical_mode", "job_name", "method", "paper_columns",
+    "chain_mode", "chain_space", "continue_chains", "final_mode", "from_step0", "historical_mode", "job_name", "method", "paper_columns",
     "requested_jobs", "space_of", "stage_name",
 ]  # fmt: skip

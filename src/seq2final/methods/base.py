@@ -163,7 +163,9 @@ class FinalMode:
     ``side_module``, ``block_equivalent``, ``terms`` and ``wrapper`` as for
     :class:`HistoricalMode`.
     ``uses_oracle``: it trains on the final step's oracle-size draw, which only a whole sequence
-    has (the views the temporal protocols train on have none).
+    has (the views the temporal protocols train on have none). ``pooled``: it trains one fresh
+    model (:meth:`Context.new_model`) on steps 0..T, which a stream may warm-start from the
+    previous time's model (``protocol_options.warm_start``, as Wild-Time's Eval-Stream trains).
     """
 
     name: str
@@ -177,6 +179,7 @@ class FinalMode:
     check: ConfigCheck | None = None
     terms: tuple[str, ...] = ()
     wrapper: ModelWrapper | None = None
+    pooled: bool = False
 
     def __post_init__(self) -> None:
         _check_terms(self.name, self.terms)

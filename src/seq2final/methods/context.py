@@ -26,7 +26,7 @@ from seq2final.training.engine import Engine
 from seq2final.training.flops import fit_cost
 from seq2final.training.fused import FusedTrial, fit_fused
 from seq2final.training.hyperparameters import HyperParameters
-from seq2final.training.loop import FitResult, fit
+from seq2final.training.loop import FitResult, clone_model, fit
 from seq2final.training.objectives import Task
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tensors import TensorSplit
@@ -43,7 +43,9 @@ class Context:
 
     ``owner_key`` is the key of the historical state or job these fits belong to: it names their
     Optuna studies (``<owner_key>/<stage>``) and seeds their initialisations, so two jobs never
-    share a study and a resumed job draws what it drew before.
+    share a study and a resumed job draws what it drew before. ``warm_start``: the previous
+    time's model that a pooled job of a stream starts from instead of a fresh one
+    (``protocol_options.warm_start``).
     """
 
     sequence: ShiftSequence
@@ -56,6 +58,7 @@ class Context:
     owner_key: str
     device: torch.device
     fits: list[dict[str, Any]] = field(default_factory=list)
+    warm_start: nn.Module | None = None
 
     @property
     def num_classes(self) -> int:
@@ -80,7 +83,10 @@ class Context:
         return build().to(self.device)
 
     def new_model(self, stage: str) -> nn.Module:
-        """A freshly initialised model of the context's architecture for ``stage``."""
+        """A freshly initialised model of the context's architecture for ``stage``, or a copy of
+        :attr:`warm_start` where the job continues the previous time's model."""
+        if self.warm_start is not None:
+            return clone_model(self.warm_start).to(self.device)
         return self.seeded(stage, lambda: build_model(self.arch, self.num_classes))
 
     def tuned_fit(

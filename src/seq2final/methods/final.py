@@ -106,6 +106,7 @@ for _objective in ("erm", "irm", "dro"):
         f"{_objective.upper()} on all steps 0..T (the final step's validation set selects)",
         ("nothing",),
         terms=(_objective,),
+        pooled=True,
     )(_all_steps(_objective))
 
 

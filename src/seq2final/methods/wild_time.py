@@ -1,12 +1,11 @@
 """Wild-Time's methods (Yao et al., 2022) as modes: the invariant objectives over time windows,
 and mixup and LISA, each on the final step's view of all steps or on the historical steps.
 
-Wild-Time's "-T" variants treat *windows of time* as the domains of CORAL, GroupDRO and IRM:
-``count`` windows of ``length`` consecutive steps, the first ending at the present step and each
-next one ``1`` step earlier (overlapping, the default) or ``length`` steps earlier: the paper's
-description, each window of ``length`` steps (shorter only where it reaches step 0). Its code
-builds nested windows that all end at the present instead (``scheme: nested``). ``time_windows``
-lists both.
+Wild-Time's "-T" variants treat *windows of time* as the domains of CORAL, GroupDRO and IRM.
+Its code builds nested windows that all end at the present step and together reach step 0
+(``scheme: nested``, the default); its paper describes ``count`` windows of ``length``
+consecutive steps, the first ending at the present step and each next one ``1`` step earlier
+(overlapping) or ``length`` steps earlier (``scheme: sliding``). ``time_windows`` lists both.
 Every mode is registered beside the paper's, so it runs under every protocol and combines with
 every final mode that continues a model (``historical:coral_t,final:ft``).
 """
@@ -38,18 +37,19 @@ from seq2final.training.tensors import TensorSplit
 
 
 class Windows(StrictModel):
-    """A ``-T`` mode's ``windows`` block (Wild-Time's Yearbook setting: windows of 5 steps).
+    """A ``-T`` mode's ``windows`` block (Wild-Time's Yearbook setting, ``group_size`` 4: nested
+    windows of 5 steps and more).
 
-    ``scheme``: ``sliding``, the paper's description (``count`` windows of ``length`` steps), or
-    ``nested``, Wild-Time's code (``YearbookGroup``: every window ends at the present step, the
-    g-th starting ``length + g`` steps before it, so together they reach step 0; ``count`` and
-    ``overlapping`` are the sliding scheme's).
+    ``scheme``: ``nested``, Wild-Time's code and the default (``YearbookGroup``: every window
+    ends at the present step, the g-th starting ``length + g`` steps before it, so together they
+    reach step 0), or ``sliding``, the paper's description (``count`` windows of ``length``
+    steps; ``count`` and ``overlapping`` are this scheme's alone).
     """
 
     count: int = Field(default=10, ge=1)
-    length: int = Field(default=5, ge=1)
+    length: int = Field(default=4, ge=1)
     overlapping: bool = True
-    scheme: Literal["sliding", "nested"] = "sliding"
+    scheme: Literal["nested", "sliding"] = "nested"
 
 
 def time_windows(present: int, windows: Windows) -> list[tuple[int, ...]]:
@@ -86,15 +86,15 @@ def windows_of(config: Mapping[str, Any], where: str) -> Windows:
         raise Seq2FinalError(one_line(error, Windows, f"{where}.windows")) from None
 
 
-IRM_DUMMIES = {"per_class": "irm", "scalar": "irm_v1"}
-"""IRM-T's penalty by its dummy multiplier (``irm_dummy``): the paper's original code's per-class
-vector, summed over the windows (the ``irm`` term), or Wild-Time's scalar IRMv1, averaged over
-them (``irm_v1``)."""
+IRM_DUMMIES = {"scalar": "irm_v1", "per_class": "irm"}
+"""IRM-T's penalty by its dummy multiplier (``irm_dummy``): Wild-Time's scalar IRMv1, averaged
+over the windows (``irm_v1``, the default), or the Seq-to-Final paper's original code's
+per-class vector, summed over them (the ``irm`` term the paper's IRM keeps)."""
 
 
 def irm_objective(config: Mapping[str, Any], where: str) -> str:
-    """The loss term IRM-T trains with, from its ``irm_dummy`` key (default ``per_class``)."""
-    dummy = config.get("irm_dummy", "per_class")
+    """The loss term IRM-T trains with, from its ``irm_dummy`` key (default ``scalar``)."""
+    dummy = config.get("irm_dummy", "scalar")
     if dummy not in IRM_DUMMIES:
         raise Seq2FinalError(f"{where}.irm_dummy {dummy!r}: valid: {', '.join(IRM_DUMMIES)}")
     return IRM_DUMMIES[dummy]
@@ -177,6 +177,6 @@ for _kind, (_text, _column, _citation) in _TEXTS.items():
     )
     final_mode(
         f"all_{_name}", f"{_text}, on all steps 0..T", ("nothing",), check=_check(_kind),
-        terms=_terms,
+        terms=_terms, pooled=True,
     )(_final(_kind))  # fmt: skip
     method(_name, "none", f"all_{_name}", _column, None, _citation)

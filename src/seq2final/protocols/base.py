@@ -62,11 +62,15 @@ class ProtocolOptions(StrictModel):
     ``split_step``: ``eval_fix`` (and the mixed diagnostic) train on steps 0..split_step and test
     on the later ones; ``None`` means the middle step. ``window``: ``eval_stream`` tests the model
     of time t on steps t+1..t+window; ``None`` means a preset's own window, else
-    :data:`DEFAULT_WINDOW` (:func:`options_for` resolves both).
+    :data:`DEFAULT_WINDOW` (:func:`options_for` resolves both). ``warm_start``: under
+    ``eval_stream``, each time's pooled model (a final mode marked ``pooled``: ERM, IRM, DRO and
+    Wild-Time's on all steps) starts from the same method's model of the previous time, as
+    Wild-Time's Eval-Stream trains; ``None`` (off) trains each afresh.
     """
 
     split_step: int | None = None
     window: int | None = None  # None: a preset's own (Yearbook's 10, Wild-Time's K), else 2
+    warm_start: bool | None = None  # None: off
 
 
 StepAccuracies = Mapping[int, Mapping[str, float]]
@@ -174,6 +178,21 @@ FIRST_MODEL = ("none", "scratch")
 step 0 alone, the baseline's fit, shared by every method. A view of one step has no history for
 a method to use; Wild-Time trains each method's own objective on step 0, which for ERM, FT and
 the continual methods is this fit (docs/protocols.md)."""
+
+
+WARM_PROTOCOLS = ("eval_stream",)
+"""The protocols whose views are every time of a stream, one after another: the only ones where a
+view has a previous time's model to start from."""
+
+
+def check_warm_start(protocol: str, options: ProtocolOptions) -> None:
+    """A warm start is asked only where every time has a previous one's model."""
+    if options.warm_start and protocol not in WARM_PROTOCOLS:
+        raise Seq2FinalError(
+            f"protocol_options.warm_start true under protocol '{protocol}': valid only under "
+            f"{', '.join(WARM_PROTOCOLS)}, whose views are the stream's consecutive times; "
+            f"under {protocol} every fit starts afresh"
+        )
 
 
 def sequence_options(protocol: str) -> dict[str, Any]:

@@ -92,8 +92,12 @@ def job_key(
     final: str,
     state: str | None,
     config: Mapping[str, Any],
+    warm_start: str | None = None,
 ) -> str:
-    """A job's key: the sequence's readable name, the modes, the budget and a digest of the rest."""
+    """A job's key: the sequence's readable name, the modes, the budget and a digest of the rest
+    (with the key of the job whose model it starts from, if it is warm-started)."""
     slug = spec.key.split("-seed")[0]
     payload = {**base, "state": state, "final": final, "config": dict(config)}
+    if warm_start is not None:
+        payload["warm_start"] = warm_start
     return f"{slug}.{base['arch']}.{historical}+{final}.{budget_name}.{digest(payload)}"

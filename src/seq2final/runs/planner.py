@@ -19,11 +19,18 @@ from seq2final.core.records import StepView
 from seq2final.core.schema import one_line
 from seq2final.core.seeds import derived_seed
 from seq2final.data.spec import SequenceSpec
-from seq2final.methods import HISTORICAL_MODES, HistoricalState, RequestedJob, requested_jobs
+from seq2final.methods import (
+    FINAL_MODES,
+    HISTORICAL_MODES,
+    HistoricalState,
+    RequestedJob,
+    requested_jobs,
+)
 from seq2final.protocols import (
     FIRST_MODEL,
     PROTOCOLS,
     ProtocolOptions,
+    check_warm_start,
     chosen_views,
     options_for,
     runnable,
@@ -68,8 +75,13 @@ def plan_run(
     parsed = options_for(
         parsed, spec.name, spec.dataset
     )  # a preset's split step, where none is given
+    check_warm_start(name, parsed)
     options = parsed.model_dump(exclude_none=True)
-    problems = _problems(spec, name, parsed, request.get("protocol_view"))
+    only = request.get("protocol_view")
+    problems = _problems(spec, name, parsed, only)
+    if parsed.warm_start and only is not None:  # the earlier times' pooled jobs it continues too
+        every = _problems(spec, name, parsed)
+        problems = every[: [v.name for _, v in every if v].index(only) + 1]
     wanted = requested_jobs(request["method"], request["historical"], request["final"], arch)
     if problems[0][1] is not None:
         wanted = runnable(wanted, name, request["method"] or request["final"])
@@ -77,6 +89,7 @@ def plan_run(
     jobs: dict[str, JobPlan] = {}
     requested = []
     whole = key_base(spec, arch, budget, engine.results_key(), data)
+    previous: dict[str, str] = {}  # each requested job's key at the previous time (warm starts)
     for problem, view in problems:
         check_mode_configs(
             historical_modes, final_modes, step0_space, problem.num_targets, budget_name
@@ -88,6 +101,15 @@ def plan_run(
         for job in wanted:
             if view is not None and len(view.steps) == 1:  # time 0: one model for every method
                 job = RequestedJob(job.requested, *FIRST_MODEL)
+            warm = job.historical == "none" and FINAL_MODES[job.final].pooled
+            if (
+                only is not None
+                and view is not None
+                and view.name != only
+                and not (warm or len(view.steps) == 1)
+            ):
+                continue  # an earlier time, planned only for what a warm start continues
+            warm_start = previous.get(job.requested) if warm and parsed.warm_start else None
             state = None
             if job.historical != "none":
                 # a mode with no settings (config_keys empty) may have no YAML block
@@ -108,13 +130,15 @@ def plan_run(
                     )
             final_config = dict(final_modes.get(job.final, {}))
             key = job_key(problem, base, budget_name, job.historical, job.final, state,
-                          final_config)  # fmt: skip
+                          final_config, warm_start)  # fmt: skip
+            previous[job.requested] = key
             if key in jobs:
                 jobs[key] = replace(jobs[key], requested=(*jobs[key].requested, job.requested))
             else:
                 jobs[key] = JobPlan(key, job.method, (job.requested,), job.historical, job.final,
-                                    state, final_config, view)  # fmt: skip
-            requested.append((job.requested, key))
+                                    state, final_config, view, warm_start)  # fmt: skip
+            if view is None or only is None or view.name == only:
+                requested.append((job.requested, key))
     return RunPlan(
         sequence_key=spec.key,
         sequence_name=spec.name,

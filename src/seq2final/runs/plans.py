@@ -56,6 +56,7 @@ class JobPlan:
     state_key: str | None
     config: dict[str, Any]
     view: StepView | None = None
+    warm_start: str | None = None  # the previous time's job whose model this one starts from
 
     @property
     def name(self) -> str:

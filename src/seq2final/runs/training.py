@@ -194,16 +194,20 @@ def fit_job(
     sequence: ShiftSequence,
     state: HistoricalState | None,
     costs: Mapping[str, int],
+    warm_start: nn.Module | None = None,
 ) -> tuple[JobOutcome, Context]:
     """Runs one job's final mode on its historical state and evaluates it on the test set; the
     context its fits ran in comes with it.
 
     ``costs`` are the training FLOPs of that state and of the states it continues, by key
-    (:func:`historical_costs`), which the job's record carries as shared.
+    (:func:`historical_costs`), which the job's record carries as shared. ``warm_start``: the
+    previous time's model a warm-started pooled job starts from (``job.warm_start``'s).
     """
     started = time.perf_counter()
     problem = problem_sequence(sequence, job.view)
     ctx = _context(plan, problem, job.key)
+    if warm_start is not None:
+        ctx.warm_start = warm_start.to(ctx.device)
     state = None if state is None else state.to(ctx.device)
     outcome = FINAL_MODES[job.final].run(ctx, job.config, state)
     test = ctx.split(-1, "test")
@@ -360,9 +364,9 @@ def train_jobs(
         job = jobs[key]
         run_id = runs[key] = None if tracker is None else tracker.start(job)
         try:
-            outcome, ctx = fit_job(
-                plan, job, sequence, states.get(job.state_key or ""), costs.get(job.state_key, {})
-            )
+            start = None if job.warm_start is None else store.model(job.warm_start)
+            outcome, ctx = fit_job(plan, job, sequence, states.get(job.state_key or ""),
+                                   costs.get(job.state_key, {}), start)  # fmt: skip
             store.put(key, outcome.record, outcome.model, outcome.curves)
         except BaseException as error:  # the study and its checkpoint stay, so a rerun resumes
             if tracker is not None and run_id is not None:
