@@ -21,6 +21,12 @@ Eval-Stream's average and worst, the mixed split's OOD average, Eval-Fix's ID→
 the OOD accuracy mixing the training data gains, and the training GFLOPs of every view trained
 (each historical state the views share counted once); then the mean drop and the share of it
 that mixing closes, over the methods.
+
+Every finished job's result record (JSON, no model) is kept under ``benchmarks/results/
+protocol_study/`` as soon as a protocol's run ends, and copied back into the result store before
+anything trains: a study spread over machines or sessions without its data folder resumes from
+its records, training only the views it has no record of (and the historical states those
+continue), and ``--summary-only`` needs nothing else.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -48,17 +55,54 @@ from seq2final.reporting.tables import shown_name, train_flops_once
 from seq2final.training import Engine
 
 PROJECT = Path(__file__).resolve().parents[1]
+KEPT = PROJECT / "benchmarks" / "results" / "protocol_study"
 PROTOCOLS = ("eval_fix", "eval_stream", "mixed_split")
 PIPELINES = ["build_sequences", "pretrain_historical", "adapt_final", "evaluate", "visualize"]
 
 
 def run_study(env: str, overrides: Mapping[str, Any], protocols: Sequence[str]) -> None:
-    """Train and report ``protocols`` in this order."""
+    """Train and report ``protocols`` in this order, keeping each one's records as it ends."""
     bootstrap_project(PROJECT)
     for protocol in protocols:
         runtime = {**overrides, "protocol": protocol}
         with KedroSession.create(project_path=PROJECT, env=env, runtime_params=runtime) as session:
             session.run(pipeline_names=PIPELINES)
+        keep_records(env, overrides)
+
+
+def result_folder(env: str, overrides: Mapping[str, Any]) -> Path:
+    """Where the study's result store keeps its records (the catalog's ``adapt_results``)."""
+    bootstrap_project(PROJECT)
+    runtime = {**overrides, "protocol": PROTOCOLS[0]}
+    with KedroSession.create(project_path=PROJECT, env=env, runtime_params=runtime) as session:
+        return Path(session.load_context().catalog.load("adapt_results").results)
+
+
+def restore_records(env: str, overrides: Mapping[str, Any]) -> int:
+    """Copy the kept records the result store lacks into it; how many."""
+    folder = result_folder(env, overrides)
+    folder.mkdir(parents=True, exist_ok=True)
+    missing = [p for p in sorted(KEPT.glob("*.json")) if not (folder / p.name).exists()]
+    for path in missing:
+        _copy(path, folder / path.name)
+    return len(missing)
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copy in one step: a process reading ``target`` meanwhile sees all of it or none."""
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
+    shutil.copyfile(source, partial)
+    partial.replace(target)
+
+
+def keep_records(env: str, overrides: Mapping[str, Any]) -> None:
+    """Copy the study's records (its sequence, architecture, budget and methods) into
+    :data:`KEPT`, each once: a record never changes once its job has finished."""
+    KEPT.mkdir(parents=True, exist_ok=True)
+    folder = result_folder(env, overrides)
+    for record in study_records(env, overrides)[1]:
+        if not (KEPT / f"{record.job_key}.json").exists():
+            _copy(folder / f"{record.job_key}.json", KEPT / f"{record.job_key}.json")
 
 
 def study_records(
@@ -192,6 +236,9 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "1")
     overrides = json.loads(args.params)
+    restored = restore_records(args.env, overrides)
+    if restored:
+        print(f"{restored} kept record(s) restored from {KEPT.relative_to(PROJECT)}")
     if not args.summary_only:
         order = args.order.split(",")
         if unknown := sorted(set(order) - set(PROTOCOLS)):
