@@ -16,6 +16,7 @@ from kedro.config import OmegaConfigLoader
 
 from seq2final.core.plugins import load_plugins
 from seq2final.data.sources import SourceData
+from seq2final.data.sources.portraits import write_synthetic_portraits
 from seq2final.methods import METHODS
 from seq2final.runs.result_store import ResultStore
 from seq2final.runs.sequence_store import SequenceStore
@@ -218,25 +219,10 @@ def point_mlflow_at():
     return set_tracking_uri
 
 
-def _write_yearbook(root: Path, years=range(1930, 2014), per_year: int = 1) -> Path:
-    """A folder laid out as the real Yearbook data: ``F/`` and ``M/`` with ``YYYY_*.png``."""
-    from PIL import Image
-
-    for sex in ("F", "M"):
-        (root / sex).mkdir(parents=True, exist_ok=True)
-        for year in years:
-            for i in range(per_year):
-                shade = (year - 1900 + 7 * i + (sex == "F") * 50) % 256
-                Image.fromarray(np.full((24, 20), shade, np.uint8)).save(
-                    root / sex / f"{year}_{sex}_{i}.png"
-                )
-    return root
-
-
 @pytest.fixture(scope="session")
 def write_yearbook():
     """Writes a synthetic Yearbook folder with the real layout (there is no Portraits data here)."""
-    return _write_yearbook
+    return write_synthetic_portraits
 
 
 @pytest.fixture

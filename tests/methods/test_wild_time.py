@@ -35,6 +35,12 @@ def test_wild_times_yearbook_setting_is_the_default_and_bad_blocks_are_one_line(
     assert len(time_windows(40, Windows(scheme="sliding"))) == 10
     with pytest.raises(Seq2FinalError, match=r"final_modes.all_coral_t.windows 'length' = 0"):
         windows_of({"windows": {"length": 0}}, "final_modes.all_coral_t")
+    with pytest.raises(Seq2FinalError, match=r"windows 'count' = 0: .*greater than or equal to 1"):
+        windows_of({"windows": {"count": 0, "scheme": "sliding"}}, "final_modes.all_coral_t")
+    with pytest.raises(
+        Seq2FinalError, match=r"windows 'scheme' = 'rolling': .*'nested' or 'sliding'"
+    ):
+        windows_of({"windows": {"scheme": "rolling"}}, "final_modes.all_coral_t")
     with pytest.raises(
         Seq2FinalError, match=r"unknown key 'size'; valid: count, length, overlapping, scheme"
     ):

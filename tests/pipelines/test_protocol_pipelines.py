@@ -132,6 +132,20 @@ def test_a_chain_grows_with_the_stream_each_step_fitted_once_over_every_view(
     # the pooled method trains one model per time on steps 0..t
     erm = [f for f in fits_seen if "all_erm" in f["owner"]]
     assert sorted(f["view"] for f in erm) == [f"0-{t}" for t in times]
+    # the protocol's cost charges each fit once, as NED: SFT's jobs (time 0's among them), its
+    # chain's states and the step-0 model, each once however many views continue them
+    from seq2final.protocols import ProtocolOptions
+    from seq2final.reporting.protocols import protocol_scores
+
+    records = [stores.results[k] for k in stores.results]
+    (row,) = [r for r in protocol_scores(records, "eval_stream", ProtocolOptions(window=1))
+              if r["method"] == "sft"]  # fmt: skip
+    jobs = [r for r in records if r.historical == "sequential" or r.view.name == "0-0"]
+    states = [k for k in stores.states if k.startswith(("sequential-", "step0-"))]
+    flops = sum(r.train_flops for r in jobs) + sum(
+        fit["train_flops"] for k in states for fit in stores.states.summary(k).fits
+    )
+    assert row["train_flops"] == flops and flops > 0
 
 
 def test_a_warm_started_stream_starts_each_pooled_fit_from_the_previous_times_model(

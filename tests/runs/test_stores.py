@@ -63,7 +63,7 @@ def test_a_grown_chain_state_stores_only_what_it_adds_to_the_state_it_extends(tm
         "si": ModelChain(models[:1], None, [anchor], "si_c"),
     }, [{"stage": "x", "train_flops": 5}], {"extends": None, "step0": None})  # fmt: skip
     store.put("k0", first)
-    loaded = store["k0"]
+    loaded = HistoricalStore(tmp_path / "states")["k0"]  # from the files, not the recent ones
     second_anchor = ({"w": torch.zeros(2)}, {"w": torch.ones(2)})
     main, si = loaded.chains["main"], loaded.chains["si"]
     second = HistoricalState("sequential_ewc", "convnet_1", {
@@ -77,10 +77,11 @@ def test_a_grown_chain_state_stores_only_what_it_adds_to_the_state_it_extends(tm
     assert (saved["main"]["shared_models"], len(saved["main"]["models"])) == (1, 1)
     assert (saved["main"]["shared_anchors"], len(saved["main"]["anchors"])) == (1, 1)
     assert (saved["si"]["shared_anchors"], len(saved["si"]["anchors"])) == (0, 1)
-    back = store["k1"]
+    back = HistoricalStore(tmp_path / "states")["k1"]
     for name in ("main", "si"):
         assert [_bytes(m) for m in back.chains[name].models] == [_bytes(m) for m in models]
     assert [a[0]["w"].tolist() for a in back.chains["main"].anchors] == [[1, 1], [0, 0]]
     assert [a[0]["w"].tolist() for a in back.chains["si"].anchors] == [[0, 0]]
     # a job's cost walks the chain through the stored fits alone
     assert historical_costs("k1", store.summary) == {"k1": 7, "k0": 5}
+    assert store["k1"] is second  # the states just written or read are kept

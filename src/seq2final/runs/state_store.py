@@ -8,6 +8,7 @@ is how finished work is reused and interrupted runs resume.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -81,10 +82,18 @@ def unpack_state(payload: dict[str, Any], base: HistoricalState | None = None) -
 
 
 class HistoricalStore(Mapping[str, HistoricalState]):
-    """Historical states by key, one folder each (``state.pt`` + a readable ``state.json``)."""
+    """Historical states by key, one folder each (``state.pt`` + a readable ``state.json``).
+
+    The last :data:`RECENT` states read are kept: a growing chain's state of steps 0..k is read
+    through the one of 0..k−1, which the stream has just read or trained, so reading a stream's
+    states in order reads each file once instead of the whole chain every time.
+    """
+
+    RECENT = 4
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._recent: OrderedDict[str, HistoricalState] = OrderedDict()
 
     def _path(self, key: str) -> Path:
         return self.root / key / "state.pt"
@@ -93,6 +102,9 @@ class HistoricalStore(Mapping[str, HistoricalState]):
         return isinstance(key, str) and self._path(key).exists()
 
     def __getitem__(self, key: str) -> HistoricalState:
+        if key in self._recent:
+            self._recent.move_to_end(key)
+            return self._recent[key]
         path = self._path(key)
         if not path.exists():
             raise KeyError(key)
@@ -100,13 +112,20 @@ class HistoricalStore(Mapping[str, HistoricalState]):
         base = self[extends] if extends else None  # the previous time's, for a growing chain
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True)
-            return unpack_state(payload, base)
+            state = unpack_state(payload, base)
         except Exception as error:  # any unreadable or inconsistent file is the same problem
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise Seq2FinalError(
                 f"historical state {path} is corrupt ({first[:120]}); delete its folder and rerun "
                 "pretrain_historical"
             ) from None
+        return self._remember(key, state)
+
+    def _remember(self, key: str, state: HistoricalState) -> HistoricalState:
+        self._recent[key] = state
+        if len(self._recent) > self.RECENT:
+            self._recent.popitem(last=False)
+        return state
 
     def summary(self, key: str) -> HistoricalState:
         """State ``key`` without its models (its mode, arch, fits and info, from ``state.json``):
@@ -141,6 +160,7 @@ class HistoricalStore(Mapping[str, HistoricalState]):
             ),
         )
         atomic_write(self._path(key), lambda p: torch.save(pack_state(state), p))
+        self._remember(key, state)
 
 
 class HistoricalStoreDataset(AbstractDataset[Mapping[str, HistoricalState], HistoricalStore]):

@@ -4,7 +4,7 @@ by 5-year block or by year (Wild-Time's Yearbook): three sources reading one fol
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,3 +129,21 @@ def load_portraits_5y(data_path: Path | None, raw_dir: Path) -> SourceData:
 def load_portraits_1y(data_path: Path | None, raw_dir: Path) -> SourceData:
     """Yearbook portraits by year, 1930 to 2013 (Wild-Time's Yearbook)."""
     return read_portraits(data_path, "year", "portraits_1y", complete=True)
+
+
+def write_synthetic_portraits(
+    root: Path, years: Iterable[int] = range(FIRST_YEAR, LAST_YEAR + 1), per_year: int = 1
+) -> Path:
+    """A folder laid out as the real Yearbook data (``F/`` and ``M/`` with ``YYYY_*.png``) of
+    plain grey 24×20 images, ``per_year`` per sex and year, whose shade moves with the year and
+    the sex: the Yearbook datasets and protocols run on it where the photos are not at hand (the
+    tests, ``benchmarks/stream_fits.py``)."""
+    for sex in ("F", "M"):
+        (root / sex).mkdir(parents=True, exist_ok=True)
+        for year in years:
+            for i in range(per_year):
+                shade = (year - 1900 + 7 * i + (sex == "F") * 50) % 256
+                Image.fromarray(np.full((24, 20), shade, np.uint8)).save(
+                    root / sex / f"{year}_{sex}_{i}.png"
+                )
+    return root
