@@ -23,7 +23,8 @@ the OOD accuracy mixing the training data gains, and the training GFLOPs of ever
 that mixing closes, over the methods.
 
 Every finished job's result record (JSON, no model) is kept under ``benchmarks/results/
-protocol_study/`` as soon as a protocol's run ends, and copied back into the result store before
+protocol_study/`` as soon as a protocol's run ends (and by ``--summary-only``, which a second
+process may run while the study trains), and copied back into the result store before
 anything trains: a study spread over machines or sessions without its data folder resumes from
 its records, training only the views it has no record of (and the historical states those
 continue), and ``--summary-only`` needs nothing else.
@@ -248,6 +249,7 @@ def main() -> None:
             )
         run_study(args.env, overrides, order)
     try:
+        keep_records(args.env, overrides)
         params, records = study_records(args.env, overrides)
     except Seq2FinalError as error:  # e.g. two settings under the budget's name: one line
         parser.exit(2, f"{error}\n")
