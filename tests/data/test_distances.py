@@ -1,10 +1,12 @@
 import numpy as np
 import pytest
 
+from seq2final.core.errors import Seq2FinalError
 from seq2final.data.distances import (
     Embedded,
     conditional_wasserstein2,
     fit_pca_features,
+    nearest_neighbour_distance,
     wasserstein2,
 )
 
@@ -35,6 +37,20 @@ def test_non_convergence_is_warned_with_the_pair(caplog):
     rng = np.random.default_rng(0)
     wasserstein2(rng.normal(size=(60, 3)), rng.normal(size=(60, 3)), 5, "tiny budget pair")
     assert "tiny budget pair" in caplog.text and "did not converge" in caplog.text
+
+
+def test_the_1nn_distance_is_the_mean_distance_to_the_nearest_reference_point():
+    rng = np.random.default_rng(0)
+    reference, shifted = rng.normal(size=(40, 5)), rng.normal(size=(25, 5)) + 0.7
+    brute = np.mean([min(np.linalg.norm(x - r) for r in reference) for x in shifted])
+    assert nearest_neighbour_distance(reference, shifted, "pair") == pytest.approx(brute, rel=1e-12)
+    # by hand: {0, 10} against {1, 7}: 1 → 0 at 1, 7 → 10 at 3; mean 2; the other way 1 and 3
+    line = np.array([[0.0], [10.0]]), np.array([[1.0], [7.0]])
+    assert nearest_neighbour_distance(*line, "line") == pytest.approx(2.0)
+    assert nearest_neighbour_distance(line[1], line[0], "back") == pytest.approx(2.0)
+    assert nearest_neighbour_distance(reference, reference, "self") == 0.0
+    with pytest.raises(Seq2FinalError, match=r"1-NN distance of an empty set \(empty\)"):
+        nearest_neighbour_distance(reference, shifted[:0], "empty")
 
 
 def test_conditional_w2_weights_classes_by_the_second_set():

@@ -45,10 +45,12 @@ def test_build_then_quantify(project):
         project / f"data/08_reporting/shift_tables/{folder.name}/relative_to_final.csv"
     )
     assert list(table.columns) == ["metric", "W^{0,3}", "W^{1,3}", "W^{2,3}"]
+    assert list(table["metric"]) == ["W_X", "W_X|Y", "1-NN"]
     # Rotation is the step that makes the final distribution: before it the shift is large.
     assert table.loc[0, "W^{0,3}"] > 1.2
     distances = pd.read_csv(project / f"data/04_feature/shift_distances/{folder.name}.csv")
     assert list(distances["comparison"]) == ["half_split"] + ["consecutive"] * 3 + ["to_final"] * 4
+    assert (distances["nn1"] > 0).all()  # no final test image is a training image
     report = (project / f"data/08_reporting/shift_reports/{folder.name}.md").read_text()
     assert "W_X|Y" in report
 

@@ -1,11 +1,13 @@
-"""How much a sequence shifts: exact Wasserstein-2 distances in a PCA space of pixels.
+"""How much a sequence shifts: exact Wasserstein-2 and 1-NN distances in a PCA space of pixels.
 
 Following the paper (App. B), images are flattened (3·H·W features, on the 0-255 scale), a PCA is
 fitted on all training images of all steps, and every image is represented by the fewest
 components that explain the requested variance (at most ``max_components``). Between two sample
 sets the covariate distance is W2 = √(EMD with squared-Euclidean cost), solved exactly with POT's
 network simplex; the conditional distance averages per-class W2 with the class frequencies of the
-second set. Tables normalise by the final train-vs-test distance, so 1 means "as far as an
+second set. Beside them, Control+Shift's (Friedman & Chowers) 1-NN distance: the mean, over the
+second set's images, of the Euclidean distance to the nearest image of the first, in the same PCA
+space. Tables normalise by the final train-vs-test distance, so 1 means "as far as an
 in-distribution test set" (paper Tables 5-6).
 """
 
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import ot
 from sklearn.decomposition import PCA
+from sklearn.neighbors import NearestNeighbors
 
 from seq2final.core.errors import Seq2FinalError
 
@@ -75,6 +78,20 @@ def wasserstein2(a: np.ndarray, b: np.ndarray, max_iterations: int, pair: str) -
             "W2 for %s did not converge (%s); value is an upper bound", pair, log["warning"]
         )
     return float(np.sqrt(max(value, 0.0)))
+
+
+def nearest_neighbour_distance(reference: np.ndarray, shifted: np.ndarray, pair: str) -> float:
+    """Control+Shift's 1-NN distance: the mean, over the ``shifted`` points, of the Euclidean
+    distance to the nearest ``reference`` point (scikit-learn's exact ``NearestNeighbors``).
+    Unlike W2 it asks only whether each shifted image has a close training image, so it grows
+    with the part of the shifted support that the training support does not cover."""
+    if len(reference) == 0 or len(shifted) == 0:
+        raise Seq2FinalError(
+            f"1-NN distance of an empty set ({pair}); valid: sequences whose splits have images"
+        )
+    index = NearestNeighbors(n_neighbors=1).fit(reference.astype(np.float64))
+    distances, _ = index.kneighbors(shifted.astype(np.float64))
+    return float(distances.mean())
 
 
 def conditional_wasserstein2(first: Embedded, second: Embedded, max_iterations: int) -> float:

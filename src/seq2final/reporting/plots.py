@@ -437,14 +437,15 @@ def subpopulation_grid(
 
 
 def shift_profile(table: pd.DataFrame, title: str) -> Figure:
-    """Normalised distance to the final step, per earlier step, covariate and conditional."""
+    """Normalised distance to the final step, per earlier step: covariate and conditional W2 and
+    the 1-NN distance."""
     figure = _figure(4.5, 3)
     axis = figure.add_subplot()
     for metric, row in table.iterrows():
         axis.plot(range(len(row)), row.to_numpy(dtype=float), marker="o", label=str(metric))
     axis.axhline(1.0, color="grey", linestyle=":", linewidth=1)
     axis.set_xticks(range(len(table.columns)), [str(c) for c in table.columns], fontsize=7)
-    axis.set_ylabel("W2 to final ÷ final train-vs-test")
+    axis.set_ylabel("distance to final ÷ final train-vs-test")
     axis.set_title(title, fontsize=9)
     axis.legend(fontsize=7)
     return figure
