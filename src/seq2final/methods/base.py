@@ -237,10 +237,10 @@ def chain_mode(
             ctx: Context, config: Mapping[str, Any], step0: StepZero | None
         ) -> dict[str, ModelChain]:
             chains = start(ctx, config, step0)
-            for name, chain in chains.items():  # chain by chain, then step by step
+            for chain_name, chain in chains.items():  # chain by chain, then step by step
                 for t in range(1, ctx.final_index):
-                    chain = step(ctx, config, name, chain, t)
-                chains[name] = chain
+                    chain = step(ctx, config, chain_name, chain, t)
+                chains[chain_name] = chain
             return chains
 
         HISTORICAL_MODES.add(
