@@ -118,8 +118,8 @@ def test_final_trains_the_sequence_itself():
         ("eval_fix", {"split_step": 5}, r"split_step 5 is outside the sequence \(steps 0..5\); valid: 1..4"),
         ("eval_fix", {"split_step": 0}, r"split_step 0 is outside .* valid: 1..4"),
         ("mixed_split", {"split_step": 9}, r"split_step 9 is outside .* valid: 1..4"),
-        ("eval_stream", {"window": 0}, r"window 0: valid: 1..5"),
-        ("eval_stream", {"window": 6}, r"window 6 is past the end .* valid: 1..5"),
+        ("eval_stream", {"window": 0}, r"window 0: valid: 1..4"),
+        ("eval_stream", {"window": 5}, r"window 5 is past the end .* valid: 1..4"),
     ],
 )  # fmt: skip
 def test_bad_options_are_one_line_naming_the_value_and_the_valid_range(name, options, message):

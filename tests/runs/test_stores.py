@@ -84,4 +84,5 @@ def test_a_grown_chain_state_stores_only_what_it_adds_to_the_state_it_extends(tm
     assert [a[0]["w"].tolist() for a in back.chains["si"].anchors] == [[0, 0]]
     # a job's cost walks the chain through the stored fits alone
     assert historical_costs("k1", store.summary) == {"k1": 7, "k0": 5}
-    assert store["k1"] is second  # the states just written or read are kept
+    kept = store["k1"]  # the states just written or read are kept, without what they extend
+    assert kept.chains["main"].models[1] is models[1] and kept.extends is None

@@ -45,3 +45,65 @@ def test_states_then_long_jobs_then_final_step_jobs_each_largest_first():
         "state large", "state small", "pooled large", "pooled small", "final large", "final small"
     ]  # fmt: skip
     assert max(client.priorities.values()) < PRIORITY["sequence"] * 1000
+
+
+class AfterClient(RecordingClient):
+    """Also records each task's name and the futures (keys here) it waits for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tasks: list[tuple[str, str, list[str], str]] = []
+
+    def submit(self, function, *args, key: str, priority: int, **options):  # noqa: ANN001, ANN003
+        task, after = args[2], list(args[3:])
+        self.tasks.append((task.kind, task.params.get("protocol_view"), after, key))
+        return super().submit(function, *args, key=key, priority=priority, **options)
+
+
+def _plan(project_parameters, protocol: str, options: dict, method: list[str]):
+    from seq2final.data.spec import resolve_spec
+    from seq2final.runs.planner import plan_run
+
+    params = project_parameters
+    spec = resolve_spec("source100:rotation60:rotation60:rotation60:rotation60", dataset="digits",
+                        test_size=50, step_tests=True, train_fraction=0.9)  # fmt: skip
+    request = {"method": method, "historical": None, "final": None, "arch": "convnet_1",
+               "budget": "smoke", "protocol": protocol, "protocol_options": options}  # fmt: skip
+    plan = plan_run(spec, request, params["budgets"], {"device": "cpu"}, {},
+                    params["historical_modes"], params["final_modes"],
+                    params["pretrain_historical"]["step0"], "data")  # fmt: skip
+    return spec, plan
+
+
+def test_a_chain_grown_to_a_later_view_is_one_task_waiting_for_the_states_before_it(
+    project_parameters, tmp_path
+):
+    """Eval-Fix at step 3 continues SFT's chain of steps 0..2: its earlier states have no job of
+    their own, so the one state task trains them; a warm-started stream's job waits for the job
+    of the previous time."""
+    from seq2final.runs.result_store import ResultStore
+    from seq2final.runs.state_store import HistoricalStore
+    from seq2final.sweep.graph import SequenceWork
+
+    stores = Stores(None, HistoricalStore(tmp_path / "s"),
+                    ResultStore(tmp_path / "r", tmp_path / "m", tmp_path / "c"))  # fmt: skip
+    client = AfterClient()
+    request = SweepRequest(sequences=("s",), archs=("convnet_1",))
+    sweep = Sweep(client, Path("."), None, {}, {}, request, stores, False, lambda _: None)
+    spec, fix = _plan(project_parameters, "eval_fix", {"split_step": 3}, ["sft"])
+    assert len([s for s in fix.states if s.mode == "sequential"]) == 3  # steps 0..0, 0..1, 0..2
+    sweep._planned[(spec.name, spec.dataset)] = 1
+    sweep._submit_training(SequenceWork(spec, {}, True, [fix]))
+    (state,) = [t for t in client.tasks if t[0] == "state"]  # one task: the chain of 0..2
+    (job,) = [t for t in client.tasks if t[0] == "job"]
+    assert job[2] == [state[3]]  # the job waits for it
+    _, stream = _plan(project_parameters, "eval_stream",
+                      {"window": 1, "warm_start": True}, ["erm"])  # fmt: skip
+    client.tasks.clear()
+    sweep._planned[(spec.name, spec.dataset)] = 1
+    sweep._submit_training(SequenceWork(spec, {}, True, [stream]))
+    jobs = [t for t in client.tasks if t[0] == "job"]
+    assert [view for _, view, _, _ in jobs] == ["0-0", "0-1", "0-2", "0-3"]
+    assert jobs[0][2] == []
+    for job, previous in zip(jobs[1:], jobs, strict=False):
+        assert job[2] == [previous[3]]  # each waits for the previous time's job

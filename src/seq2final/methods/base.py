@@ -65,8 +65,9 @@ class ModelChain:
 class HistoricalState:
     """What ``pretrain_historical`` persists: chains by name (schedules, or ``main``) and fit records.
 
-    ``extends``: the state of the previous time that a growing chain's state continues, whose
-    models and anchors it holds as they are (the store keeps only what this state adds).
+    ``extends``: on a growing chain's state just trained, the previous time's state it continues,
+    whose models and anchors it holds as they are, so that the store writes only what this state
+    adds (a state read from the store has none).
     """
 
     mode: str

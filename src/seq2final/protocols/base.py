@@ -163,12 +163,13 @@ def stream_times(num_steps: int, options: ProtocolOptions) -> range:
     Eval-Stream, whose first model is that of step 0 alone (:data:`FIRST_MODEL`)."""
     last = long_enough(num_steps)
     assert options.window is not None, "options_for resolves the window first"
-    if not 1 <= options.window <= last:
+    # time 0 alone is one model shared by every method: a stream also needs a time with history
+    if not 1 <= options.window <= last - 1:
         raise Seq2FinalError(
             f"protocol_options.window {options.window} is past the end of the sequence (steps "
-            f"0..{last}, the first window after step 0); valid: 1..{last}"
+            f"0..{last}, a time with history needing a window after it); valid: 1..{last - 1}"
             if options.window >= 1
-            else f"protocol_options.window {options.window}: valid: 1..{last}"
+            else f"protocol_options.window {options.window}: valid: 1..{last - 1}"
         )
     return range(0, last - options.window + 1)
 

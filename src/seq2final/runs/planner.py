@@ -120,7 +120,14 @@ def plan_run(
                     states[depends] = StatePlan(
                         depends, STEP0, {"space": dict(step0_space)}, view=step0_view
                     )
-                if mode.grow is not None and view is not None and view.mixed_seed is None:
+                if (
+                    mode.grow is not None
+                    and view is not None
+                    and view.mixed_seed is None
+                    and (
+                        view.steps == tuple(range(len(view.steps)))  # a prefix 0..t of the stream
+                    )
+                ):
                     state = _grown(states, whole, budget_name, job.historical, config, depends,
                                    view.steps[-1] - 1)  # fmt: skip
                 else:

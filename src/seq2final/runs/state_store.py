@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ def unpack_state(payload: dict[str, Any], base: HistoricalState | None = None) -
             chain.get("anchor_weight", "ewc_lambda"),  # states saved before SI existed
         )
     return HistoricalState(
-        payload["mode"], payload["arch"], chains, payload["fits"], payload["info"], base
+        payload["mode"], payload["arch"], chains, payload["fits"], payload["info"]
     )
 
 
@@ -160,7 +161,9 @@ class HistoricalStore(Mapping[str, HistoricalState]):
             ),
         )
         atomic_write(self._path(key), lambda p: torch.save(pack_state(state), p))
-        self._remember(key, state)
+        # kept without the state it extends, which only packing needs: a stream's newest state
+        # must not hold every earlier one alive
+        self._remember(key, replace(state, extends=None))
 
 
 class HistoricalStoreDataset(AbstractDataset[Mapping[str, HistoricalState], HistoricalStore]):

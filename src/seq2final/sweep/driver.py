@@ -124,6 +124,7 @@ class Sweep:
     def _submit_training(self, work: SequenceWork) -> None:
         group = (work.spec.name, work.spec.dataset)
         seen_jobs: set[str] = set()
+        submitted: dict[str, Future] = {}  # this sequence's jobs, for the warm starts that follow
         for plan in work.plans:
             for state in plan.states:
                 if state.mode == STEP0 or state.key in self._states:
@@ -131,9 +132,11 @@ class Sweep:
                 if state.key in self.stores.states:
                     self._reused_states.add(state.key)
                     continue
-                job = next(j for j in plan.jobs if j.state_key == state.key)
+                job = next((j for j in plan.jobs if j.state_key == state.key), None)
+                if job is None:  # an earlier time of a growing chain that no view continues:
+                    continue  # the task of the state that extends it trains it first
                 step0 = state.step0_key
-                after = [self._states[step0]] if step0 in self._states else []
+                after = [self._states[k] for k in (step0, state.extends) if k in self._states]
                 task = self._task("state", state.key, "pretrain_historical", plan.job_params(job))
                 future = self._submit(task, after, training=True)
                 self._states[state.key] = future
@@ -147,9 +150,15 @@ class Sweep:
                     self.report.reused["job"] += 1
                     self._good_jobs[group] += 1
                     continue
-                after = [self._states[job.state_key]] if job.state_key in self._states else []
+                before = [
+                    self._states.get(job.state_key or ""),
+                    submitted.get(job.warm_start or ""),
+                ]
+                after = [future for future in before if future is not None]
                 task = self._task("job", job.key, "adapt_final", plan.job_params(job))
-                self._submit(task, after, training=True, free=not job.state_key)
+                submitted[job.key] = self._submit(
+                    task, after, training=True, free=not job.state_key
+                )
                 self._pending_jobs[group] += 1
         self._planned[group] -= 1
         self._maybe_evaluate(group)
