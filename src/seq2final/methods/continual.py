@@ -19,7 +19,6 @@ step t alone, from the model of time t−1.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import torch
@@ -43,6 +42,7 @@ from seq2final.methods.base import (
 )
 from seq2final.methods.context import Context, space_of
 from seq2final.methods.final import continue_chains, fine_tune_chain
+from seq2final.methods.historical import fine_tuned_step
 from seq2final.training.continual import (
     GradientProjection,
     PathTracking,
@@ -52,7 +52,6 @@ from seq2final.training.continual import (
 from seq2final.training.engine import Engine, accuracy, scale_images
 from seq2final.training.loop import clone_model
 from seq2final.training.objectives import Task, parameters_of
-from seq2final.training.search import SearchSpace
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import Si
 
@@ -141,15 +140,6 @@ def _sequential_si(
 # A-GEM ---------------------------------------------------------------------------------------
 
 
-def fine_tuned_step(
-    ctx: Context, chain: ModelChain, t: int, space: SearchSpace, task: Task
-) -> ModelChain:
-    """``chain`` one step longer: its last model fine-tuned on ``task`` (step ``t``'s)."""
-    start = chain.last
-    model = ctx.tuned_fit(f"step{t}", space, lambda: clone_model(start), task)
-    return replace(chain, models=[*chain.models, model])
-
-
 def episodic_memory(ctx: Context, steps: int, capacity: int) -> TensorSplit:
     """The memory after the training images of steps 0..``steps``−1 streamed through a reservoir
     of ``capacity``: drawn from the run's seed alone, so the historical state and the final job
@@ -178,7 +168,7 @@ def _sequential_agem(
     memory = episodic_memory(ctx, t, settings.memory)
     task = Task([ctx.split(t, "train")], ctx.split(t, "valid"),
                 callbacks=[GradientProjection(memory, settings.reference_batch)])  # fmt: skip
-    return fine_tuned_step(ctx, chain, t, space_of(config, "space", where), task)
+    return fine_tuned_step(ctx, name, chain, t, space_of(config, "space", where), task)
 
 
 @final_mode(
@@ -218,7 +208,7 @@ def _sequential_ft(
 ) -> ModelChain:
     space = space_of(config, "space", "historical_modes.sequential_ft")
     task = Task([ctx.split(t, "train")], ctx.split(t, "valid"))
-    return fine_tuned_step(ctx, chain, t, space, task)
+    return fine_tuned_step(ctx, name, chain, t, space, task)
 
 
 def averaged_model(models: list[nn.Module], data: TensorSplit, engine: Engine) -> nn.Module:

@@ -25,6 +25,7 @@ from seq2final.methods.base import (
     historical_mode,
 )
 from seq2final.methods.context import Context, space_of
+from seq2final.methods.final import stage_name
 from seq2final.methods.schedules import selected_schedules, step_space
 from seq2final.methods.side_tuning import side_fit
 from seq2final.training.loop import clone_model
@@ -70,6 +71,15 @@ for _name, _text in (
     historical_mode(_name, _text, terms=(_name,))(_one_model(_name))
 
 
+def fine_tuned_step(
+    ctx: Context, name: str, chain: ModelChain, t: int, space: SearchSpace, task: Task
+) -> ModelChain:
+    """Chain ``name`` one step longer: its last model fine-tuned on ``task`` (step ``t``'s)."""
+    start = chain.last
+    model = ctx.tuned_fit(stage_name(name, f"step{t}"), space, lambda: clone_model(start), task)
+    return replace(chain, models=[*chain.models, model])
+
+
 _SFT = "historical_modes.sequential"
 
 
@@ -95,13 +105,9 @@ def _sequential(
 ) -> ModelChain:
     schedule = selected_schedules(config, ctx.budget_name)[name]
     task = Task([ctx.split(t, "train")], ctx.split(t, "valid"))
-    start = chain.last
-    model = ctx.tuned_fit(
-        f"{name}/step{t}", step_space(config, schedule, t, _SFT), lambda: clone_model(start), task
-    )
+    grown = fine_tuned_step(ctx, name, chain, t, step_space(config, schedule, t, _SFT), task)
     # the continuation of the chain (the final step, or the next time's) gets the next step's rate
-    final_space = step_space(config, schedule, t + 1, _SFT).describe()
-    return replace(chain, models=[*chain.models, model], final_space=final_space)
+    return replace(grown, final_space=step_space(config, schedule, t + 1, _SFT).describe())
 
 
 _EWC = "historical_modes.sequential_ewc"
@@ -128,13 +134,11 @@ def _ewc_start(
 def _sequential_ewc(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
 ) -> ModelChain:
-    space = space_of(config, "space", _EWC)
-    start = chain.last
     task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), terms=[Ewc(chain.anchors)])
-    model = ctx.tuned_fit(f"step{t}", space, lambda: clone_model(start), task)
+    grown = fine_tuned_step(ctx, name, chain, t, space_of(config, "space", _EWC), task)
     data = ctx.split(t, "train").to(ctx.device)
-    anchor = (parameters_of(model), fisher_information(model, data, ctx.engine))
-    return replace(chain, models=[*chain.models, model], anchors=[*chain.anchors, anchor])
+    anchor = (parameters_of(grown.last), fisher_information(grown.last, data, ctx.engine))
+    return replace(grown, anchors=[*chain.anchors, anchor])
 
 
 def _sequential_side(side_module: str) -> ChainStep:
