@@ -118,7 +118,7 @@ def test_the_page_command_trains_the_new_method_on_everything_new(plugin_run):
     )  # counted on the 100 test images
     (manifest,) = (plugin_run / "data/03_primary/sequences").glob("*/manifest.json")
     steps = json.loads(manifest.read_text())["steps"]
-    assert [s["state"]["darkness"] for s in steps] == [0, 1, 1, 2]
+    assert [s["state"]["darkness"] for s in steps] == [0, 0.5, 0.5, 2.5]  # darken@0.5, darken@2
     assert [sum(s["sizes"].values()) for s in steps] == [200, 120, 200, 220]
 
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from seq2final.config.parameters import RunParameters
 from seq2final.data.presets import PRESETS
-from seq2final.data.shifts import SHIFTS
+from seq2final.data.shifts import SHIFTS, Dial
 from seq2final.data.sources import SOURCES
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES, METHODS, MethodRecipe
 from seq2final.models import ARCHITECTURES, build_model, count_parameters, forward_macs
@@ -149,6 +149,13 @@ def _hyperparameters(schema: type[BaseModel]) -> str:
     return "<br>".join(described) or "–"
 
 
+def _dial(dial: Dial | None) -> str:
+    if dial is None:
+        return "none"
+    whole = ", whole" if dial.integer else ""
+    return f"{dial.unit}: {dial.default:g} ({dial.low:g} to {dial.high:g}{whole})"
+
+
 def render(conf: Path) -> str:
     """The whole page, from the registries and the YAML under ``conf`` (``conf/base``)."""
     finals = yaml.safe_load((conf / "parameters_adapt_final.yml").read_text())["final_modes"]
@@ -167,10 +174,11 @@ def render(conf: Path) -> str:
         ),
         "## Sources (`seq2final.data.sources.SOURCES`)\n",
         _table(["name", "what"], [[f"`{n}`", s.description] for n, s in SOURCES.items()]),
-        "## Shift blocks (`seq2final.data.shifts.SHIFTS`)\n",
+        "## Shift blocks (`seq2final.data.shifts.SHIFTS`)\n\nAn intensity follows `@` "
+        "(`rotation@15`); without one a block makes its default step ([Intensity](intensity.md)).\n",
         _table(
-            ["name", "effect", "what one application does"],
-            [[f"`{n}`", b.effect, b.description] for n, b in SHIFTS.items()],
+            ["name", "effect", "what one application does", "intensity: default (valid)"],
+            [[f"`{n}`", b.effect, b.description, _dial(b.dial)] for n, b in SHIFTS.items()],
         ),  # fmt: skip
         "## Sequence presets (`seq2final.data.presets.PRESETS`)\n",
         _table(

@@ -386,3 +386,112 @@ def test_a_mixed_view_draws_training_images_from_every_step_and_keeps_the_test_s
     again = sequence.view("mixed-0-1", [0, 1], mixed_seed=5)
     assert again.content_hash == mixed.content_hash
     assert sequence.view("mixed-0-1", [0, 1], mixed_seed=6).content_hash != mixed.content_hash
+
+
+DIALLED = [name for name, block in SHIFTS.items() if block.dial is not None]
+
+
+def _arrays(sequence):
+    return {(i, k): v for i, step in enumerate(sequence.steps()) for k, v in step.arrays.items()}
+
+
+@pytest.mark.parametrize("block", DIALLED)
+def test_a_block_at_its_default_intensity_draws_the_bare_blocks_bytes(block, source_factory):
+    """``rotation@30`` is ``rotation``: the dial's default is the paper's step, so a spec without
+    ``@`` keeps its data, and one that writes the default out draws the same bytes."""
+    source = source_factory(per_class=100, per_class_test=40, classes=4, subclasses=5)
+    default = SHIFTS[block].dial.default
+    sizes = {"dataset": "digits", "test_size": 20, "oracle_size": 60}
+    bare = resolve_spec(f"source40:{block}40:{block}40", **sizes)
+    dialled = resolve_spec(f"source40:{block}@{default:g}/40:{block}@{default:g}/40", **sizes)
+    assert shift_states(bare, source) == shift_states(dialled, source)
+    a, b = _arrays(build_sequence(bare, source)), _arrays(build_sequence(dialled, source))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    assert bare.key != dialled.key  # the spec as written names the stored sequence
+
+
+@pytest.mark.parametrize("block", DIALLED)
+def test_intensity_zero_is_the_identity(block, source_factory):
+    source = source_factory(per_class=100, per_class_test=40, classes=4, subclasses=5)
+    spec = resolve_spec(
+        f"source40:{block}@0/40:{block}@0/40", dataset="digits", test_size=20, oracle_size=60
+    )
+    states = shift_states(spec, source)
+    unchanged = [
+        name
+        for name, value in states[-1].values
+        if name not in ("class_weights", "subpopulations")
+        or value.weights == states[0][name].weights
+    ]
+    assert len(unchanged) == len(states[0].values)
+    sequence = build_sequence(spec, source)
+    for step in sequence.steps():
+        original = source.y_train[step.arrays["idx_train"]]
+        assert np.array_equal(step.arrays["y_train"], original)
+        assert np.array_equal(step.arrays["x_train"], source.x_train[step.arrays["idx_train"]])
+
+
+def test_intensities_scale_each_block(source_factory):
+    source = source_factory(per_class=100, per_class_test=40, classes=4, subclasses=5)
+    spec = resolve_spec(
+        "source40:rotation@-5+recolor@7+corruption@2+label_shift@0.1/40:rotation_cond@15/40",
+        dataset="digits",
+    )
+    final = shift_states(spec, source)[-1]
+    assert final["rotation"] == (10.0, -20.0, 10.0, -20.0)
+    assert final["tint"] == ((7, 0, 0),) * 4
+    assert final["noise"] == 2
+    assert final["class_weights"].weights == pytest.approx((0.225, 0.275, 0.225, 0.275))
+
+
+def test_a_partial_label_flip_moves_that_share_of_every_class(source_factory):
+    source = source_factory(per_class=200, per_class_test=40, classes=4)
+    spec = resolve_spec(
+        "source40:label_flip@0.25/80", dataset="digits", test_size=40, oracle_size=120
+    )
+    final = build_sequence(spec, source).step(-1)
+    for split in ("train", "test"):
+        original = source.y_train if split == "train" else source.y_test
+        before = original[final.arrays[f"idx_{split}"]]
+        after = final.arrays[f"y_{split}"]
+        for c in range(4):
+            members = before == c
+            flipped = after[members] != c
+            assert flipped.sum() == int(np.floor(0.25 * members.sum() + 0.5))
+            assert set(after[members][flipped]) == {3 - c}
+
+
+def test_partial_subpop_moves_part_of_the_way_to_the_next_window():
+    state = ShiftState.source(2, with_subpopulations=True)
+    half = SHIFTS["subpop"](state, 0.5)
+    assert half["subpopulations"].weights == pytest.approx((5 / 12, 5 / 12, 1 / 6, 0, 0))
+    half = SHIFTS["subpop"](half, 0.5)  # towards {1, 2, 3}
+    assert half["subpopulations"].weights == pytest.approx((5 / 24, 9 / 24, 6 / 24, 4 / 24, 0))
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (
+            "label_flip@1.5",
+            r"intensity 1.5 of shift block 'label_flip' .*valid: values from 0 to 1",
+        ),
+        ("corruption@1.5", r"'corruption' .*valid: whole values from 0 to 20"),
+        ("rotation@200", r"valid: values from -180 to 180"),
+        ("rotation@15300", r"follows '/': 'rotation@15/300'"),
+        ("source:rotation/300", r"malformed sequence .*'source600:rotation@15/300"),
+        ("rotation@", r"the intensity after .@. is not a number"),
+        ("source:rotation@x", r"malformed sequence"),
+    ],
+)
+def test_bad_intensities_are_one_line_before_any_work(text, needle):
+    with pytest.raises(Seq2FinalError, match=needle) as caught:
+        resolve_spec(text, dataset="digits")
+    assert "\n" not in str(caught.value)
+
+
+def test_an_intensity_on_a_block_without_a_dial_is_refused():
+    """The test session's plugin block ``invert`` (tests/lab_extras.py) registers no dial."""
+    with pytest.raises(Seq2FinalError, match="'invert' has no intensity .*valid: 'invert' alone"):
+        resolve_spec("source:invert@2", dataset="digits")
+    assert resolve_spec("source:invert", dataset="digits").steps[1].names == ("invert",)

@@ -198,17 +198,35 @@ def _apply_tint(
     return [(recolour(x, y, tints), y) for x, y in splits]
 
 
-def flip_labels(labels: np.ndarray, flips: Sequence[int], num_classes: int) -> np.ndarray:
-    """Apply every flip in order: type 1 is y → C−1−y, type 2 is y → (y+2) mod C."""
-    labels = labels.copy()
-    for kind in flips:
-        labels = (num_classes - 1 - labels) if kind == FLIP_REVERSE else (labels + 2) % num_classes
+Flips = tuple[int | tuple[int, float], ...]
+"""Label flips in the order added: a flip type, or (type, share) for a flip of part of each class."""
+
+
+def flip_labels(labels: np.ndarray, flips: Flips, num_classes: int) -> np.ndarray:
+    """Apply every flip in order: type 1 is y → C−1−y, type 2 is y → (y+2) mod C.
+
+    A flip with a share moves the labels of the first ``round(share × n_c)`` images of every
+    (pre-flip) class c in the split's order, which the sampler shuffled, so the choice draws no
+    random number and a smaller share flips a subset of a larger one's images.
+    """
+    original, labels = labels, labels.copy()
+    for entry in flips:
+        kind, share = (entry, 1.0) if isinstance(entry, int) else entry
+        moved = (num_classes - 1 - labels) if kind == FLIP_REVERSE else (labels + 2) % num_classes
+        if share >= 1.0:
+            labels = moved
+            continue
+        chosen = np.zeros(len(labels), dtype=bool)
+        for c in np.unique(original):
+            members = np.flatnonzero(original == c)
+            chosen[members[: int(np.floor(share * len(members) + 0.5))]] = True
+        labels = np.where(chosen, moved, labels)
     return labels
 
 
 @effect("label_flips", initial=lambda classes, subpopulations: (), order=40)
 def _apply_label_flips(
-    splits: Splits, flips: tuple[int, ...], rng: np.random.RandomState, num_classes: int
+    splits: Splits, flips: Flips, rng: np.random.RandomState, num_classes: int
 ) -> Splits:
     return [(x, flip_labels(y, flips, num_classes)) for x, y in splits]
 

@@ -275,7 +275,7 @@ def build_sequence(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
     """Sample every step of ``spec`` from ``source`` (and the oracle variant of the final step)."""
     if spec.natural:
         return _build_natural(spec, source)
-    if any("subpop" in step.blocks for step in spec.steps):
+    if any("subpop" in step.names for step in spec.steps):
         source = with_subpopulations(source)
     states = shift_states(spec, source)
     pools = _Pools(source)

@@ -6,6 +6,10 @@ step::
 
     source6000:corruption4000:label_flip6000:rotation4000
     rotation:corruption+label_flip          # sizes from the dataset's defaults
+    source600:rotation@15/300:corruption@2+label_flip@0.2/300   # intensities (docs/intensity.md)
+
+A block may carry an intensity after ``@`` (:mod:`seq2final.data.shifts`); a size after an
+intensity follows a ``/``, since ``rotation@15300`` would read as one number.
 
 Step 0 (the source) is never shifted. Every step draws fresh images per class from the source's
 train pool with its own seed and applies the cumulative shift state; the final step also draws
@@ -25,7 +29,7 @@ import numpy as np
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.data.presets import NATURAL, PRESETS
-from seq2final.data.shifts import SHIFTS
+from seq2final.data.shifts import SHIFTS, check_block, split_block
 from seq2final.data.sizes import PAPER_SIZES, DefaultSizes
 from seq2final.data.sources import SOURCES
 
@@ -45,6 +49,11 @@ class StepSpec:
 
     blocks: tuple[str, ...]
     size: int
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The blocks' registry names, without their intensities."""
+        return tuple(split_block(block)[0] for block in self.blocks)
 
 
 @dataclass(frozen=True)
@@ -90,8 +99,15 @@ class SequenceSpec:
         return [self.seed] + [int(rng.randint(0, STEP_SEED_HIGH)) for _ in range(self.num_targets)]
 
 
-_STEP = re.compile(r"^(?P<blocks>[a-z_]+(?:[,+][a-z_]+)*)?(?P<size>\d+)?$")
-_SPEC_HELP = "write steps as shift blocks with an optional size, e.g. 'source6000:rotation4000:corruption+label_flip'"
+_BLOCK = r"[a-z_]+(?:@-?\d+(?:\.\d+)?)?"
+_STEP = re.compile(
+    rf"^(?P<blocks>{_BLOCK}(?:[,+]{_BLOCK})*)?(?:(?<=[a-z_])(?P<size>\d+)|(?<=\d)/(?P<after>\d+))?$"
+)
+_SPEC_HELP = (
+    "write steps as shift blocks with an optional size, e.g. "
+    "'source6000:rotation4000:corruption+label_flip', or with intensities "
+    "'source600:rotation@15/300:label_flip@0.2/300'"
+)
 
 
 def parse_spec(text: str, sizes: DefaultSizes) -> tuple[StepSpec, ...]:
@@ -118,11 +134,20 @@ def parse_spec(text: str, sizes: DefaultSizes) -> tuple[StepSpec, ...]:
             )
         blocks = tuple(re.split(r"[,+]", match.group("blocks")))
         for block in blocks:
-            if block not in SHIFTS:
+            if split_block(block)[0] not in SHIFTS:
                 raise Seq2FinalError(
                     f"unknown shift block '{block}' in sequence '{text}'; valid: {', '.join(SHIFTS)}"
                 )
-        size = match.group("size")
+        size = match.group("size") or match.group("after")
+        for block in blocks:
+            try:
+                check_block(block)
+            except Seq2FinalError as error:
+                if size is None and block == blocks[-1]:  # perhaps a size written without '/'
+                    raise Seq2FinalError(
+                        f"{error} (a size after an intensity follows '/': 'rotation@15/300')"
+                    ) from None
+                raise
         steps.append(StepSpec(blocks, int(size) if size else sizes.target(position, len(tokens))))
     for step in steps:
         if step.size < 2:
@@ -157,7 +182,7 @@ def resolve_spec(
     if (
         preset is None
         and ":" not in sequence
-        and not set(re.split(r"[,+]", sequence)) <= set(SHIFTS)
+        and not {split_block(b)[0] for b in re.split(r"[,+]", sequence)} <= set(SHIFTS)
     ):
         raise Seq2FinalError(
             f"unknown sequence '{sequence}'; valid: a preset ({', '.join(PRESETS)}) "
