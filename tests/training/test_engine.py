@@ -89,7 +89,7 @@ def test_fuse_auto_means_one_trial_at_a_time_on_the_cpu_and_bad_values_are_one_l
         ({"fuse": 0}, "fuse 0: valid: auto or a number of trials >= 1"),
         ({"fuse": "all"}, "fuse 'all': valid: auto or a number of trials >= 1"),
         ({"fuse": 4, "channels_last": True}, "fused trials support none of them"),
-        ({"fuse": 2, "compile": True}, "fuse 2 with amp fp16, channels_last or compile"),
+        ({"fuse": 2, "compile": True}, "fuse 2 with amp fp16, channels_last, compile or augment"),
     ]:
         with pytest.raises(Seq2FinalError, match=f"parameter 'training.*{message}"):
             validate_parameters({**params, "training": training})

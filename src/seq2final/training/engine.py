@@ -15,6 +15,7 @@ from torch import nn
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel
 from seq2final.models import JointModel
+from seq2final.training.augment import Augment
 from seq2final.training.tensors import TensorSplit
 
 AUTO_FUSE = 16
@@ -34,6 +35,8 @@ class Engine(StrictModel):
     not what a fit computes, so it is no part of any key. ``compile``: a single fit's training
     step (forward, loss and penalties) runs through ``torch.compile``; like ``channels_last`` it
     changes how a fit computes, not what, so it is no part of any key either.
+    ``augment``: each training image's own draw of flips and crops or of RandAugment
+    (:mod:`seq2final.training.augment`); off by default, and part of the key when on.
     """
 
     batch_size: int = Field(default=100, ge=1)
@@ -46,6 +49,7 @@ class Engine(StrictModel):
     freeze_bn_stats: bool = False
     fuse: Literal["auto"] | int = "auto"  # checked first by _fuse_value: one message for all
     compile: bool = False
+    augment: Augment = "none"
 
     @field_validator("fuse", mode="before")
     @classmethod
@@ -58,17 +62,22 @@ class Engine(StrictModel):
     def _fusable(self) -> Engine:
         if self.fuse != "auto" and self.fuse > 1 and not self._can_fuse():
             raise ValueError(
-                f"fuse {self.fuse} with amp fp16, channels_last or compile: fused trials support "
-                "none of them; valid: fuse 1 or auto with those options"
+                f"fuse {self.fuse} with amp fp16, channels_last, compile or augment: fused trials "
+                "support none of them; valid: fuse 1 or auto with those options"
             )
         return self
 
     def _can_fuse(self) -> bool:
-        return self.amp != "fp16" and not self.channels_last and not self.compile
+        return (
+            self.amp != "fp16"
+            and not self.channels_last
+            and not self.compile
+            and self.augment == "none"
+        )
 
     def fuse_width(self) -> int:
         """How many trials train together: ``fuse``, or for ``auto`` :data:`AUTO_FUSE` on CUDA
-        (1 where fused trials cannot run: fp16 loss scaling, channels_last, compile) and 1 on the
+        (1 where fused trials cannot run: fp16 loss scaling, channels_last, compile, augment) and 1 on the
         CPU."""
         if self.fuse != "auto":
             return int(self.fuse)
@@ -101,13 +110,15 @@ class Engine(StrictModel):
         return device
 
     def results_key(self) -> dict[str, Any]:
-        """The options that change what a fit computes (the device does not, by intent)."""
+        """The options that change what a fit computes (the device does not, by intent).
+        ``augment`` appears only when on, so every key made before it existed stays."""
         return {
             "batch_size": self.batch_size,
             "input_scale": self.input_scale,
             "amp": self.amp,
             "patience": self.patience,
             "freeze_bn_stats": self.freeze_bn_stats,
+            **({"augment": self.augment} if self.augment != "none" else {}),
         }
 
 

@@ -33,6 +33,7 @@ from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import set_trainable
+from seq2final.training.augment import augment_batch, augmentation
 from seq2final.training.callbacks import FitState
 from seq2final.training.engine import (
     Engine,
@@ -146,6 +147,7 @@ def fit(
     weights = task.step_weights or [1.0] * len(domains)
     valid = task.valid.to(device)  # on the device once, not once per epoch
     cyclers = [_Cycler(len(d), engine.batch_size, generator) for d in domains]
+    augment = augmentation(engine.augment, tuple(valid.x.shape[-2:]))
     batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in domains)
     state = FitState(model, parameters, optimizer, scaler, engine, hp, generator, domains)
     callbacks = task.callbacks
@@ -188,7 +190,8 @@ def fit(
                 ):
                     index = cycler.next()
                     weight = None if domain.weight is None else domain.weight[index]
-                    x, y = scale_images(domain.x[index], engine), domain.y[index]
+                    x = scale_images(augment_batch(domain.x[index], augment), engine)
+                    y = domain.y[index]
                     batch = Batch(x, y, weight, step, loss_weight)
                     for callback in callbacks:
                         batch = callback.transform_batch(state, d, batch)
