@@ -13,6 +13,7 @@ import copy
 import logging
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
@@ -20,6 +21,7 @@ import yaml
 from kedro.framework.cli.project import run as kedro_run
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.data.family import Member, is_family, members
 
 _SEPARATORS = (":", "=")
 _INT = re.compile(r"[-+]?(0|[1-9]\d*)")
@@ -165,7 +167,7 @@ def _build_run_command() -> click.Command:
         held = _FailureReport()
         with held.attached():
             try:
-                return kedro_run.callback(pipeline=None, **kwargs)
+                return _run_members(kwargs)
             except Exception as error:
                 cause = _user_error(error)
                 if cause is None:
@@ -177,6 +179,48 @@ def _build_run_command() -> click.Command:
 
     command.callback = callback
     return command
+
+
+def _run_members(kwargs: dict[str, Any]) -> Any:
+    """Kedro's ``run``; on a family (docs/intensity.md), once per member (each an ordinary run
+    of the asked pipelines on that sequence), then the ``robustness`` pipeline over them all
+    where the asked pipelines include ``evaluate``. Every member is checked before the first
+    trains (the session's parameter check covers the whole family)."""
+    family = _family(kwargs)
+    asked = kwargs["pipelines"]
+    if not family or asked == ["robustness"]:
+        return kedro_run.callback(pipeline=None, **kwargs)
+    for member in family:
+        logging.getLogger(__name__).info("family member %g: %s", member.intensity, member.sequence)
+        params = {**kwargs["params"], "sequence": member.sequence, "intensities": None}
+        kedro_run.callback(pipeline=None, **{**kwargs, "params": params})
+    if not asked or "evaluate" in asked:
+        return kedro_run.callback(pipeline=None, **{**kwargs, "pipelines": ["robustness"]})
+    return None
+
+
+def _family(kwargs: dict[str, Any]) -> tuple[Member, ...]:
+    """The members of the family the run's parameters ask for (none for one sequence). The
+    parameters are read as the session will read them, and a family is checked whole here, so
+    a bad member stops the run before the first member trains."""
+    from kedro.framework.project import settings
+    from kedro.framework.startup import bootstrap_project
+
+    from seq2final.config.checks import validate_parameters  # torch and the registries: lazily
+
+    bootstrap_project(Path.cwd())
+    loader = settings.CONFIG_LOADER_CLASS(
+        conf_source=kwargs.get("conf_source") or str(Path.cwd() / settings.CONF_SOURCE),
+        env=kwargs.get("env"),
+        runtime_params=kwargs["params"],
+        **settings.CONFIG_LOADER_ARGS,
+    )
+    parameters = loader["parameters"]
+    sequence, intensities = str(parameters.get("sequence")), parameters.get("intensities")
+    if not is_family(sequence, intensities):
+        return ()
+    validate_parameters(parameters)
+    return members(sequence, intensities)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, name=__file__)

@@ -15,7 +15,10 @@ from rich.table import Table
 
 from seq2final.config.checks import CheckedParameters, sequence_spec
 from seq2final.config.parameters import EvaluateOptions
+from seq2final.core.errors import Seq2FinalError
+from seq2final.data.family import is_family
 from seq2final.pipelines.adapt_final.nodes import run_table
+from seq2final.pipelines.robustness.pipeline import NAMESPACE as ROBUSTNESS
 from seq2final.pipelines.visualize import create_pipeline as visualize_pipeline
 from seq2final.reporting.tables import report_folder
 from seq2final.tracking.mlflow_io import ui_url
@@ -38,6 +41,21 @@ class ValidateParametersHook:
     def after_context_created(self, context: KedroContext) -> None:
         run = self.checked.check(context.config_loader["parameters"])
         check_storage(run.tuning.storage)
+
+    @hook_impl(tryfirst=True)
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline) -> None:
+        """A family trains member by member (``kedro run`` and ``kedro sweep`` expand it); a
+        session given one runs only the pipeline that reads the members together."""
+        run = self.checked.checked()
+        if not is_family(run.sequence, run.intensities):
+            return
+        others = sorted({n.namespace or n.name for n in pipeline.nodes} - {ROBUSTNESS})
+        if others:
+            raise Seq2FinalError(
+                f"sequence '{run.sequence}' with intensities {run.intensities} is a family: "
+                f"pipelines {', '.join(others)} run one sequence; valid: the '{ROBUSTNESS}' "
+                "pipeline, or `kedro run` / `kedro sweep`, which run each member"
+            )
 
 
 class RunSummaryHook:
@@ -100,6 +118,11 @@ class RunSummaryHook:
             lines.append(
                 f"Tables: data/08_reporting/result_table_reports/{folder}/ (Markdown; CSV and "
                 "LaTeX beside)"
+            )
+        if "robustness_reports" in outputs:
+            lines.append(
+                f"Robustness: data/08_reporting/robustness_reports/{folder}/ (Markdown; CSV in "
+                "robustness_tables, PNG in robustness_figures)"
             )
         # Only the folders this run drew into (not the per-build figures): a figure with
         # nothing to draw is not saved, and a folder an earlier run filled is not this run's.

@@ -31,9 +31,9 @@ def kedro(project, *args, extra_env=None, **popen):
     return subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
 
 
-def sweep(project, *args, params=TINY, **kwargs):
+def sweep(project, *args, params=TINY, sequences=SEQUENCE, **kwargs):
     return kedro(
-        project, "sweep", "--env", "test", "--sequences", SEQUENCE, "--budget", "smoke",
+        project, "sweep", "--env", "test", "--sequences", sequences, "--budget", "smoke",
         "--params", params, *args, **kwargs,
     )  # fmt: skip
 
@@ -300,3 +300,26 @@ def test_the_sweep_command_is_a_project_command():
     for option in ("--sequences", "--archs", "--methods", "--pairs", "--seeds", "--budget",
                    "--dataset", "--data-path", "--workers", "--scheduler", "--dry-run"):  # fmt: skip
         assert option in shown.output
+
+
+def test_a_family_sweeps_as_its_members_then_reads_them_together(project):
+    """``--sequences`` with ``@*`` and ``intensities`` in ``--params``: each member a sequence of
+    the graph, then the ``robustness`` pipeline over them (docs/intensity.md)."""
+    family = "source100:rotation@*/60"
+    params = f"{TINY},intensities=[0,90],mlflow.enabled=false"
+    dry = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", family,
+                                   "--methods", "ft,baseline", "--params", params,
+                                   "--dry-run"])  # fmt: skip
+    assert dry.exit_code == 0, dry.output
+    assert f"Families: {family} at intensities [0, 90]" in dry.output
+    assert "2 sequences (0 done), 2 states (0 done), 4 jobs (0 done)" in dry.output
+    done = sweep(project, "--methods", "baseline", "--workers", "1", params=params,
+                 sequences=family)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {r["sequence"] for r in records(project).values()} == {
+        "source100:rotation@0/60",
+        "source100:rotation@90/60",
+    }
+    folder = "data/08_reporting/robustness_reports/source100-rotation@I-60-digits/"
+    assert f"Robustness: {folder}" in done.stdout
+    assert (project / folder / "smoke-slopes.md").exists()

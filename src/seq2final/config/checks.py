@@ -7,6 +7,7 @@ the parameters (a project hook) and raises one line on the first problem.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from seq2final.config.parameters import RunParameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.plugins import load_plugins, plugin_paths
 from seq2final.core.schema import one_line
+from seq2final.data.family import is_family, members
 from seq2final.data.sources import SOURCES
 from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
@@ -49,6 +51,10 @@ def validate_parameters(parameters: Mapping[str, Any]) -> RunParameters:
         run = RunParameters.model_validate({**parameters, "plugins": plugins})
     except ValidationError as error:
         raise Seq2FinalError(one_line(error, RunParameters)) from None
+    if is_family(run.sequence, run.intensities):
+        for member in members(run.sequence, run.intensities):  # each as its own run checks it
+            validate_parameters({**parameters, "sequence": member.sequence, "intensities": None})
+        return run
     spec = sequence_spec(run)
     _check_methods(run, spec.num_targets)
     asked = requested_jobs(run.method, run.historical, run.final, run.arch)
@@ -82,9 +88,13 @@ class CheckedParameters:
 
 
 def sequence_spec(run: RunParameters) -> SequenceSpec:
-    """The full specification of the sequence the parameters name."""
-    return resolve_spec(
-        run.sequence,
+    """The full specification of the sequence the parameters name; for a family, its first
+    member's under the family's name, which names its reports and its MLflow experiment (no
+    pipeline but ``robustness`` runs a family: :class:`~seq2final.hooks.ValidateParametersHook`)."""
+    family = is_family(run.sequence, run.intensities)
+    sequence = members(run.sequence, run.intensities)[0].sequence if family else run.sequence
+    spec = resolve_spec(
+        sequence,
         run.dataset,
         run.data_path,
         run.seed,
@@ -92,6 +102,7 @@ def sequence_spec(run: RunParameters) -> SequenceSpec:
         run.build_sequences.oracle_size,
         **sequence_options(run.protocol),
     )
+    return dataclasses.replace(spec, name=run.sequence) if family else spec
 
 
 def _check_methods(run: RunParameters, final_step: int) -> None:

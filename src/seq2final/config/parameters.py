@@ -7,7 +7,7 @@ stops the run at once with one line (:func:`seq2final.config.checks.validate_par
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
@@ -66,6 +66,16 @@ class EvaluateOptions(StrictModel):
     confidence: float = Field(default=0.95, gt=0, lt=1)
 
 
+class RobustnessOptions(StrictModel):
+    """``robustness`` block: the shift measures the slopes are fitted on, and the method history's
+    value is measured against (docs/intensity.md)."""
+
+    measures: list[Literal["intensity", "w2_covariate", "nn1"]] = Field(
+        default_factory=lambda: ["intensity", "w2_covariate", "nn1"], min_length=1
+    )
+    reference: MethodName = "baseline"
+
+
 class VisualizeOptions(StrictModel):
     """``visualize`` block: how finely paths are sampled and how many test images SVCCA uses."""
 
@@ -95,6 +105,7 @@ class RunParameters(StrictModel):
     dataset: Annotated[str | None, AfterValidator(SOURCES.validate)] = None
     data_path: str | None = None
     seed: int | None = Field(default=None, ge=0, lt=2**32)
+    intensities: list[float] | None = None  # a family's (seq2final.data.family)
     arch: Annotated[str, AfterValidator(ARCHITECTURES.validate)] = "convnet_4"
     method: Annotated[str | list[str] | None, AfterValidator(_methods)] = None
     historical: Annotated[str | None, AfterValidator(HISTORICAL_MODES.validate)] = None
@@ -112,6 +123,7 @@ class RunParameters(StrictModel):
     mlflow: MlflowOptions = MlflowOptions()
     evaluate: EvaluateOptions = EvaluateOptions()
     visualize: VisualizeOptions = VisualizeOptions()
+    robustness: RobustnessOptions = RobustnessOptions()
     pretrain_historical: PretrainOptions | None = None
     historical_modes: dict[str, dict[str, Any]] = Field(default_factory=dict)
     final_modes: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -60,8 +60,9 @@ def seed_cells(values: Iterable[tuple[str, str, int, float]]) -> pd.DataFrame:
 
 
 def report_folder(sequence: str, dataset: str) -> str:
-    """The folder a sequence's tables and figures go to, under each reporting dataset."""
-    return f"{sequence}-{dataset}".replace(":", "-").replace("/", "-")
+    """The folder a sequence's (or a family's: ``@*`` reads ``@I``) tables and figures go to,
+    under each reporting dataset."""
+    return f"{sequence}-{dataset}".replace(":", "-").replace("/", "-").replace("*", "I")
 
 
 def shown_name(record: ResultRecord) -> str:

@@ -22,6 +22,8 @@ from pydantic import ValidationError
 from seq2final.config.parameters import MlflowOptions
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import one_line
+from seq2final.data.family import expand_sequences, members
+from seq2final.data.spec import resolve_spec
 from seq2final.reporting.tables import report_folder
 from seq2final.sweep.cluster import SweepSettings, connect, has_gpus, tracking_server
 from seq2final.sweep.driver import Sweep, SweepReport
@@ -69,7 +71,10 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
     project = Path.cwd()
     bootstrap_project(project)
     base = options.run_params()
-    with KedroSession.create(project_path=project, env=options.env, runtime_params=base) as session:
+    # --sequences replaces the run parameter's sequence, so a family's intensities are checked
+    # with the families they belong to (below), not with that sequence
+    own = {k: v for k, v in base.items() if k != "intensities" or options.sequences is None}
+    with KedroSession.create(project_path=project, env=options.env, runtime_params=own) as session:
         context = session.load_context()  # the project's hooks check the parameters and MLflow
         params = context.config_loader["parameters"]  # raw: the workers get them as --params
         settings = _settings(context.config_loader)
@@ -86,6 +91,12 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
     if options.sequences is None:  # the one sequence, whole: a spec string may hold commas
         request = dataclasses.replace(request, sequences=(str(params["sequence"]),))
         say(f"Sequence: {params['sequence']} (the run parameter; --sequences to choose)")
+    intensities = base.get("intensities", params.get("intensities"))
+    sequences, families = expand_sequences(request.sequences, intensities)
+    if families:  # each member is a sequence of its own; the family is read by `robustness`
+        request = dataclasses.replace(request, sequences=sequences)
+        params, base = {**params, "intensities": None}, {**base, "intensities": None}
+        say(f"Families: {', '.join(families)} at intensities {intensities}")
     planning = time.perf_counter()
     graph = expand(request, params, stores)
     if params["mlflow"]["enabled"]:
@@ -98,6 +109,8 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
         say("Nothing to train: every sequence, state and job of the sweep is finished.")
         for folder in evaluate_stale(graph, stores, project, options.env, base):
             say(f"Tables: {folder}")
+        for folder in read_families(families, intensities, params, project, options.env, base):
+            say(f"Robustness: {folder}")
         return 0
     threads = options.threads or settings.threads
     logging.getLogger("distributed").setLevel(logging.WARNING)  # the sweep reports progress
@@ -125,7 +138,11 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
         report = run.run(graph)
         report.driver_seconds += planning
     say(summary(report))
-    return 1 if report.failures or report.lost_jobs else 0
+    if report.failures or report.lost_jobs:
+        return 1
+    for folder in read_families(families, intensities, params, project, options.env, base):
+        say(f"Robustness: {folder}")
+    return 0
 
 
 def _disconnect(connecting: Future) -> None:
@@ -182,6 +199,30 @@ def evaluate_stale(
                         {**params, "sequence": name, "dataset": dataset}, str(log_path))  # fmt: skip
             run_task(str(project), env, task)
         folders.append(folder)
+    return folders
+
+
+def read_families(
+    families: tuple[str, ...],
+    intensities: list[float] | None,
+    params: dict[str, Any],
+    project: Path,
+    env: str | None,
+    base: dict[str, Any],
+) -> list[str]:
+    """Run ``robustness``, here, on each family whose members the sweep finished; its reports'
+    folders."""
+    folders = []
+    for family in families:
+        first = members(family, intensities)[0].sequence
+        folder = report_folder(family, resolve_spec(first, params["dataset"]).dataset)
+        task = PipelineRun(
+            "robustness", family, "robustness",
+            {**base, "sequence": family, "intensities": intensities},
+            str(project / "logs" / "sweep" / f"robustness-{folder}.log"),
+        )  # fmt: skip
+        run_task(str(project), env, task)
+        folders.append(f"data/08_reporting/robustness_reports/{folder}/")
     return folders
 
 

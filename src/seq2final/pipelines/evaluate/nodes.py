@@ -38,6 +38,20 @@ _SUMMARY_METRICS = ("test_accuracy", "worst_class_accuracy", "ece")
 
 
 def gather_results(spec: SequenceSpec, results: Mapping[str, ResultRecord]) -> list[ResultRecord]:
+    """:func:`sequence_records`, refusing a sequence with none with the command that makes
+    them."""
+    records = sequence_records(spec, results)
+    if not records:
+        raise Seq2FinalError(
+            f"no results for sequence '{spec.name}' ({spec.dataset}); make them with: kedro run "
+            f"--params sequence:{spec.name},dataset:{spec.dataset}"
+            + (f",data_path:{spec.data_path}" if spec.data_path else "")
+        )
+    log.info("evaluating %d result(s) of sequence %s (%s)", len(records), spec.name, spec.dataset)
+    return records
+
+
+def sequence_records(spec: SequenceSpec, results: Mapping[str, ResultRecord]) -> list[ResultRecord]:
     """Every readable result record of the sequence, any architecture, method, seed or budget.
 
     Records are matched by sequence name and dataset; each must come from this specification at
@@ -79,13 +93,6 @@ def gather_results(spec: SequenceSpec, results: Mapping[str, ResultRecord]) -> l
             )
         cells_seen[cell] = key
         records.append(record)
-    if not records:
-        raise Seq2FinalError(
-            f"no results for sequence '{spec.name}' ({spec.dataset}); make them with: kedro run "
-            f"--params sequence:{spec.name},dataset:{spec.dataset}"
-            + (f",data_path:{spec.data_path}" if spec.data_path else "")
-        )
-    log.info("evaluating %d result(s) of sequence %s (%s)", len(records), spec.name, spec.dataset)
     return records
 
 

@@ -1,0 +1,177 @@
+"""Nodes that read a family's members together (docs/intensity.md)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from seq2final.config.parameters import BuildOptions, RobustnessOptions
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.records import ResultRecord
+from seq2final.data.family import Member, is_family, members
+from seq2final.data.spec import SequenceSpec, resolve_spec
+from seq2final.pipelines.evaluate.nodes import sequence_records
+from seq2final.protocols import sequence_options
+from seq2final.reporting import plots
+from seq2final.reporting.robustness import accuracy_drops, history_value, robustness_slopes
+from seq2final.reporting.tables import report_folder, shown_name
+
+log = logging.getLogger(__name__)
+
+Family = list[tuple[Member, SequenceSpec]]
+
+
+def resolve_family(
+    sequence: str,
+    intensities: list[float] | None,
+    dataset: str | None,
+    data_path: str | None,
+    seed: int | None,
+    options: BuildOptions,
+    protocol: str,
+) -> Family:
+    """Every member's full specification, in the family's order."""
+    if not is_family(sequence, intensities):
+        raise Seq2FinalError(
+            f"the robustness pipeline reads a family, and sequence '{sequence}' is one sequence; "
+            "valid: a spec with '@*' and intensities, e.g. "
+            "--params 'sequence:source600:rotation@*/300,intensities:[0,15,30]'"
+        )
+    return [
+        (
+            member,
+            resolve_spec(
+                member.sequence,
+                dataset,
+                data_path,
+                seed,
+                options.test_size,
+                options.oracle_size,
+                **sequence_options(protocol),
+            ),
+        )  # fmt: skip
+        for member in members(sequence, intensities)
+    ]
+
+
+def _source_to_final(frame: pd.DataFrame | None) -> dict[str, float]:
+    """The member's measured distances from its source's training images to its final test
+    images (``quantify_shift``'s first ``to_final`` row)."""
+    if frame is None:
+        return {}
+    row = frame[frame["comparison"] == "to_final"].iloc[0]
+    return {m: float(row[m]) for m in ("w2_covariate", "nn1") if m in row}
+
+
+def gather_family(
+    family: Family,
+    results: Mapping[str, ResultRecord],
+    distances: Mapping[str, pd.DataFrame],
+    budget: str,
+) -> pd.DataFrame:
+    """One row per member, job and seed of the run's budget: the final step's test accuracy
+    and the member's shift measures. A member with no results, or no measured distances, is
+    named in the log with the command that makes them."""
+    rows = []
+    for member, spec in family:
+        records = [r for r in sequence_records(spec, results) if r.budget == budget]
+        measured = _source_to_final(distances.get(spec.key))
+        missing = [what for what, empty in (("results", not records), ("distances", not measured))
+                   if empty]  # fmt: skip
+        if missing:
+            log.warning(
+                "family member '%s' has no %s under budget %s: kedro run --params "
+                "'sequence:%s,budget:%s' trains and measures it",
+                member.sequence, " or ".join(missing), budget, member.sequence, budget,
+            )  # fmt: skip
+        for record in records:
+            rows.append({"intensity": member.intensity, "sequence": member.sequence,
+                         "method": shown_name(record), "arch": record.arch, "seed": record.seed,
+                         "accuracy": record.test_accuracy, **measured})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def fit_robustness(
+    points: pd.DataFrame,
+    family: Family,
+    sequence: str,
+    options: RobustnessOptions,
+    budget: str,
+) -> tuple[dict[str, pd.DataFrame], dict[str, str], dict[str, Figure]]:
+    """The robustness slopes of every method and architecture on each shift measure, history's
+    value at every intensity and the points behind them, as CSV and Markdown, and the figures:
+    drops with their lines per architecture, slopes against clean accuracy, history's value."""
+    dataset = family[0][1].dataset
+    if points.empty:
+        raise Seq2FinalError(
+            f"no member of the family has results under budget {budget}; valid: train the "
+            "members first (kedro run on the family trains them, then runs this pipeline)"
+        )
+    folder = report_folder(sequence, dataset)
+    drops = accuracy_drops(points)
+    slopes = robustness_slopes(drops, options.measures)
+    value = history_value(points, options.reference)
+    title = f"{sequence} ({dataset}, {budget})"
+    tables = {f"{folder}/{budget}-points": drops, f"{folder}/{budget}-slopes": slopes,
+              f"{folder}/{budget}-history": value}  # fmt: skip
+    reports = {
+        f"{folder}/{budget}-slopes": f"# Robustness slopes: {title}\n\n" + _slopes_markdown(slopes),
+        f"{folder}/{budget}-history": f"# History's value against intensity: {title}\n\n"
+        + _history_markdown(value, options.reference),
+    }
+    figures: dict[str, Figure] = {}
+    if not slopes.empty:
+        for arch in sorted(set(drops["arch"])):
+            figures[f"{folder}/{budget}-{arch}-drops.png"] = plots.robustness_lines(
+                drops, slopes, arch, f"Accuracy drop: {title}"
+            )
+        for measure in sorted(set(slopes["measure"])):
+            figures[f"{folder}/{budget}-slope_vs_clean-{measure}.png"] = plots.slope_against_clean(
+                slopes, measure, f"Robustness slope against clean accuracy: {title}"
+            )
+    if not value.empty:
+        figures[f"{folder}/{budget}-history.png"] = plots.history_value_lines(
+            value, options.reference, f"History's value: {title}"
+        )
+    return tables, reports, figures
+
+
+def _slopes_markdown(slopes: pd.DataFrame) -> str:
+    """One row per method, architecture and measure: slope [95 % interval], R², clean accuracy."""
+    lines = ["| method | arch | measure | slope [95 % interval] | R² | clean accuracy | points |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for _, row in slopes.iterrows():
+        interval = (f" [{_num(row['low'])}, {_num(row['high'])}]"
+                    if pd.notna(row["low"]) else "")  # fmt: skip
+        lines.append(
+            f"| {row['method']} | {row['arch']} | {row['measure']} | "
+            f"{_num(row['slope'])}{interval} | {_num(row['r2'])} | "
+            f"{_num(row['clean_accuracy'])} | {int(row['points'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _history_markdown(value: pd.DataFrame, reference: str) -> str:
+    """Methods down, intensities across: the mean gain over ``reference`` per architecture."""
+    if value.empty:
+        return f"No method was paired with {reference} on the same architecture and seed.\n"
+    intensities = sorted(set(value["intensity"]))
+    lines = ["| method | arch | " + " | ".join(f"{i:g}" for i in intensities) + " |",
+             "|---|---|" + "---|" * len(intensities)]  # fmt: skip
+    for (method, arch), cell in value.groupby(["method", "arch"], sort=True):
+        gains = dict(zip(cell["intensity"], cell["gain"], strict=True))
+        shown = [_num(gains[i]) if i in gains else "–" for i in intensities]
+        lines.append(f"| {method} | {arch} | " + " | ".join(shown) + " |")
+    return (
+        f"Final-step test accuracy minus {reference}'s, mean over seeds.\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+
+
+def _num(value: float) -> str:
+    """Three significant digits (slopes per degree are small), "–" where there is none."""
+    return "–" if pd.isna(value) else f"{value:.3g}"
