@@ -284,7 +284,7 @@ def test_steps_too_small_for_a_split_are_refused(source_factory):
 @pytest.mark.parametrize("block", list(SHIFTS))
 def test_every_registered_block_shifts_a_sequence(block, source_factory):
     """Each block changes the state and builds; a newly registered block is covered here too."""
-    source = source_factory(per_class=100, per_class_test=40, classes=4, subclasses=5)
+    source = source_factory(per_class=400, per_class_test=160, classes=4, subclasses=5)
     spec = resolve_spec(f"source40:{block}40", dataset="digits", test_size=20, oracle_size=60)
     states = shift_states(spec, source)
     assert states[1] != states[0]
@@ -399,7 +399,7 @@ def _arrays(sequence):
 def test_a_block_at_its_default_intensity_draws_the_bare_blocks_bytes(block, source_factory):
     """``rotation@30`` is ``rotation``: the dial's default is the paper's step, so a spec without
     ``@`` keeps its data, and one that writes the default out draws the same bytes."""
-    source = source_factory(per_class=100, per_class_test=40, classes=4, subclasses=5)
+    source = source_factory(per_class=400, per_class_test=160, classes=4, subclasses=5)
     default = SHIFTS[block].dial.default
     sizes = {"dataset": "digits", "test_size": 20, "oracle_size": 60}
     bare = resolve_spec(f"source40:{block}40:{block}40", **sizes)
@@ -412,7 +412,7 @@ def test_a_block_at_its_default_intensity_draws_the_bare_blocks_bytes(block, sou
 
 @pytest.mark.parametrize("block", DIALLED)
 def test_intensity_zero_is_the_identity(block, source_factory):
-    source = source_factory(per_class=100, per_class_test=40, classes=4, subclasses=5)
+    source = source_factory(per_class=400, per_class_test=160, classes=4, subclasses=5)
     spec = resolve_spec(
         f"source40:{block}@0/40:{block}@0/40", dataset="digits", test_size=20, oracle_size=60
     )

@@ -89,3 +89,21 @@ def test_same_seed_same_content_hash(project):
     shutil.rmtree(folder)
     _run(project, "build_sequences", sequence="digits_ttt", seed=5)
     assert json.loads((folder / "manifest.json").read_text())["content_hash"] == first
+
+
+def test_a_support_shift_reports_its_counted_intensity_beside_the_distances(project):
+    spec = "source100:overlap@60/100:overlap@60/100"
+    sizes = {"test_size": 50, "oracle_size": 120}
+    _run(project, "build_sequences", sequence=spec, build_sequences=sizes)
+    _run(project, "quantify_shift", sequence=spec, build_sequences=sizes)
+    [folder] = list((project / "data/03_primary/sequences").iterdir())
+    manifest = json.loads((folder / "manifest.json").read_text())
+    counted = [s["support_intensity"] for s in manifest["steps"]]
+    assert counted[0] == 0.0 and 0 < counted[1] < counted[2] < 1
+    assert [s["state"]["support"]["turn"] for s in manifest["steps"]] == [0.0, 60.0, 120.0]
+    distances = pd.read_csv(project / f"data/04_feature/shift_distances/{folder.name}.csv")
+    assert (
+        distances["support_intensity"].tolist() == [0.0, counted[1], counted[2]] + [counted[2]] * 3
+    )
+    report = (project / f"data/08_reporting/shift_reports/{folder.name}.md").read_text()
+    assert "Support intensity I" in report

@@ -70,8 +70,9 @@ class RobustnessOptions(StrictModel):
     """``robustness`` block: the shift measures the slopes are fitted on, and the method history's
     value is measured against (docs/intensity.md)."""
 
-    measures: list[Literal["intensity", "w2_covariate", "nn1"]] = Field(
-        default_factory=lambda: ["intensity", "w2_covariate", "nn1"], min_length=1
+    measures: list[Literal["intensity", "w2_covariate", "nn1", "support_intensity"]] = Field(
+        default_factory=lambda: ["intensity", "w2_covariate", "nn1", "support_intensity"],
+        min_length=1,
     )
     reference: MethodName = "baseline"
 

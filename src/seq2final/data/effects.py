@@ -12,8 +12,8 @@ labels have an ``apply`` and act in ascending ``order``, as in the original benc
 4. ``label_flips`` (40): label flips, in the order they were added (rotation and tint use the
    pre-flip labels).
 
-``class_weights`` and ``subpopulations`` act at sampling time instead: the sampler reads their
-values (:data:`CLASS_WEIGHTS`, :data:`SUBPOPULATIONS`). A new kind of image or label change is
+``class_weights``, ``subpopulations`` and ``support`` act at sampling time instead: the sampler
+reads their values (:data:`CLASS_WEIGHTS`, :data:`SUBPOPULATIONS`, :data:`SUPPORT`). A new kind of image or label change is
 one :func:`effect` registration, with no change here or in the sampler; a new way of sampling
 would be a change of the sampler. An effect is registered for every sequence, so at its initial
 value it must leave images and labels as they are and draw no random numbers (a registry-wide
@@ -43,6 +43,16 @@ Splits = list[tuple[np.ndarray, np.ndarray]]
 """Drawn (images N×3×H×W uint8, labels) of each split of one step: train, valid (and test)."""
 
 
+class Support(NamedTuple):
+    """Where a step's support lies (:mod:`seq2final.data.support`): the cap's axis turned
+    ``turn`` degrees from ``t1`` towards ``t2``, its half-angle widened by ``widen`` degrees
+    beyond 90, the ball's radius grown by ``grow`` training radii."""
+
+    turn: float = 0.0
+    widen: float = 0.0
+    grow: float = 0.0
+
+
 class Weights(NamedTuple):
     """A sampling effect's value: its weights (``None``: not sampled this way) and its step count."""
 
@@ -67,6 +77,7 @@ class Effect:
 EFFECTS: Registry[Effect] = Registry("shift effect")
 CLASS_WEIGHTS = "class_weights"
 SUBPOPULATIONS = "subpopulations"
+SUPPORT = "support"
 
 
 def effect(
@@ -119,7 +130,7 @@ class ShiftState:
         return {
             "num_classes": self.num_classes,
             **{
-                name: value._asdict() if isinstance(value, Weights) else value
+                name: value._asdict() if isinstance(value, Weights | Support) else value
                 for name, value in self.values
             },
         }
@@ -240,3 +251,4 @@ EFFECTS.add(
         lambda classes, subpopulations: Weights(SOURCE_SUBPOPULATIONS if subpopulations else None)
     ),
 )
+EFFECTS.add(SUPPORT, Effect(lambda classes, subpopulations: Support()))

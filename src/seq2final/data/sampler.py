@@ -13,11 +13,12 @@ import numpy as np
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.seeds import derived_seed
-from seq2final.data.effects import CLASS_WEIGHTS, SUBPOPULATIONS, ShiftState
+from seq2final.data.effects import CLASS_WEIGHTS, SUBPOPULATIONS, SUPPORT, ShiftState
 from seq2final.data.sequence import ShiftSequence, Step
 from seq2final.data.shifts import advance
 from seq2final.data.sources import SourceData, with_subpopulations
 from seq2final.data.spec import TRAIN_FRACTION, SequenceSpec
+from seq2final.data.support import BALL_BLOCKS, CAP_BLOCKS, SupportSpace
 
 PORTRAITS_FINAL_SPLIT = (0.4, 0.5)  # cumulative: train 40 %, valid 10 %, test 50 %
 NATURAL_STEP_TEST = 0.1  # under a temporal protocol: every period's held-out test share
@@ -81,11 +82,13 @@ def plan_units(
 
 
 class _Pools:
-    """Indices of the source's train and test pools per (class, sub-class), in source order."""
+    """Indices of the source's train and test pools per (class, sub-class), in source order;
+    with a support space, only those inside a step's support (:mod:`seq2final.data.support`)."""
 
-    def __init__(self, source: SourceData) -> None:
+    def __init__(self, source: SourceData, space: SupportSpace | None = None) -> None:
         self.train = self._group(source.y_train, source.sub_train)
         self.test = self._group(source.y_test, source.sub_test)
+        self.space = space
 
     @staticmethod
     def _group(
@@ -98,8 +101,11 @@ class _Pools:
             groups[(label, sub)] = np.flatnonzero(keys == key)
         return groups
 
-    def get(self, pool: str, label: int, sub: int | None) -> np.ndarray:
-        return getattr(self, pool).get((label, sub), np.zeros(0, np.int64))
+    def get(self, pool: str, label: int, sub: int | None, state: ShiftState) -> np.ndarray:
+        indices = getattr(self, pool).get((label, sub), np.zeros(0, np.int64))
+        if self.space is None:
+            return indices
+        return indices[self.space.inside(pool, indices, state[SUPPORT])]
 
 
 def _describe(source: SourceData, unit: _Unit) -> str:
@@ -130,18 +136,24 @@ def check_feasible(
                         f"{split} split empty; valid: sizes that give every split an image"
                     )
             for unit in units:
-                have = len(pools.get("train", unit.label, unit.sub))
-                have_test = len(pools.get("test", unit.label, unit.sub))
+                have = len(pools.get("train", unit.label, unit.sub, state))
+                have_test = len(pools.get("test", unit.label, unit.sub, state))
                 if unit.train + unit.valid > have or unit.test > have_test:
                     split, need, pool = (
                         ("train+valid", unit.train + unit.valid, have)
                         if unit.train + unit.valid > have
                         else ("test", unit.test, have_test)
                     )
+                    where = (
+                        ""
+                        if pools.space is None
+                        else f" inside the step's support {state[SUPPORT]}"
+                    )
                     raise Seq2FinalError(
                         f"sequence '{spec.name}' step {index}{label} (size {size}, test "
                         f"{spec.test_size}) needs {need} {split} images of {_describe(source, unit)} "
-                        f"but dataset '{source.name}' has {pool}; valid: smaller sizes"
+                        f"but dataset '{source.name}' has {pool}{where}; valid: smaller sizes"
+                        + ("" if pools.space is None else " or a wider support")
                     )
 
 
@@ -175,12 +187,12 @@ def _sample_step(
     units = plan_units(state, size, test_size, train_fraction)
     picked: dict[str, list[np.ndarray]] = {"train": [], "valid": [], "test": []}
     for unit in units:
-        candidates = pools.get("train", unit.label, unit.sub).copy()
+        candidates = pools.get("train", unit.label, unit.sub, state).copy()
         rng.shuffle(candidates)
         picked["train"].append(candidates[: unit.train])
         picked["valid"].append(candidates[unit.train : unit.train + unit.valid])
         if test_size:
-            test_candidates = pools.get("test", unit.label, unit.sub).copy()
+            test_candidates = pools.get("test", unit.label, unit.sub, state).copy()
             rng.shuffle(test_candidates)
             picked["test"].append(test_candidates[: unit.test])
     splits = ["train", "valid"] + (["test"] if test_size else [])
@@ -215,7 +227,7 @@ def _sample_test(
     rng = np.random.RandomState(derived_seed(seed, "test"))
     chosen = []
     for unit in plan_units(state, 0, test_size):
-        candidates = pools.get("test", unit.label, unit.sub).copy()
+        candidates = pools.get("test", unit.label, unit.sub, state).copy()
         rng.shuffle(candidates)
         chosen.append(candidates[: unit.test])
     indices = np.concatenate(chosen).astype(np.int64)
@@ -278,7 +290,8 @@ def build_sequence(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
     if any("subpop" in step.names for step in spec.steps):
         source = with_subpopulations(source)
     states = shift_states(spec, source)
-    pools = _Pools(source)
+    space = support_space(spec, source)
+    pools = _Pools(source, space)
     check_feasible(spec, source, pools, states)
     seeds = spec.step_seeds()
     steps = []
@@ -298,4 +311,15 @@ def build_sequence(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
             source, pools, states[-1], spec.oracle_size, spec.test_size, seeds[-1], "oracle",
             spec.train_fraction,
         )  # fmt: skip
-    return ShiftSequence.from_steps(spec, source, steps, list(states), oracle)
+    notes = None
+    if space is not None:  # the selection is exact: each step's intensity is counted
+        notes = [{"support_intensity": space.intensity(state[SUPPORT])} for state in states]
+    return ShiftSequence.from_steps(spec, source, steps, list(states), oracle, notes)
+
+
+def support_space(spec: SequenceSpec, source: SourceData) -> SupportSpace | None:
+    """The selection space of a sequence with support blocks (none for any other, whose pools
+    stay whole and whose draws stay byte for byte as before)."""
+    names = {name for step in spec.steps for name in step.names}
+    caps, ball = bool(names & set(CAP_BLOCKS)), bool(names & set(BALL_BLOCKS))
+    return SupportSpace.of_source(source, spec.seed, caps, ball) if caps or ball else None

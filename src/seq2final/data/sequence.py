@@ -61,7 +61,10 @@ class ShiftSequence:
         steps: list[Step],
         states: list[ShiftState | None],
         oracle: Step | None,
+        notes: list[dict[str, Any]] | None = None,
     ) -> ShiftSequence:
+        """The sequence of ``steps`` with its manifest; ``notes`` add entries to each step's
+        (a support shift's counted intensity)."""
         named = {str(i): step for i, step in enumerate(steps)}
         if oracle is not None:
             named["oracle"] = oracle
@@ -80,8 +83,9 @@ class ShiftSequence:
                     "name": step.name,
                     "state": state.describe() if state is not None else None,
                     "sizes": {s: int(len(step.arrays[f"y_{s}"])) for s in step.splits},
+                    **note,
                 }
-                for step, state in zip(steps, states, strict=True)
+                for step, state, note in zip(steps, states, notes or [{}] * len(steps), strict=True)
             ],
             "has_oracle": oracle is not None,
             "step_hashes": step_hashes,

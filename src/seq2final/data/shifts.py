@@ -25,8 +25,10 @@ from seq2final.data.effects import (
     FLIP_PLUS_TWO,
     FLIP_REVERSE,
     SUBPOPULATIONS,
+    SUPPORT,
     Flips,
     ShiftState,
+    Support,
     Weights,
 )
 from seq2final.data.sources import sources_with_subpopulations
@@ -245,3 +247,25 @@ def subpop(proportions: Weights, num_classes: int, intensity: float) -> Weights:
         for old, new in zip(proportions.weights, window, strict=True)
     )
     return Weights(tuple(mixed), step)
+
+
+@shift_block(
+    "overlap", SUPPORT, Dial("degrees the support's cap turns per step", 30.0, -180.0, 180.0)
+)
+def overlap(support: Support, num_classes: int, intensity: float) -> Support:
+    """The support's hemisphere turns 30° further (Control+Shift's overlap shift)."""
+    return support._replace(turn=support.turn + intensity)
+
+
+@shift_block("extend", SUPPORT, Dial("degrees the support's cap widens per step", 30.0, 0.0, 90.0))
+def extend(support: Support, num_classes: int, intensity: float) -> Support:
+    """The support's cap widens by 30° beyond its hemisphere (Control+Shift's extend shift)."""
+    return support._replace(widen=min(support.widen + intensity, 90.0))
+
+
+@shift_block(
+    "truncate", SUPPORT, Dial("training radii the support's ball grows per step", 0.5, 0.0, 3.0)
+)
+def truncate(support: Support, num_classes: int, intensity: float) -> Support:
+    """The support's ball grows by half its training radius (Control+Shift's truncation)."""
+    return support._replace(grow=support.grow + intensity)

@@ -761,6 +761,7 @@ MEASURE_LABELS = {
     "intensity": "intensity (the dial)",
     "w2_covariate": "covariate W2, source → final",
     "nn1": "1-NN distance, source → final",
+    "support_intensity": "support intensity I of the final step",
 }
 
 

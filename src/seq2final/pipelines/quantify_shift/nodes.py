@@ -53,6 +53,7 @@ def embed_sequence(sequence: ShiftSequence, options: QuantifyOptions) -> dict[st
     ]
     return {
         "key": sequence.key,
+        "support_intensity": [s.get("support_intensity") for s in sequence.manifest["steps"]],
         "components": k,
         "train": embedded,
         "test": Embedded(f"{len(steps) - 1}:test", test_features, test_set[1]),
@@ -107,7 +108,12 @@ def measure_distances(
             pairs, results, strict=True
         )
     ]
-    return {embedding["key"]: pd.DataFrame(rows)}
+    frame = pd.DataFrame(rows)
+    counted = embedding.get("support_intensity") or [None]
+    if counted[0] is not None:  # a support shift: the second set's step's counted I
+        second = [0] + list(range(1, len(train))) + [len(train) - 1] * len(train)
+        frame["support_intensity"] = [counted[t] for t in second]
+    return {embedding["key"]: frame}
 
 
 def _normalised(distances: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -160,6 +166,7 @@ def tabulate_shift(
             "",
             steps.to_markdown(floatfmt=".2f"),
             "",
+            *_support_lines(frame),
             f"Raw distances (PCA components: {int(frame['components'].iloc[0])}).",
             "",
             frame.drop(columns="components").to_markdown(index=False, floatfmt=".3f"),
@@ -171,3 +178,19 @@ def tabulate_shift(
         f"{key}/consecutive": steps.rename_axis("metric").reset_index(),
     }
     return tables, {key: report}, {f"{key}.png": plots.shift_profile(relative, key)}
+
+
+def _support_lines(frame: pd.DataFrame) -> list[str]:
+    """For a support shift, each step's intensity I: the share of its pool outside the source's
+    support, counted exactly (docs/intensity.md)."""
+    if "support_intensity" not in frame:
+        return []
+    steps = frame[frame["comparison"] != "to_final"]
+    table = pd.DataFrame({"step": steps["second"], "I": steps["support_intensity"]})
+    return [
+        "Support intensity I of each step (Control+Shift's: the share of its pool outside the "
+        "source's support).",
+        "",
+        table.to_markdown(index=False, floatfmt=".3f"),
+        "",
+    ]

@@ -63,7 +63,7 @@ def _source_to_final(frame: pd.DataFrame | None) -> dict[str, float]:
     if frame is None:
         return {}
     row = frame[frame["comparison"] == "to_final"].iloc[0]
-    return {m: float(row[m]) for m in ("w2_covariate", "nn1") if m in row}
+    return {m: float(row[m]) for m in ("w2_covariate", "nn1", "support_intensity") if m in row}
 
 
 def gather_family(
