@@ -51,7 +51,7 @@ def test_paper_budget_evaluates_exactly_the_papers_grids(project_parameters):
         ("erm", "irm", "dro", "sequential_ewc"), 8
     )
     assert _grid(h["sequential_side_1"]) == _grid(h["sequential_side_b"]) == 24
-    finals = {name: _grid(block) for name, block in f.items()}
+    finals = {name: _grid(block) for name, block in f.items() if "space" in block}
     papers = {
         "scratch": 8, "scratch_oracle": 8, "all_erm": 8, "all_irm": 8, "all_dro": 8, "ft": 8,
         "lp_ft": 8, "side_1": 24, "side_b": 24, "joint": 3, "joint_side_1": 1, "joint_side_b": 1,

@@ -365,3 +365,16 @@ def test_training_runs_inside_the_nodes_named_for_it(project, monkeypatch):
     callers.clear()
     _run(project, ["pretrain_historical", "adapt_final"], method="ft", mlflow={"enabled": False})
     assert callers == []
+
+
+def test_as_is_scores_the_historical_model_without_a_final_fit(project, stores_of):
+    """Control+Shift's model that never sees the shifted step (docs/intensity.md): the job's
+    model is the ERM state's, byte for byte, and trains nothing on the final step."""
+    _run(project, ["build_sequences", "pretrain_historical", "adapt_final", "evaluate",
+                   "visualize"], historical="erm", final="as_is")  # fmt: skip
+    stores = stores_of(project)
+    [record] = [stores.results[k] for k in stores.results]
+    assert (record.method, record.historical, record.final) == ("erm+as_is", "erm", "as_is")
+    assert [f["stage"] for f in record.fits] == []
+    erm = stores.states[record.historical_state].chains["main"].last
+    assert _frozen_equal(stores.results.model(record.job_key), erm)

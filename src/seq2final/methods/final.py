@@ -23,6 +23,7 @@ from seq2final.methods.base import (
 from seq2final.methods.context import Context, space_of
 from seq2final.methods.side_tuning import side_fit
 from seq2final.models import JointModel, build_model
+from seq2final.training.engine import accuracy
 from seq2final.training.loop import clone_model
 from seq2final.training.objectives import Task
 from seq2final.training.search import SearchSpace
@@ -132,6 +133,24 @@ def fine_tune_chain(
     space = chain_space(chain, config, "space")
     task = replace(task, terms=[*task.terms, chain.pull()])
     return ctx.tuned_fit(stage_name(name, "final"), space, lambda: clone_model(chain.last), task)
+
+
+@final_mode(
+    "as_is",
+    "score the historical model on the final step unchanged: no final training",
+    ("model",),
+    config_keys=(),
+)
+def _as_is(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
+    """Control+Shift's question, how far a model trained on one support falls on another, asks
+    for a model that never sees the shifted step (docs/intensity.md): the historical chain's last
+    model, the best chain on the final step's validation split where there are several."""
+    assert state is not None
+    valid = ctx.split(-1, "valid")
+    return continue_chains(
+        ctx, state, lambda name, chain: chain.last, None,
+        score=lambda model: accuracy(model, valid, ctx.engine),
+    )  # fmt: skip
 
 
 @final_mode(

@@ -71,7 +71,12 @@ class ResultStore(Mapping[str, ResultRecord]):
             raise Seq2FinalError(f"final model {path} is unreadable ({error})") from None
 
     def learning_curves(self, key: str) -> pd.DataFrame:
-        return pd.read_csv(self.curves_path(key))
+        """The job's fits' curves; empty for a job that trained nothing on the final step
+        (``as_is``), whose CSV holds no column."""
+        try:
+            return pd.read_csv(self.curves_path(key))
+        except pd.errors.EmptyDataError:
+            return pd.DataFrame()
 
     def put(
         self, key: str, record: ResultRecord, model: torch.nn.Module, curves: list[dict[str, Any]]

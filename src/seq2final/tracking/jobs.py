@@ -298,9 +298,9 @@ class JobTracker:
         for step, row in (record.step_accuracies or {}).items():  # a protocol's view
             metrics += [Metric(f"steps/{split}_accuracy", metric_value(row[split]), now, int(step))
                         for split in STEP_SPLITS]  # fmt: skip
-        final_stage = _final_stage(record)
-        stages = list(dict.fromkeys(curves["stage"]))
-        for stage, rows in curves.groupby("stage", sort=False):
+        final_stage = _final_stage(record) if record.fits else None  # as_is trains nothing
+        stages = list(dict.fromkeys(curves["stage"])) if len(curves) else []
+        for stage, rows in curves.groupby("stage", sort=False) if stages else ():
             prefixes = (["curve"] if stage == final_stage else []) + (
                 [f"stages/{stage}"] if len(stages) > 1 else []
             )
@@ -320,14 +320,15 @@ class JobTracker:
         params.update({f"chosen.{k}": v for k, v in record.chosen.items()})
         self._batch(run_id, metrics=metrics, params=params, tags={"device": record.device})
         self._log_trials(run_id, job, record)
-        with tempfile.TemporaryDirectory() as folder:
-            figure_path = Path(folder) / "learning_curves.png"
-            _save_figure(
-                curves,
-                f"{shown_name(record)} on {record.sequence} ({record.arch})",
-                figure_path,
-            )
-            self.client.log_artifact(run_id, str(figure_path))
+        if stages:  # a job that trained nothing on the final step has no curve to draw
+            with tempfile.TemporaryDirectory() as folder:
+                figure_path = Path(folder) / "learning_curves.png"
+                _save_figure(
+                    curves,
+                    f"{shown_name(record)} on {record.sequence} ({record.arch})",
+                    figure_path,
+                )
+                self.client.log_artifact(run_id, str(figure_path))
         self.client.log_artifact(run_id, str(store.record_path(job.key)))
         self.client.log_artifact(run_id, str(store.curves_path(job.key)))
         if self.options.log_models:

@@ -346,6 +346,8 @@ def plot_learning_curves(
         view = f"-steps{record.view.name}" if record.view is not None else ""
         group = f"{record.budget}-{record.arch}-seed{record.seed}"
         curves = results.learning_curves(record.job_key)
+        if curves.empty:  # a job that trained nothing on the final step (as_is)
+            continue
         figures[f"{_folder(spec)}/curves/{group}-{name}{view}"] = plots.learning_curves(
             curves,
             f"{name}{view.replace('-steps', ' · steps ')} · {record.arch} · seed {record.seed} "
