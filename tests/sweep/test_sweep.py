@@ -323,3 +323,6 @@ def test_a_family_sweeps_as_its_members_then_reads_them_together(project):
     folder = "data/08_reporting/robustness_reports/source100-rotation@I-60-digits/"
     assert f"Robustness: {folder}" in done.stdout
     assert (project / folder / "smoke-slopes.md").exists()
+    # each member was measured before the family was read: its slopes are on the 1-NN distance too
+    assert len(list((project / "data/04_feature/shift_distances").glob("*.csv"))) == 2
+    assert "| baseline | convnet_4 | nn1 |" in (project / folder / "smoke-slopes.md").read_text()

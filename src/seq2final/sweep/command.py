@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +19,7 @@ from kedro.framework.startup import bootstrap_project
 from mlflow import MlflowClient
 from pydantic import ValidationError
 
+from seq2final.config.checks import sequence_spec, validate_parameters
 from seq2final.config.parameters import MlflowOptions
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import one_line
@@ -84,6 +85,7 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
             catalog.load("historical_states"),
             catalog.load("adapt_results"),
         )
+        measured = catalog.load("measured_distances")  # the shift a family.s slopes read
     request = parse_request(
         options.sequences or str(params["sequence"]), options.archs or params["arch"],
         options.methods, options.pairs, options.seeds,
@@ -109,7 +111,9 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
         say("Nothing to train: every sequence, state and job of the sweep is finished.")
         for folder in evaluate_stale(graph, stores, project, options.env, base):
             say(f"Tables: {folder}")
-        for folder in read_families(families, intensities, params, project, options.env, base):
+        for folder in read_families(
+            families, intensities, params, measured, project, options.env, base
+        ):
             say(f"Robustness: {folder}")
         return 0
     threads = options.threads or settings.threads
@@ -140,7 +144,9 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
     say(summary(report))
     if report.failures or report.lost_jobs:
         return 1
-    for folder in read_families(families, intensities, params, project, options.env, base):
+    for folder in read_families(
+        families, intensities, params, measured, project, options.env, base
+    ):
         say(f"Robustness: {folder}")
     return 0
 
@@ -206,14 +212,24 @@ def read_families(
     families: tuple[str, ...],
     intensities: list[float] | None,
     params: dict[str, Any],
+    measured: Mapping[str, Any],
     project: Path,
     env: str | None,
     base: dict[str, Any],
 ) -> list[str]:
-    """Run ``robustness``, here, on each family whose members the sweep finished; its reports'
-    folders."""
+    """Run ``robustness``, here, on each family whose members the sweep finished, after
+    ``quantify_shift`` on each member not measured yet (the slopes need its distances); its
+    reports' folders."""
     folders = []
     for family in families:
+        for member in members(family, intensities):
+            spec = sequence_spec(validate_parameters({**params, "sequence": member.sequence}))
+            if spec.key not in measured:
+                log_path = project / "logs" / "sweep" / f"quantify-{spec.key}.log"
+                run_task(str(project), env, PipelineRun(
+                    "quantify", member.sequence, "quantify_shift",
+                    {**base, "sequence": member.sequence}, str(log_path),
+                ))  # fmt: skip
         first = members(family, intensities)[0].sequence
         folder = report_folder(family, resolve_spec(first, params["dataset"]).dataset)
         task = PipelineRun(
