@@ -79,3 +79,13 @@ def test_an_unknown_augment_is_one_line_naming_the_valid_ones(tmp_path):
         validate_parameters({"training": {"augment": "mixup"}})
     message = str(caught.value)
     assert "mixup" in message and "flip_crop" in message and "\n" not in message
+
+
+def test_none_typed_on_the_command_line_is_none():
+    """``--params training.augment=none`` arrives as null (the CLI types ``none`` as null)."""
+    from seq2final.cli import parse_params
+
+    training = parse_params("training.augment=none,training.amp=none")["training"]
+    assert training == {"augment": None, "amp": None}
+    engine = Engine(**training)
+    assert (engine.augment, engine.amp) == ("none", "none")

@@ -51,6 +51,13 @@ class Engine(StrictModel):
     compile: bool = False
     augment: Augment = "none"
 
+    @field_validator("amp", "augment", mode="before")
+    @classmethod
+    def _none_typed(cls, value: Any) -> Any:
+        """``--params training.augment=none`` reaches here as null (the command line reads
+        ``none`` as null, as YAML does ``~``): for these options null means ``none``."""
+        return "none" if value is None else value
+
     @field_validator("fuse", mode="before")
     @classmethod
     def _fuse_value(cls, value: Any) -> str | int:

@@ -1,0 +1,189 @@
+"""The real-data intensity study of docs/intensity.md: Control+Shift's questions asked of
+families of CIFAR-10 sequences whose final step's shift grows.
+
+    .venv/bin/python benchmarks/intensity_study.py                     # every arm (hours on a CPU)
+    .venv/bin/python benchmarks/intensity_study.py --families rotation --archs convnet_1
+    .venv/bin/python benchmarks/intensity_study.py --summary-only      # the tables from records
+
+Each arm is one ``kedro sweep`` (env ``intensity_study``) of one family at one augmentation
+setting over the architectures, with three jobs a member: ``erm+as_is`` (ERM on the source,
+scored on the shifted final step without adapting: the robustness question), ``ft`` and
+``baseline`` (what the source is worth to the scarce final step). The sweep measures every
+member's shift and runs ``robustness`` on the family; this script then prints, per family,
+architecture and augmentation, the unadapted model's clean accuracy, its robustness slopes on
+the 1-NN distance and on the dial (95 % intervals, R²), and FT's gain over the baseline at the
+smallest and largest intensity.
+
+Every finished job's result record and every member's distances (small CSV and JSON files, no
+model) are kept under ``benchmarks/results/intensity_study/`` after each arm and copied back
+before anything trains, so the study resumes across sessions without retraining a job it has a
+record of.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+PROJECT = Path(__file__).resolve().parents[1]
+KEPT = PROJECT / "benchmarks" / "results" / "intensity_study"
+ENV = "intensity_study"
+FAMILIES = {
+    # name: (spec with @*, intensities) — the source is the same for every member
+    "rotation": ("source2000:rotation@*/250", [0, 15, 30, 60, 90]),
+    "corruption": ("source2000:corruption@*/250", [0, 2, 4, 8, 16]),
+    "overlap": ("source2000:overlap@*/250", [0, 30, 60, 90, 135]),
+    # twice the source images of the same support: Control+Shift's "more data" arm
+    "overlap_2x": ("source4000:overlap@*/250", [0, 30, 60, 90, 135]),
+}
+AUGMENT = {"none": "study", "flip_crop": "study_aug"}  # augmentation → the arm's budget name
+PAIRS = "erm:as_is,erm:ft,none:scratch"
+STORES = {  # kept kind → the project's folder and the files' suffix
+    "results": (PROJECT / "data/07_model_output/results", ".json"),
+    "distances": (PROJECT / "data/04_feature/shift_distances", ".csv"),
+}
+
+
+def restore() -> int:
+    """Copy the kept files the project's stores lack into them; how many."""
+    count = 0
+    for kind, (folder, suffix) in STORES.items():
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in sorted((KEPT / kind).glob(f"*{suffix}")):
+            if not (folder / path.name).exists():
+                _copy(path, folder / path.name)
+                count += 1
+    return count
+
+
+def keep(specs: Sequence[str]) -> None:
+    """Copy the study's files into :data:`KEPT`, each once: the result records of its members'
+    jobs and their distances (a finished job's record never changes)."""
+    slugs = {_slug(spec) for spec in specs}
+    for kind, (folder, suffix) in STORES.items():
+        (KEPT / kind).mkdir(parents=True, exist_ok=True)
+        for path in sorted(folder.glob(f"*{suffix}")):
+            if not any(path.name.startswith(slug) for slug in slugs):
+                continue
+            if not (KEPT / kind / path.name).exists():
+                _copy(path, KEPT / kind / path.name)
+
+
+def _slug(sequence: str) -> str:
+    """The prefix of a member's keys: its name as ``SequenceSpec.key`` and job keys write it."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", sequence).strip("-")[:40] + "-"
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copy in one step: a process reading ``target`` meanwhile sees all of it or none."""
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
+    shutil.copyfile(source, partial)
+    partial.replace(target)
+
+
+def members(family: str) -> list[str]:
+    spec, intensities = FAMILIES[family]
+    return [spec.replace("@*", f"@{value:g}") for value in intensities]
+
+
+def sweep(family: str, augment: str, archs: str, workers: int) -> None:
+    """One arm: the family's members at one augmentation setting, over ``archs``."""
+    spec, intensities = FAMILIES[family]
+    params = f"intensities={intensities},training.augment={augment},budget={AUGMENT[augment]}"
+    command = [
+        str(Path(sys.executable).with_name("kedro")), "sweep", "--env", ENV, "--sequences", spec,
+        "--pairs", PAIRS, "--archs", archs, "--workers", str(workers), "--params", params,
+    ]  # fmt: skip
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"}
+    subprocess.run(command, cwd=PROJECT, env=env, check=True)
+
+
+def robustness_read(family: str, augment: str) -> None:
+    """The family's robustness pipeline on its records (no training): ``--summary-only``."""
+    spec, intensities = FAMILIES[family]
+    params = f"sequence={spec},intensities={intensities},budget={AUGMENT[augment]}"
+    command = [str(Path(sys.executable).with_name("kedro")), "run", "--env", ENV,
+               "--pipelines", "robustness", "--params", params]  # fmt: skip
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"}
+    subprocess.run(command, cwd=PROJECT, env=env, check=True, capture_output=True)
+
+
+def summary(families: Sequence[str], augments: Sequence[str]) -> str:
+    """One row per family, architecture and augmentation, from the robustness tables."""
+    from seq2final.reporting.tables import report_folder
+
+    lines = [
+        "| family | arch | augment | clean acc (erm+as_is) | slope on 1-NN ×1000 [95 %] | R² | "
+        "slope per unit of dial [95 %] | R² | FT − baseline, least → most intense |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for family in families:
+        spec, _ = FAMILIES[family]
+        for augment in augments:
+            budget = AUGMENT[augment]
+            tables = PROJECT / "data/08_reporting/robustness_tables" / report_folder(spec, "npz")
+            slopes_path, history_path = (
+                tables / f"{budget}-{n}.csv" for n in ("slopes", "history")
+            )
+            if not slopes_path.exists():
+                lines.append(f"| {family} | – | {augment} | not trained yet | | | | | |")
+                continue
+            slopes, history = pd.read_csv(slopes_path), pd.read_csv(history_path)
+            for arch in sorted(set(slopes["arch"])):
+                row = slopes[(slopes["method"] == "erm+as_is") & (slopes["arch"] == arch)]
+                nn1, dial = (row[row["measure"] == m].iloc[0] for m in ("nn1", "intensity"))
+                ft = history[(history["method"] == "ft") & (history["arch"] == arch)]
+                ft = ft.sort_values("intensity")["gain"]
+                lines.append(
+                    f"| {family} | {arch} | {augment} | {nn1['clean_accuracy']:.3f} | "
+                    f"{_line(nn1, 1000)} | {nn1['r2']:.2f} | {_line(dial, 1)} | {dial['r2']:.2f} | "
+                    f"{ft.iloc[0]:+.3f} → {ft.iloc[-1]:+.3f} |"
+                )
+    return "\n".join(lines)
+
+
+def _line(row: pd.Series, scale: float) -> str:
+    return f"{row['slope'] * scale:+.3g} [{row['low'] * scale:+.3g}, {row['high'] * scale:+.3g}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--archs", default="convnet_1,resnet_1")
+    parser.add_argument("--augment", default=",".join(AUGMENT))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--summary-only", action="store_true", help="train nothing")
+    args = parser.parse_args()
+    families, augments = args.families.split(","), args.augment.split(",")
+    for name, given, valid in (("families", families, FAMILIES), ("augment", augments, AUGMENT)):
+        if unknown := sorted(set(given) - set(valid)):
+            parser.error(f"--{name} {','.join(unknown)}: valid: {', '.join(valid)}")
+    if not (PROJECT / "data/01_raw/cifar10.npz").exists():
+        parser.error(
+            "data/01_raw/cifar10.npz is missing; make it with: .venv/bin/python "
+            "../shared/tools/cifar10_jpeg_to_npz.py data/01_raw/cifar10.npz"
+        )
+    restored = restore()
+    if restored:
+        print(f"{restored} kept file(s) restored from {KEPT.relative_to(PROJECT)}")
+    specs = [m for family in families for m in members(family)]
+    for family in families:
+        for augment in augments:
+            if not args.summary_only:
+                sweep(family, augment, args.archs, args.workers)
+                keep(specs)
+            robustness_read(family, augment)
+    keep(specs)
+    print(summary(families, augments))
+
+
+if __name__ == "__main__":
+    main()
