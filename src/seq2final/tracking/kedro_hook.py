@@ -136,6 +136,8 @@ _SUMMARY_DATASETS = {
     "result_tables": ("tables", ".csv"),
     "result_table_reports": ("tables", ".md"),
     "result_table_latex": ("tables", ".tex"),
+    "robustness_tables": ("robustness", ".csv"),  # a family's (its summary run: docs/intensity.md)
+    "robustness_reports": ("robustness", ".md"),
     "best_models": ("", ""),
 }
 
