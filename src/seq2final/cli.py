@@ -19,6 +19,8 @@ from typing import Any
 import click
 import yaml
 from kedro.framework.cli.project import run as kedro_run
+from kedro.framework.project import settings
+from kedro.framework.startup import bootstrap_project
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.data.family import Member, is_family, members
@@ -203,10 +205,8 @@ def _family(kwargs: dict[str, Any]) -> tuple[Member, ...]:
     """The members of the family the run's parameters ask for (none for one sequence). The
     parameters are read as the session will read them, and a family is checked whole here, so
     a bad member stops the run before the first member trains."""
-    from kedro.framework.project import settings
-    from kedro.framework.startup import bootstrap_project
-
-    from seq2final.config.checks import validate_parameters  # torch and the registries: lazily
+    # lazy: the checks import torch and every registry, which `kedro --help` need not load
+    from seq2final.config.checks import validate_parameters
 
     bootstrap_project(Path.cwd())
     loader = settings.CONFIG_LOADER_CLASS(

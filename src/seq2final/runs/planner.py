@@ -155,7 +155,7 @@ def plan_run(
         seed=spec.seed,
         budget_name=budget_name,
         budget=budget,
-        engine=engine.model_dump(),
+        engine=engine.recorded(),
         tuning=dict(tuning),
         force=bool(request.get("force", False)),
         states=list(states.values()),

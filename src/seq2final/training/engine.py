@@ -116,6 +116,11 @@ class Engine(StrictModel):
             )
         return device
 
+    def recorded(self) -> dict[str, Any]:
+        """Every option, as a job's record keeps them; ``augment`` only when on, so a record
+        made without it is the record made before the option existed, byte for byte."""
+        return self.model_dump(exclude={"augment"} if self.augment == "none" else set())
+
     def results_key(self) -> dict[str, Any]:
         """The options that change what a fit computes (the device does not, by intent).
         ``augment`` appears only when on, so every key made before it existed stays."""
