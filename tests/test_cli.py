@@ -168,3 +168,24 @@ def test_a_run_keeps_dataset_records_off_the_terminal_and_ends_with_a_results_ta
         "Results: data/07_model_output/results/ (one JSON record per job)",
         "Log of every step: logs/info.log",
     ]
+
+
+def test_a_family_runs_each_member_without_robustness_then_robustness_once(monkeypatch):
+    """``--pipelines build_sequences,robustness`` on a family: the members run what reads one
+    sequence, the family's ``robustness`` runs last (docs/intensity.md)."""
+    import seq2final.cli as command
+    from seq2final.data.family import members
+
+    calls = []
+    monkeypatch.setattr(command, "_family", lambda kwargs: members("rotation@*", [0, 30]))
+    monkeypatch.setattr(command.kedro_run, "callback", lambda **kw: calls.append(kw))
+    for asked, last in (
+        (["build_sequences", "robustness"], ["robustness"]),
+        (["adapt_final"], None),
+    ):
+        calls.clear()
+        command._run_members({"pipelines": asked, "params": {"budget": "smoke"}})
+        runs = [(c["params"].get("sequence"), c["pipelines"]) for c in calls]
+        each = [p for p in asked if p != "robustness"]
+        assert runs[:2] == [("rotation@0", each), ("rotation@30", each)]
+        assert [c["pipelines"] for c in calls[2:]] == ([last] if last else [])

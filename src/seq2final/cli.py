@@ -186,17 +186,19 @@ def _build_run_command() -> click.Command:
 def _run_members(kwargs: dict[str, Any]) -> Any:
     """Kedro's ``run``; on a family (docs/intensity.md), once per member (each an ordinary run
     of the asked pipelines on that sequence), then the ``robustness`` pipeline over them all
-    where the asked pipelines include ``evaluate``. Every member is checked before the first
-    trains (the session's parameter check covers the whole family)."""
+    where the asked pipelines include ``evaluate`` or ``robustness`` (or are the default).
+    Every member is checked before the first trains (the session's parameter check covers the
+    whole family)."""
     family = _family(kwargs)
     asked = kwargs["pipelines"]
-    if not family or asked == ["robustness"]:
+    each = [name for name in asked if name != "robustness"]
+    if not family or (asked and not each):
         return kedro_run.callback(pipeline=None, **kwargs)
     for member in family:
         logging.getLogger(__name__).info("family member %g: %s", member.intensity, member.sequence)
         params = {**kwargs["params"], "sequence": member.sequence, "intensities": None}
-        kedro_run.callback(pipeline=None, **{**kwargs, "params": params})
-    if not asked or "evaluate" in asked:
+        kedro_run.callback(pipeline=None, **{**kwargs, "params": params, "pipelines": each})
+    if not asked or "evaluate" in asked or "robustness" in asked:
         return kedro_run.callback(pipeline=None, **{**kwargs, "pipelines": ["robustness"]})
     return None
 

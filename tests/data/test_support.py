@@ -91,7 +91,8 @@ def test_a_sequence_without_support_blocks_keeps_its_pools_whole(source_factory)
     source = source_factory(per_class=200, per_class_test=60, classes=4)
     spec = resolve_spec("source40:rotation40", dataset="digits", test_size=20, oracle_size=60)
     assert support_space(spec, source) is None
-    assert "support_intensity" not in build_sequence(spec, source).manifest["steps"][1]
+    steps = build_sequence(spec, source).manifest["steps"]
+    assert all("support_intensity" not in s and "support" not in s["state"] for s in steps)
 
 
 def test_a_support_too_narrow_for_a_step_says_how_many_it_found(source_factory):
@@ -101,3 +102,9 @@ def test_a_support_too_narrow_for_a_step_says_how_many_it_found(source_factory):
     with pytest.raises(Seq2FinalError, match=r"needs \d+ train\+valid images .* has \d+ inside "
                        r"the step's support .*wider support"):  # fmt: skip
         build_sequence(spec, source)
+
+
+def test_extending_the_cap_past_the_whole_sphere_is_refused():
+    state = SHIFTS["extend"](ShiftState.source(2), 60.0)
+    with pytest.raises(Seq2FinalError, match="widen the support's cap by 120° .*at most 90°"):
+        SHIFTS["extend"](state, 60.0)

@@ -100,7 +100,8 @@ def test_a_support_shift_reports_its_counted_intensity_beside_the_distances(proj
     manifest = json.loads((folder / "manifest.json").read_text())
     counted = [s["support_intensity"] for s in manifest["steps"]]
     assert counted[0] == 0.0 and 0 < counted[1] < counted[2] < 1
-    assert [s["state"]["support"]["turn"] for s in manifest["steps"]] == [0.0, 60.0, 120.0]
+    assert "support" not in manifest["steps"][0]["state"]  # the source's: left out
+    assert [s["state"]["support"]["turn"] for s in manifest["steps"][1:]] == [60.0, 120.0]
     distances = pd.read_csv(project / f"data/04_feature/shift_distances/{folder.name}.csv")
     assert (
         distances["support_intensity"].tolist() == [0.0, counted[1], counted[2]] + [counted[2]] * 3

@@ -62,16 +62,16 @@ def test_the_robustness_tables_hold_the_members_accuracies_and_their_lines(famil
     for _, row in points.iterrows():
         assert row["accuracy"] == records[(row["sequence"], row["method"])]
     ft = points[points["method"] == "ft"].sort_values("intensity")
-    assert ft["drop"].tolist() == pytest.approx((ft["accuracy"].iloc[0] - ft["accuracy"]).tolist())
+    assert ft["delta"].tolist() == pytest.approx((ft["accuracy"] - ft["accuracy"].iloc[0]).tolist())
     for measure in ("intensity", "nn1", "w2_covariate"):
         line = slopes[(slopes["method"] == "ft") & (slopes["measure"] == measure)].iloc[0]
-        assert line["slope"] == pytest.approx(fit_line(ft[measure], ft["drop"])["slope"])
+        assert line["slope"] == pytest.approx(fit_line(ft[measure], ft["delta"])["slope"])
     assert ft["nn1"].is_monotonic_increasing or ft["nn1"].iloc[-1] > ft["nn1"].iloc[0]
     history = pd.read_csv(tables / "smoke-history.csv")
     assert set(history["method"]) == {"ft"} and sorted(history["intensity"]) == [0, 45, 90]
     figures = family_run / "data/08_reporting/robustness_figures" / folder
     assert {p.name for p in figures.iterdir()} >= {
-        "smoke-convnet_1-drops.png",
+        "smoke-convnet_1-deltas.png",
         "smoke-slope_vs_clean-nn1.png",
         "smoke-history.png",
     }

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from seq2final.reporting.robustness import (
-    accuracy_drops,
+    accuracy_deltas,
     fit_line,
     history_value,
     robustness_slopes,
@@ -34,31 +34,41 @@ def _points():
     return pd.DataFrame(rows)
 
 
-def test_the_drop_starts_at_the_same_seeds_smallest_intensity():
-    drops = accuracy_drops(_points())
-    erm = drops[(drops["method"] == "erm") & (drops["seed"] == 2)]
+def test_delta_is_the_seed_mean_minus_the_clean_members():
+    deltas = accuracy_deltas(_points())
+    erm = deltas[deltas["method"] == "erm"]
     assert erm["clean"].tolist() == pytest.approx([0.9] * 4)
-    assert erm["drop"].tolist() == pytest.approx([0.0, 0.12, 0.25, 0.4])
+    # seed wiggles at intensity 10 (+0.01, -0.02) average to -0.005
+    assert erm["delta"].tolist() == pytest.approx([0.0, -0.1 - 0.005, -0.25, -0.4])
+    assert (erm["seeds"] == 2).all()
+
+
+def test_the_reference_is_intensity_zero_where_the_family_has_it():
+    points = _points()
+    points.loc[points["intensity"] == 40, "intensity"] = -40  # a member below 0
+    deltas = accuracy_deltas(points)
+    erm = deltas[deltas["method"] == "erm"].set_index("intensity")
+    assert erm.loc[0, "delta"] == 0.0 and erm.loc[-40, "delta"] == pytest.approx(-0.4)
 
 
 def test_the_slope_is_numpys_polyfit_and_its_interval_students():
-    drops = accuracy_drops(_points())
-    slopes = robustness_slopes(drops, ["nn1", "w2_covariate"])
-    erm = drops[drops["method"] == "erm"]
+    deltas = accuracy_deltas(_points())
+    slopes = robustness_slopes(deltas, ["nn1", "w2_covariate"])
+    erm = deltas[deltas["method"] == "erm"]
     for measure in ("nn1", "w2_covariate"):
         row = slopes[(slopes["method"] == "erm") & (slopes["measure"] == measure)].iloc[0]
-        slope, intercept = np.polyfit(erm[measure], erm["drop"], 1)
+        slope, intercept = np.polyfit(erm[measure], erm["delta"], 1)
         assert (row["slope"], row["intercept"]) == pytest.approx((slope, intercept))
-        assert row["r2"] == pytest.approx(np.corrcoef(erm[measure], erm["drop"])[0, 1] ** 2)
-        residuals = erm["drop"] - (slope * erm[measure] + intercept)
+        assert row["r2"] == pytest.approx(np.corrcoef(erm[measure], erm["delta"])[0, 1] ** 2)
+        residuals = erm["delta"] - (slope * erm[measure] + intercept)
         n = len(erm)
-        stderr = math.sqrt(
-            (residuals**2).sum() / (n - 2) / ((erm[measure] - erm[measure].mean()) ** 2).sum()
-        )
+        spread = ((erm[measure] - erm[measure].mean()) ** 2).sum()
+        stderr = math.sqrt((residuals**2).sum() / (n - 2) / spread)
         half = stats.t.ppf(0.975, n - 2) * stderr
         assert (row["low"], row["high"]) == pytest.approx((slope - half, slope + half))
-        assert (row["points"], row["seeds"]) == (8, 2)
+        assert (row["points"], row["seeds"]) == (4, 2)  # one point a member: seeds averaged
     by_method = slopes[slopes["measure"] == "nn1"].set_index("method")["slope"]
+    assert by_method["erm"] < by_method["ft"] < 0  # degrading models have negative slopes
     assert by_method["erm"] == pytest.approx(2 * by_method["ft"], rel=0.05)
     assert by_method["baseline"] == pytest.approx(0.0, abs=0.01)
 

@@ -126,12 +126,15 @@ class ShiftState:
 
     def describe(self) -> dict[str, Any]:
         """Every effect's value by name, as a sequence's manifest records it (manifest format 2;
-        format 1 recorded the fields of the state class that effects replaced)."""
+        format 1 recorded the fields of the state class that effects replaced). The support
+        is left out where it is the source's, so every manifest written before support shifts
+        existed is written the same, byte for byte."""
         return {
             "num_classes": self.num_classes,
             **{
                 name: value._asdict() if isinstance(value, Weights | Support) else value
                 for name, value in self.values
+                if not (name == SUPPORT and value == Support())
             },
         }
 

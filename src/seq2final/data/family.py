@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.data.shifts import intensity_text
 
 PLACEHOLDER = "@*"
 
@@ -53,15 +54,14 @@ def members(sequence: str, intensities: Sequence[float] | None) -> tuple[Member,
             f"sequence '{sequence}': an empty family (intensities: []); valid: one or more "
             "intensities"
         )
-    repeated = sorted({v for v in intensities if list(intensities).count(v) > 1})
+    written = [intensity_text(value) for value in intensities]
+    repeated = sorted({text for text in written if written.count(text) > 1})
     if repeated:
         raise Seq2FinalError(
-            f"intensities {list(intensities)} repeat {repeated}; valid: each intensity once"
+            f"intensities {list(intensities)} repeat {', '.join(repeated)}; valid: each "
+            "intensity once"
         )
-    return tuple(
-        Member(float(value), sequence.replace(PLACEHOLDER, f"@{float(value):g}"))
-        for value in intensities
-    )
+    return tuple(Member(float(text), sequence.replace(PLACEHOLDER, f"@{text}")) for text in written)
 
 
 def expand_sequences(

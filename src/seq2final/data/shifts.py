@@ -14,9 +14,12 @@ intensity 0 changes nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.registry import Registry
@@ -104,18 +107,31 @@ def shift_block(name: str, effect: str, dial: Dial | None = None) -> Callable[[A
     return register
 
 
+_NUMBER = re.compile(r"-?(0|[1-9]\d*)(\.\d*[1-9])?")
+
+
 def split_block(text: str) -> tuple[str, float | None]:
-    """``"rotation@15"`` → ``("rotation", 15.0)``; a block without ``@`` has no intensity."""
+    """``"rotation@15"`` → ``("rotation", 15.0)``; a block without ``@`` has no intensity.
+
+    The number must be written the shortest way (``15``, ``0.2``, not ``15.0``, ``0.20`` or
+    ``-0``): one intensity, one spelling, so one key; and a size run into an intensity without
+    its ``/`` (``label_flip@0.2300``) is refused rather than read as ``0.23``.
+    """
     name, mark, value = text.partition(INTENSITY_MARK)
     if not mark:
         return name, None
-    try:
-        return name, float(value)
-    except ValueError:
+    if not _NUMBER.fullmatch(value) or value == "-0":
         raise Seq2FinalError(
-            f"shift block '{text}': the intensity after '@' is not a number; valid: e.g. "
-            f"'{name}@0.5'"
-        ) from None
+            f"shift block '{text}': the intensity after '@' is not a number written the "
+            f"shortest way; valid: e.g. '{name}@0.5' or '{name}@15' (a size follows '/')"
+        )
+    return name, float(value)
+
+
+def intensity_text(value: float) -> str:
+    """How a spec writes ``value`` after ``@``: the shortest way, never in exponent form."""
+    text = np.format_float_positional(float(value), trim="-")
+    return "0" if text == "-0" else text
 
 
 def check_block(text: str) -> str:
@@ -191,8 +207,10 @@ def label_flip(flips: Flips, num_classes: int, intensity: float) -> Flips:
     """Append a flip, alternating y → C−1−y and y → (y+2) mod C, starting with the first.
 
     At an intensity below 1 the flip moves only that share of each class's labels (the first of
-    each class in a split's drawn order, which is random; docs/intensity.md).
+    each class in a split's drawn order, which is random; docs/intensity.md); at 0 none.
     """
+    if intensity == 0.0:  # no label moves: the flip is not added, nor does the alternation
+        return flips
     kind = FLIP_REVERSE if len(flips) % 2 == 0 else FLIP_PLUS_TWO
     return (*flips, kind if intensity == 1.0 else (kind, intensity))
 
@@ -260,7 +278,13 @@ def overlap(support: Support, num_classes: int, intensity: float) -> Support:
 @shift_block("extend", SUPPORT, Dial("degrees the support's cap widens per step", 30.0, 0.0, 90.0))
 def extend(support: Support, num_classes: int, intensity: float) -> Support:
     """The support's cap widens by 30° beyond its hemisphere (Control+Shift's extend shift)."""
-    return support._replace(widen=min(support.widen + intensity, 90.0))
+    widen = support.widen + intensity
+    if widen > 90.0:
+        raise Seq2FinalError(
+            f"extend would widen the support's cap by {widen:g}° in all; valid: at most 90° "
+            "(the whole sphere) over the sequence's extend steps"
+        )
+    return support._replace(widen=widen)
 
 
 @shift_block(

@@ -8,8 +8,9 @@ step::
     rotation:corruption+label_flip          # sizes from the dataset's defaults
     source600:rotation@15/300:corruption@2+label_flip@0.2/300   # intensities (docs/intensity.md)
 
-A block may carry an intensity after ``@`` (:mod:`seq2final.data.shifts`); a size after an
-intensity follows a ``/``, since ``rotation@15300`` would read as one number.
+A block may carry an intensity after ``@`` (:mod:`seq2final.data.shifts`), written the shortest
+way (``15``, ``0.2``: no ``15.0``, ``0.20`` or ``-0``); a size after an intensity follows a
+``/`` (any step may write it so), since ``rotation@15300`` would read as one number.
 
 Step 0 (the source) is never shifted. Every step draws fresh images per class from the source's
 train pool with its own seed and applies the cumulative shift state; the final step also draws
@@ -101,13 +102,28 @@ class SequenceSpec:
 
 _BLOCK = r"[a-z_]+(?:@-?\d+(?:\.\d+)?)?"
 _STEP = re.compile(
-    rf"^(?P<blocks>{_BLOCK}(?:[,+]{_BLOCK})*)?(?:(?<=[a-z_])(?P<size>\d+)|(?<=\d)/(?P<after>\d+))?$"
+    rf"^(?P<blocks>{_BLOCK}(?:[,+]{_BLOCK})*)?(?:(?<=[a-z_])(?P<size>\d+)|/(?P<after>\d+))?$"
 )
 _SPEC_HELP = (
     "write steps as shift blocks with an optional size, e.g. "
     "'source6000:rotation4000:corruption+label_flip', or with intensities "
     "'source600:rotation@15/300:label_flip@0.2/300'"
 )
+
+
+def _size_inside(block: str) -> bool:
+    """Whether ``block``'s refused intensity could be a valid one with a size written after it
+    without '/' (``rotation@15300``), so the refusal should say where sizes go."""
+    name, _, digits = block.partition("@")
+    for cut in range(1, len(digits)):
+        head, tail = digits[:cut], digits[cut:]
+        if tail.isdigit() and int(tail) >= 2 and not tail.startswith("0"):
+            try:
+                check_block(f"{name}@{head}")
+            except Seq2FinalError:
+                continue
+            return True
+    return False
 
 
 def parse_spec(text: str, sizes: DefaultSizes) -> tuple[StepSpec, ...]:
@@ -143,7 +159,7 @@ def parse_spec(text: str, sizes: DefaultSizes) -> tuple[StepSpec, ...]:
             try:
                 check_block(block)
             except Seq2FinalError as error:
-                if size is None and block == blocks[-1]:  # perhaps a size written without '/'
+                if size is None and block == blocks[-1] and _size_inside(block):
                     raise Seq2FinalError(
                         f"{error} (a size after an intensity follows '/': 'rotation@15/300')"
                     ) from None

@@ -765,19 +765,20 @@ MEASURE_LABELS = {
 }
 
 
-def robustness_lines(drops: pd.DataFrame, slopes: pd.DataFrame, arch: str, title: str) -> Figure:
-    """Control+Shift's Figs. 4–6: each method's accuracy drop (points: one per member and seed)
-    against each shift measure, with its least-squares line; one panel per measure."""
+def robustness_lines(deltas: pd.DataFrame, slopes: pd.DataFrame, arch: str, title: str) -> Figure:
+    """Control+Shift's Figs. 4–6: each method's Δ-accuracy (points: one per member, the mean
+    over its seeds) against each shift measure, with its least-squares line; one panel per
+    measure."""
     measures = [m for m in MEASURE_LABELS if m in set(slopes["measure"])]
     figure = _figure(3.6 * len(measures) + 1.6, 3.2)
-    cell = drops[drops["arch"] == arch]
+    cell = deltas[deltas["arch"] == arch]
     methods = sorted(set(cell["method"]))
     for index, measure in enumerate(measures, start=1):
         axis = figure.add_subplot(1, len(measures), index)
         for method in methods:
             style = method_style(method)
             own = cell[cell["method"] == method].dropna(subset=[measure])
-            axis.scatter(own[measure], own["drop"], s=14, color=style.colour,
+            axis.scatter(own[measure], own["delta"], s=14, color=style.colour,
                          marker=style.marker, alpha=0.7)  # fmt: skip
             line = slopes[(slopes["method"] == method) & (slopes["arch"] == arch)
                           & (slopes["measure"] == measure)]  # fmt: skip
@@ -788,7 +789,7 @@ def robustness_lines(drops: pd.DataFrame, slopes: pd.DataFrame, arch: str, title
                           linestyle=style.linestyle, linewidth=1.2)  # fmt: skip
         axis.axhline(0.0, color="grey", linestyle=":", linewidth=1)
         axis.set_xlabel(MEASURE_LABELS[measure], fontsize=8)
-        axis.set_ylabel("accuracy drop (clean − shifted)" if index == 1 else "", fontsize=8)
+        axis.set_ylabel("Δ-accuracy (shifted − clean)" if index == 1 else "", fontsize=8)
         axis.tick_params(labelsize=7)
     figure.suptitle(_wrapped(f"{title} · {arch}", 30 + 40 * len(measures)), fontsize=9)
     _method_legend(figure, methods)
@@ -814,8 +815,10 @@ def slope_against_clean(slopes: pd.DataFrame, measure: str, title: str) -> Figur
             axis.annotate(row["arch"], (row["clean_accuracy"], row["slope"]), fontsize=6,
                           xytext=(4, 3), textcoords="offset points", color=style.colour)  # fmt: skip
     axis.axhline(0.0, color="grey", linestyle=":", linewidth=1)
-    axis.set_xlabel("clean accuracy (the family's smallest intensity)", fontsize=8)
-    axis.set_ylabel(f"slope of the drop on\n{MEASURE_LABELS[measure]}", fontsize=8)
+    axis.set_xlabel("clean accuracy (the family's reference member)", fontsize=8)
+    axis.set_ylabel(
+        f"robustness slope: Δ-accuracy per unit of\n{MEASURE_LABELS[measure]}", fontsize=8
+    )
     axis.tick_params(labelsize=7)
     axis.set_title(_wrapped(title, 55), fontsize=9)
     _method_legend(figure, sorted(set(rows["method"])))

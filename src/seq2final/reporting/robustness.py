@@ -1,13 +1,14 @@
 """Robustness slopes and history's value across a family of sequences (docs/intensity.md).
 
 Control+Shift summarises how fast a model degrades by its **robustness slope**: the
-least-squares slope of the accuracy drop against the shift's size, across the intensities of one
-shift. Here a family's members are sequences that differ only in intensity, each trained on its
-own; a method's drop at a member is its accuracy at the family's reference member (the smallest
-intensity, the clean one when the family includes 0) minus its accuracy there, same architecture
-and seed, and the size of the shift is each member's measured distance between its source and
-its final step (W2 and 1-NN from ``quantify_shift``, and Control+Shift's intensity I where the
-family's blocks give it).
+least-squares slope of its Δ-accuracy (shifted minus clean) against the shift's size, across the
+intensities of one shift; 0 is robust and a steep negative slope degrades fast. Here a family's
+members are sequences that differ only in intensity, each trained on its own; a method's
+Δ-accuracy at a member is its accuracy there minus its accuracy at the family's reference member
+(intensity 0 where the family has it, else its smallest), same architecture, each averaged over
+the seeds both have, and the size of the shift is each member's measured distance between its
+source and its final step (W2 and 1-NN from ``quantify_shift``, and the counted support
+intensity where the family's blocks give one).
 """
 
 from __future__ import annotations
@@ -20,20 +21,24 @@ import pandas as pd
 from scipy import stats
 
 CONFIDENCE = 0.95
-POINT_COLUMNS = ("intensity", "method", "arch", "seed", "accuracy")
 
 
-def accuracy_drops(points: pd.DataFrame) -> pd.DataFrame:
-    """``points`` with ``clean`` (the same method, architecture and seed at the family's
-    smallest intensity) and ``drop`` (clean minus accuracy) added; cells without a clean point
-    are left out, since their drop has nothing to start from."""
-    reference = points["intensity"].min()
-    clean = points[points["intensity"] == reference][["method", "arch", "seed", "accuracy"]]
-    merged = points.merge(
-        clean.rename(columns={"accuracy": "clean"}), on=["method", "arch", "seed"], how="inner"
-    )
-    merged["drop"] = merged["clean"] - merged["accuracy"]
-    return merged.sort_values(["method", "arch", "seed", "intensity"], ignore_index=True)
+def accuracy_deltas(points: pd.DataFrame) -> pd.DataFrame:
+    """One row per member, method and architecture: the accuracy and shift measures averaged
+    over seeds, ``clean`` (the same method and architecture at the reference member) and
+    ``delta`` (accuracy minus clean). Seeds are averaged before the line is fitted: a seed's
+    points share its clean accuracy, so pooling them would count one draw several times and
+    narrow the interval."""
+    reference = 0.0 if (points["intensity"] == 0).any() else points["intensity"].min()
+    keys = [k for k in ("method", "arch", "intensity", "sequence") if k in points]
+    values = [c for c in points.columns if c not in (*keys, "seed")]
+    grouped = points.groupby(keys, as_index=False, sort=True)
+    means = grouped[values].mean()
+    means["seeds"] = grouped["seed"].nunique()["seed"].to_numpy()
+    clean = means[means["intensity"] == reference][["method", "arch", "accuracy"]]
+    merged = means.merge(clean.rename(columns={"accuracy": "clean"}), on=["method", "arch"])
+    merged["delta"] = merged["accuracy"] - merged["clean"]
+    return merged.sort_values(["method", "arch", "intensity"], ignore_index=True)
 
 
 def fit_line(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
@@ -53,20 +58,20 @@ def fit_line(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
             "intercept": fit.intercept, "r2": fit.rvalue**2, "points": len(x)}  # fmt: skip
 
 
-def robustness_slopes(drops: pd.DataFrame, measures: Sequence[str]) -> pd.DataFrame:
-    """One row per method, architecture and shift measure: the line of the drop on the measure
-    over every (member, seed) point, and the mean clean accuracy (Control+Shift plots the slope
+def robustness_slopes(deltas: pd.DataFrame, measures: Sequence[str]) -> pd.DataFrame:
+    """One row per method, architecture and shift measure: the line of Δ-accuracy on the
+    measure over the family's members, and the clean accuracy (Control+Shift plots the slope
     against it)."""
     rows = []
-    for (method, arch), cell in drops.groupby(["method", "arch"], sort=True):
+    for (method, arch), cell in deltas.groupby(["method", "arch"], sort=True):
         for measure in measures:
             if measure not in cell or cell[measure].isna().all():
                 continue
             usable = cell.dropna(subset=[measure])
             rows.append({"method": method, "arch": arch, "measure": measure,
-                         **fit_line(usable[measure], usable["drop"]),
-                         "clean_accuracy": usable["clean"].mean(),
-                         "seeds": usable["seed"].nunique()})  # fmt: skip
+                         **fit_line(usable[measure], usable["delta"]),
+                         "clean_accuracy": usable["clean"].iloc[0],
+                         "seeds": int(usable["seeds"].min())})  # fmt: skip
     return pd.DataFrame(rows)
 
 

@@ -16,7 +16,7 @@ from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.pipelines.evaluate.nodes import sequence_records
 from seq2final.protocols import sequence_options
 from seq2final.reporting import plots
-from seq2final.reporting.robustness import accuracy_drops, history_value, robustness_slopes
+from seq2final.reporting.robustness import accuracy_deltas, history_value, robustness_slopes
 from seq2final.reporting.tables import report_folder, shown_name
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,8 @@ def fit_robustness(
 ) -> tuple[dict[str, pd.DataFrame], dict[str, str], dict[str, Figure]]:
     """The robustness slopes of every method and architecture on each shift measure, history's
     value at every intensity and the points behind them, as CSV and Markdown, and the figures:
-    drops with their lines per architecture, slopes against clean accuracy, history's value."""
+    Δ-accuracies with their lines per architecture, slopes against clean accuracy, history's
+    value."""
     dataset = family[0][1].dataset
     if points.empty:
         raise Seq2FinalError(
@@ -111,11 +112,11 @@ def fit_robustness(
             "members first (kedro run on the family trains them, then runs this pipeline)"
         )
     folder = report_folder(sequence, dataset)
-    drops = accuracy_drops(points)
-    slopes = robustness_slopes(drops, options.measures)
+    deltas = accuracy_deltas(points)
+    slopes = robustness_slopes(deltas, options.measures)
     value = history_value(points, options.reference)
     title = f"{sequence} ({dataset}, {budget})"
-    tables = {f"{folder}/{budget}-points": drops, f"{folder}/{budget}-slopes": slopes,
+    tables = {f"{folder}/{budget}-points": deltas, f"{folder}/{budget}-slopes": slopes,
               f"{folder}/{budget}-history": value}  # fmt: skip
     reports = {
         f"{folder}/{budget}-slopes": f"# Robustness slopes: {title}\n\n" + _slopes_markdown(slopes),
@@ -124,9 +125,9 @@ def fit_robustness(
     }
     figures: dict[str, Figure] = {}
     if not slopes.empty:
-        for arch in sorted(set(drops["arch"])):
-            figures[f"{folder}/{budget}-{arch}-drops.png"] = plots.robustness_lines(
-                drops, slopes, arch, f"Accuracy drop: {title}"
+        for arch in sorted(set(deltas["arch"])):
+            figures[f"{folder}/{budget}-{arch}-deltas.png"] = plots.robustness_lines(
+                deltas, slopes, arch, f"Δ-accuracy: {title}"
             )
         for measure in sorted(set(slopes["measure"])):
             figures[f"{folder}/{budget}-slope_vs_clean-{measure}.png"] = plots.slope_against_clean(
