@@ -72,10 +72,11 @@ class ResultStore(Mapping[str, ResultRecord]):
 
     def learning_curves(self, key: str) -> pd.DataFrame:
         """The job's fits' curves; empty for a job that trained nothing on the final step
-        (``as_is``), whose CSV holds no column."""
+        (``as_is``), whose CSV holds no column, and for a record restored without its curves
+        (a study's kept records: ``benchmarks/protocol_study.py``)."""
         try:
             return pd.read_csv(self.curves_path(key))
-        except pd.errors.EmptyDataError:
+        except (pd.errors.EmptyDataError, FileNotFoundError):
             return pd.DataFrame()
 
     def put(
