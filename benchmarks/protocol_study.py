@@ -50,7 +50,7 @@ from seq2final.config.checks import sequence_spec, validate_parameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.records import ResultRecord
 from seq2final.pipelines.evaluate.nodes import gather_results
-from seq2final.protocols import ProtocolOptions
+from seq2final.protocols import FIRST_MODEL, ProtocolOptions
 from seq2final.reporting.protocols import protocol_scores
 from seq2final.reporting.tables import shown_name, train_flops_once
 from seq2final.training import Engine
@@ -123,7 +123,8 @@ def study_records(
         record
         for record in gather_results(sequence_spec(validate_parameters(params)), store)
         if (record.arch, record.budget) == (params["arch"], params["budget"])
-        and shown_name(record) in methods
+        # time 0's one model is every method's (docs/protocols.md), under its own name
+        and (shown_name(record) in methods or (record.historical, record.final) == FIRST_MODEL)
     ]
     return params, records
 
