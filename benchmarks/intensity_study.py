@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +31,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+
+from seq2final.core.files import atomic_write
+from seq2final.data.family import members as family_members
+from seq2final.data.spec import name_slug
 
 PROJECT = Path(__file__).resolve().parents[1]
 KEPT = PROJECT / "benchmarks" / "results" / "intensity_study"
@@ -67,7 +70,7 @@ def restore() -> int:
 def keep(specs: Sequence[str]) -> None:
     """Copy the study's files into :data:`KEPT`, each once: the result records of its members'
     jobs and their distances (a finished job's record never changes)."""
-    slugs = {_slug(spec) for spec in specs}
+    slugs = {f"{name_slug(spec)}-" for spec in specs}
     for kind, (folder, suffix) in STORES.items():
         (KEPT / kind).mkdir(parents=True, exist_ok=True)
         for path in sorted(folder.glob(f"*{suffix}")):
@@ -77,21 +80,14 @@ def keep(specs: Sequence[str]) -> None:
                 _copy(path, KEPT / kind / path.name)
 
 
-def _slug(sequence: str) -> str:
-    """The prefix of a member's keys: its name as ``SequenceSpec.key`` and job keys write it."""
-    return re.sub(r"[^A-Za-z0-9]+", "-", sequence).strip("-")[:40] + "-"
-
-
 def _copy(source: Path, target: Path) -> None:
     """Copy in one step: a process reading ``target`` meanwhile sees all of it or none."""
-    partial = target.with_name(f".{target.name}.{os.getpid()}")
-    shutil.copyfile(source, partial)
-    partial.replace(target)
+    atomic_write(target, lambda partial: shutil.copyfile(source, partial))
 
 
 def members(family: str) -> list[str]:
-    spec, intensities = FAMILIES[family]
-    return [spec.replace("@*", f"@{value:g}") for value in intensities]
+    """The family's member specs, written as ``kedro sweep`` writes them."""
+    return [member.sequence for member in family_members(*FAMILIES[family])]
 
 
 def sweep(family: str, augment: str, archs: str, workers: int) -> None:

@@ -48,6 +48,7 @@ from kedro.framework.startup import bootstrap_project
 from seq2final.bench.machine import describe_machine
 from seq2final.config.checks import sequence_spec, validate_parameters
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.files import atomic_write
 from seq2final.core.records import ResultRecord
 from seq2final.pipelines.evaluate.nodes import gather_results
 from seq2final.protocols import FIRST_MODEL, ProtocolOptions
@@ -91,9 +92,7 @@ def restore_records(env: str, overrides: Mapping[str, Any]) -> int:
 
 def _copy(source: Path, target: Path) -> None:
     """Copy in one step: a process reading ``target`` meanwhile sees all of it or none."""
-    partial = target.with_name(f".{target.name}.{os.getpid()}")
-    shutil.copyfile(source, partial)
-    partial.replace(target)
+    atomic_write(target, lambda partial: shutil.copyfile(source, partial))
 
 
 def keep_records(env: str, overrides: Mapping[str, Any]) -> None:

@@ -57,6 +57,12 @@ class StepSpec:
         return tuple(split_block(block)[0] for block in self.blocks)
 
 
+def name_slug(name: str) -> str:
+    """The file-system-safe start of every key of sequence ``name`` (its stored sequence's and,
+    through it, its states' and jobs')."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")[:40] or "sequence"
+
+
 @dataclass(frozen=True)
 class SequenceSpec:
     """Everything that determines a built sequence; its :attr:`key` names the stored result."""
@@ -91,8 +97,7 @@ class SequenceSpec:
     def key(self) -> str:
         """A file-system-safe name that changes whenever anything in the spec changes."""
         digest = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
-        slug = re.sub(r"[^A-Za-z0-9]+", "-", self.name).strip("-")[:40] or "sequence"
-        return f"{slug}-{self.dataset}-seed{self.seed}-{digest[:10]}"
+        return f"{name_slug(self.name)}-{self.dataset}-seed{self.seed}-{digest[:10]}"
 
     def step_seeds(self) -> list[int]:
         """Seed of every step: the run seed for the source, then draws from it for the targets."""

@@ -95,13 +95,12 @@ class SupportSpace:
     def inside(self, pool: str, indices: np.ndarray, support: Support) -> np.ndarray:
         """Which of the pool's images ``indices`` lie in ``support``."""
         points = self.points[pool][indices]
+        norms = np.linalg.norm(points, axis=1)
         keep = np.ones(len(indices), dtype=bool)
         if self.caps:
             half = np.deg2rad(min(90.0 + support.widen, 180.0))
-            norms = np.linalg.norm(points, axis=1)
             keep &= points @ self.axis(support.turn) >= norms * np.cos(half) - 1e-12
         if self.ball:
-            norms = np.linalg.norm(points, axis=1)
             keep &= norms <= (1.0 + support.grow) * self.radius[pool][indices]
         return keep
 

@@ -52,7 +52,7 @@ def resolve_family(
                 options.oracle_size,
                 **sequence_options(protocol),
             ),
-        )  # fmt: skip
+        )
         for member in members(sequence, intensities)
     ]
 
