@@ -46,6 +46,10 @@ FAMILIES = {
     "overlap": ("source2000:overlap@*/250", [0, 30, 60, 90, 135]),
     # twice the source images of the same support: Control+Shift's "more data" arm
     "overlap_2x": ("source4000:overlap@*/250", [0, 30, 60, 90, 135]),
+    # the training support covers the shifted one: half the 2,000 historical images from the
+    # source's cap, half from the final step's (``overlap@0`` keeps the cap where it turned to):
+    # Control+Shift's "full support" arm, at the same number of training images as ``overlap``
+    "overlap_full": ("source1000:overlap@*/1000:overlap@0/250", [0, 30, 60, 90, 135]),
 }
 AUGMENT = {"none": "study", "flip_crop": "study_aug"}  # augmentation → the arm's budget name
 PAIRS = "erm:as_is,erm:ft,none:scratch"
@@ -153,7 +157,7 @@ def _line(row: pd.Series, scale: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(FAMILIES))
-    parser.add_argument("--archs", default="convnet_1,resnet_1")
+    parser.add_argument("--archs", default="convnet_1,resnet_2")
     parser.add_argument("--augment", default=",".join(AUGMENT))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--summary-only", action="store_true", help="train nothing")

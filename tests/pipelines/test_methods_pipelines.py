@@ -73,9 +73,12 @@ def test_all_methods_end_to_end(project, stores_of, caplog):
         logits = predict_logits(model, test, engine, record.eval_step)
         assert float((logits.argmax(1) == test.y).float().mean()) == record.test_accuracy
         assert float(F.cross_entropy(logits, test.y)) == pytest.approx(record.test_nll)
-        assert record.budget == "smoke" and record.arch == arch and record.trials >= 1
+        assert record.budget == "smoke" and record.arch == arch
         curves = results.learning_curves(record.job_key)
-        assert list(curves["epoch"][:3]) == [0, 1, 2]
+        if record.final == "ncm":  # a head set from class means: no trial, no curve
+            assert record.trials == 0 and curves.empty
+        else:
+            assert record.trials >= 1 and list(curves["epoch"][:3]) == [0, 1, 2]
         # compute: the job's own fits, every trial; the states it continues, shown as shared
         assert record.train_flops == sum(f["train_flops"] for f in record.fits) > 0
         assert record.eval_flops == sum(f["eval_flops"] for f in record.fits) > 0
@@ -335,8 +338,11 @@ def test_every_method_trains_its_trials_fused_when_asked(project, stores_of, mon
     assert {name for r in records for name in (r.method, *r.aliases)} == set(fusing)
     fits = [fit for r in records for fit in r.fits]
     fits += [fit for key in stores.states for fit in stores.states[key].fits]
-    assert all(fit["trials"] == 2 for fit in fits)
-    assert stacks and set(stacks) == {2} and len(stacks) == len(fits)
+    closed = [fit for fit in fits if fit["stage"] in ("ncm", "prototypes")]  # NED's heads
+    assert len(closed) == 2 and all(fit["trials"] == 0 for fit in closed)
+    tuned = [fit for fit in fits if fit not in closed]
+    assert all(fit["trials"] == 2 for fit in tuned)
+    assert stacks and set(stacks) == {2} and len(stacks) == len(tuned)
 
 
 def test_training_runs_inside_the_nodes_named_for_it(project, monkeypatch):

@@ -201,9 +201,9 @@ def check_mode_configs(
                 f"valid: {', '.join(registry)}"
             )
         for name, mode in registry.items():
-            if not mode.config_keys:
-                continue
             block = blocks.get(name)
+            if not mode.config_keys and block is None:
+                continue  # a mode with no settings may have no block
             if block is None:
                 raise Seq2FinalError(
                     f"{where} has no block for registered mode '{name}'; "

@@ -22,8 +22,8 @@ from seq2final.core.progress import current
 from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.models import build_model
-from seq2final.training.engine import Engine
-from seq2final.training.flops import fit_cost
+from seq2final.training.engine import Engine, accuracy
+from seq2final.training.flops import fit_cost, image_flops
 from seq2final.training.fused import FusedTrial, fit_fused
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import FitResult, clone_model, fit
@@ -151,6 +151,34 @@ class Context:
             ", ".join(f"{k}={v:.3g}" for k, v in tuned.params.items()),
         )
         return model, tuned.fit
+
+    def closed_form_fit(
+        self, stage: str, model: nn.Module, valid: TensorSplit, forward_images: int
+    ) -> float:
+        """Record a fit made without the loop (a head set from class means, docs/representations.md):
+        no epochs and no trials; its training FLOPs are ``forward_images`` forward passes of
+        ``model`` (the passes that computed its features) and its validation pass is priced as a
+        tuned fit's. Its validation accuracy, returned, is what
+        :func:`~seq2final.methods.final.continue_chains` compares chains by; the record joins
+        :attr:`fits`, so the job's compute counts it like any fit."""
+        per_image = image_flops(model, valid, self.engine, None)
+        valid_accuracy = accuracy(model, valid, self.engine)
+        self.fits.append(
+            {
+                "stage": stage,
+                "params": {},
+                "valid_accuracy": valid_accuracy,
+                "best_epoch": 0,
+                "epochs": 0,
+                "trials": 0,
+                "train_flops": per_image * int(forward_images),
+                "eval_flops": per_image * len(valid),
+                "history": [],
+                "trial_summaries": [],
+            }
+        )
+        log.info("%s: valid %.3f (closed form, %d images)", stage, valid_accuracy, forward_images)
+        return valid_accuracy
 
 
 def _finish_on_cpu(run: TrialRun, result: FitResult, weights: dict[str, torch.Tensor]) -> None:

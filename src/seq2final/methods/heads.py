@@ -1,0 +1,149 @@
+"""NED's heads on a historical model's features: nearest class mean (``ncm``) and Prototype
+Tuning (``proto_tune``), as final modes (docs/representations.md).
+
+NED (Wallingford et al.) finds that a head set from the class means of a good representation's
+features rivals fine-tuning at a small share of its compute. Both heads are *linear* heads of
+the architecture's own ``fc``, so their model is an ordinary model of the run's architecture
+(stored, scored and continued like any other):
+
+- nearest class mean by Euclidean distance, argmin_c ‖f − m_c‖², is argmax_c (m_c·f − ½‖m_c‖²):
+  weights m_c, biases −½‖m_c‖²;
+- by cosine distance, argmax_c m_c·f / (‖m_c‖ ‖f‖), whose ‖f‖ is the same for every class, is
+  argmax_c (m_c/‖m_c‖)·f: weights the unit means, no bias.
+
+Decisions are NED's exactly; the probabilities are softmax(−½ d²) for Euclidean and
+softmax(‖f‖ cos) for cosine, where NED's Eq. 1 writes softmax(−d), which changes the test NLL and
+calibration but no prediction. Prototype Tuning starts from the Euclidean head (NED's Table 7:
+its linear classifier initialised from the class means is the variant that works) and tunes
+``fc`` alone, the features frozen, as NED's fine-tuning does.
+
+Written on the public API alone (:mod:`seq2final.methods`, :mod:`seq2final.training`), as a
+plugin would be (docs/extending.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.methods.base import FinalOutcome, HistoricalState, ModelChain, final_mode, method
+from seq2final.methods.context import Context, space_of
+from seq2final.methods.final import continue_chains, stage_name
+from seq2final.training import Engine, Task, TensorSplit, clone_model, predict_logits
+
+METRICS = ("euclidean", "cosine")
+ABSENT_LOGIT = -1.0e9
+"""The bias of a class the final step's training split has no image of: never predicted."""
+
+
+def head_of(model: nn.Module) -> nn.Linear:
+    """The linear layer a head mode sets: ``fc.linear`` of a block model."""
+    linear = getattr(getattr(model, "fc", None), "linear", None)
+    if not isinstance(linear, nn.Linear):
+        raise Seq2FinalError(
+            f"a head mode needs a model whose head ends in fc.linear (a block model); "
+            f"got {type(model).__name__}"
+        )
+    return linear
+
+
+def features(model: nn.Module, data: TensorSplit, engine: Engine) -> torch.Tensor:
+    """The features ``model``'s last linear layer sees for every image of ``data`` (eval mode,
+    on the CPU): the input of ``fc.linear``, after the pool (and DenseNet's norm)."""
+    captured: list[torch.Tensor] = []
+    hook = head_of(model).register_forward_hook(
+        lambda module, inputs, output: captured.append(inputs[0].detach().float().cpu())
+    )
+    try:
+        predict_logits(model, data, engine)
+    finally:
+        hook.remove()
+    return torch.cat(captured)
+
+
+def class_means(
+    feats: torch.Tensor, labels: torch.Tensor, num_classes: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each class's mean feature and whether the class has any image (a C×D and a C tensor)."""
+    labels = labels.cpu().long()
+    counts = torch.bincount(labels, minlength=num_classes).to(feats.dtype)
+    sums = torch.zeros(num_classes, feats.shape[1], dtype=feats.dtype).index_add_(0, labels, feats)
+    present = counts > 0
+    return sums / counts.clamp(min=1).unsqueeze(1), present
+
+
+def imprint(model: nn.Module, means: torch.Tensor, present: torch.Tensor, metric: str) -> None:
+    """Set ``model``'s linear head to nearest-class-mean decisions under ``metric`` (above)."""
+    linear = head_of(model)
+    if metric == "euclidean":
+        weight, bias = means, -0.5 * (means * means).sum(1)
+    else:
+        weight = means / means.norm(dim=1, keepdim=True).clamp(min=1e-12)
+        bias = torch.zeros(len(means), dtype=means.dtype)
+    weight = torch.where(present.unsqueeze(1), weight, torch.zeros_like(weight))
+    bias = torch.where(present, bias, torch.full_like(bias, ABSENT_LOGIT))
+    with torch.no_grad():
+        linear.weight.copy_(weight.to(linear.weight))
+        linear.bias.copy_(bias.to(linear.bias))
+
+
+def nearest_mean_model(ctx: Context, chain: ModelChain, metric: str, stage: str) -> nn.Module:
+    """The chain's last model with its head set from the class means of the final step's
+    training images, its cost and validation accuracy recorded as a closed-form fit."""
+    train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
+    model = clone_model(chain.last).to(ctx.device)
+    imprint(model, *class_means(features(model, train, ctx.engine), train.y, ctx.num_classes),
+            metric)  # fmt: skip
+    ctx.closed_form_fit(stage, model, valid, forward_images=len(train))
+    return model
+
+
+def _metric(config: Mapping[str, Any], where: str) -> str:
+    metric = config.get("metric", METRICS[0])
+    if metric not in METRICS:
+        raise Seq2FinalError(f"{where}.metric '{metric}': valid: {', '.join(METRICS)}")
+    return str(metric)
+
+
+@final_mode(
+    "ncm",
+    "a nearest-class-mean head on the historical model's features (NED's NCM): no training",
+    ("model",),
+    config_keys=(),
+    check=lambda config, where: _metric(config, where) and None,
+)
+def _ncm(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
+    assert state is not None
+    metric = _metric(config, "final_modes.ncm")
+    return continue_chains(
+        ctx, state, lambda name, chain: nearest_mean_model(ctx, chain, metric, stage_name(name, "ncm")),
+        None,
+    )  # fmt: skip
+
+
+@final_mode(
+    "proto_tune",
+    "a linear head set from the class means, then tuned alone (NED's Prototype Tuning)",
+    ("model",),
+)
+def _proto_tune(
+    ctx: Context, config: Mapping[str, Any], state: HistoricalState | None
+) -> FinalOutcome:
+    assert state is not None
+    train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
+    space = space_of(config, "space", "final_modes.proto_tune")
+
+    def fit_chain(name: str, chain: ModelChain) -> nn.Module:
+        start = nearest_mean_model(ctx, chain, "euclidean", stage_name(name, "prototypes"))
+        task = Task([train], valid, trainable=["fc"], terms=[chain.pull()])
+        return ctx.tuned_fit(stage_name(name, "head"), space, lambda: clone_model(start), task)
+
+    return continue_chains(ctx, state, fit_chain, None)
+
+
+method("ncm", "erm", "ncm", "NCM", citation="NED, Wallingford et al.; on ERM's features")
+method("proto_tune", "erm", "proto_tune", "ProtoTune", citation="NED, Wallingford et al.")
