@@ -371,6 +371,15 @@ def test_evaluate_and_visualize_report_the_protocol_beside_the_final_protocols_r
     assert "protocol eval_stream" in markdown and "| arch | erm |" in markdown  # methods: columns
     (figure,) = reports.glob("protocol_figures/*/eval_stream/smoke-convnet_4.png")
     assert figure.stat().st_size > 10_000
+    # Feature Forgetting's P_CL of the last time: its mean accuracy on the steps it has seen
+    (p_cl,) = reports.glob("*_tables/*/eval_stream/smoke-p_cl.csv")
+    seen = views["0-2"].step_accuracies
+    expected_p_cl = sum(seen[str(s)]["test"] for s in range(3)) / 3
+    p_cl_table = __import__("pandas").read_csv(p_cl)
+    erm_p_cl = p_cl_table[(p_cl_table["arch"] == "convnet_4") & (p_cl_table["method"] == "erm")]
+    assert erm_p_cl["mean"].item() == pytest.approx(expected_p_cl)
+    (forgetting,) = reports.glob("protocol_figures/*/eval_stream/smoke-convnet_4-forgetting.png")
+    assert forgetting.stat().st_size > 10_000
     # the protocol's accuracy for compute: its score against the FLOPs of both views it trained
     (compute,) = reports.glob("protocol_figures/*/eval_stream/smoke-convnet_4-compute.png")
     assert compute.stat().st_size > 10_000

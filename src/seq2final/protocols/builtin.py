@@ -11,7 +11,7 @@ predictions made before training on what is predicted.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from seq2final.protocols.base import (
@@ -97,22 +97,43 @@ def _stream_views(num_steps: int, options: ProtocolOptions) -> list[View]:
     "eval_stream",
     "Wild-Time's Eval-Stream: the model of each time t tested on steps t+1..t+window",
     _stream_views,
-    reports=("average", "worst"),
+    reports=("average", "worst", "p_cl", "p_forget"),
 )
 def _eval_stream(
     accuracies: Mapping[str, StepAccuracies], num_steps: int, options: ProtocolOptions
 ) -> dict[str, Any]:
     per_time = []
-    for t in stream_times(num_steps, options):
+    times = stream_times(num_steps, options)
+    for t in times:
         window = later_steps(accuracies[prefix(t).name], t, t + options.window)
         per_time.append({"time": t, "average": statistics.mean(window.values()),
-                         "worst": min(window.values()), "per_step": window})  # fmt: skip
+                         "worst": min(window.values()), "per_step": window,
+                         **continual_scores(accuracies, times, t)})  # fmt: skip
     return {
         "window": options.window,
         "average": statistics.mean(row["average"] for row in per_time),
         "worst": statistics.mean(row["worst"] for row in per_time),
+        "p_cl": per_time[-1]["p_cl"],
+        "p_forget": per_time[-1]["p_forget"],
         "per_time": per_time,
     }
+
+
+def continual_scores(
+    accuracies: Mapping[str, StepAccuracies], times: Sequence[int], t: int
+) -> dict[str, float | None]:
+    """Feature Forgetting's P_CL and P_forget of the model of time ``t`` (docs/representations.md):
+    its mean test accuracy over the steps seen so far (0..t), and the mean over the steps before
+    ``t`` of the best accuracy an earlier time's model had on the step (from the time that
+    learnt it on) minus this one's; ``None`` at the first time, which has no past."""
+    now = accuracies[prefix(t).name]
+    seen = [now[j]["test"] for j in range(t + 1)]
+    drops = []
+    for j in range(t):
+        earlier = [accuracies[prefix(u).name][j]["test"] for u in times if j <= u < t]
+        if earlier:
+            drops.append(max(earlier) - now[j]["test"])
+    return {"p_cl": statistics.mean(seen), "p_forget": statistics.mean(drops) if drops else None}
 
 
 def _test_then_train_views(num_steps: int, options: ProtocolOptions) -> list[View]:

@@ -705,6 +705,32 @@ def protocol_figure(rows: list[dict], protocol: str, title: str) -> Figure:
     return figure
 
 
+def forgetting_figure(rows: list[dict], title: str) -> Figure:
+    """Feature Forgetting's two curves over an Eval-Stream, one line per method, means over
+    seeds: P_CL, the model of time t's mean accuracy on the steps 0..t it has seen, and
+    P_forget, how far it has fallen on the earlier steps below the best an earlier time scored
+    (docs/representations.md)."""
+    figure = _figure(9.0, 4.0)
+    axes = figure.subplots(1, 2)
+    methods = _by_registry([r["method"] for r in rows])
+    for method in methods:
+        frame = pd.DataFrame([t for r in rows if r["method"] == method for t in r["per_time"]])
+        means = frame.groupby("time")[["p_cl", "p_forget"]].mean()
+        for axis, column in zip(axes, ("p_cl", "p_forget"), strict=True):
+            curve = means[column].dropna()
+            axis.plot(curve.index, curve, **method_style(method).line(), markersize=4,
+                      linewidth=1.2, label=method, gid=method)  # fmt: skip
+    labels = ("P_CL: accuracy on steps 0..t", "P_forget: best earlier − now, steps before t")
+    for axis, label, ylabel in zip(axes, labels, ("test accuracy", "accuracy lost"), strict=True):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.set(xlabel="time t (model of steps 0..t)", ylabel=ylabel)
+        axis.set_title(label, fontsize=8)
+    axes[1].axhline(0.0, color="grey", linewidth=0.8)
+    figure.suptitle(_wrapped(title), fontsize=10)
+    _method_legend(figure, methods)
+    return figure
+
+
 def _label_flops(axis: Axes, flops: pd.Series) -> None:
     """Ticks of a log FLOPs axis in engineering units (``50 TFLOP``): at 1, 2 and 5 times each
     power of ten when the points span under two decades (a decade alone can leave the axis

@@ -392,7 +392,8 @@ def plot_protocol(
     protocol_options: Mapping[str, Any],
 ) -> tuple[dict[str, Figure], dict[str, Figure]]:
     """Under a temporal protocol, per budget and architecture: every method's accuracy over
-    time (the stream figure), and its headline score against the training FLOPs of every view
+    time (the stream figure; under ``eval_stream`` also its P_CL and P_forget over time), and
+    its headline score against the training FLOPs of every view
     it trained (the protocol's accuracy-for-compute Pareto figure); nothing under ``final``."""
     chosen = PROTOCOLS[protocol]
     if not chosen.temporal:
@@ -405,6 +406,10 @@ def plot_protocol(
         figures[f"{_folder(spec)}/{protocol}/{budget}-{arch}"] = plots.protocol_figure(
             mine, protocol, title
         )
+        if protocol == "eval_stream":
+            figures[f"{_folder(spec)}/{protocol}/{budget}-{arch}-forgetting"] = (
+                plots.forgetting_figure(mine, f"{title}: what each time keeps of the steps seen")
+            )
         score = chosen.headline_report
         points = (
             pd.DataFrame(mine)
