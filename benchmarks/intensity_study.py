@@ -8,7 +8,9 @@ families of CIFAR-10 sequences whose final step's shift grows.
 Each arm is one ``kedro sweep`` (env ``intensity_study``) of one family at one augmentation
 setting over the architectures, with three jobs a member: ``erm+as_is`` (ERM on the source,
 scored on the shifted final step without adapting: the robustness question), ``ft`` and
-``baseline`` (what the source is worth to the scarce final step). The sweep measures every
+``baseline`` (what the source is worth to the scarce final step). The members of a family share
+one history, so with ``pretrain_historical.shared_history`` (the env's) they share one source
+model: each arm trains its ERM model once and scores it under every member's shift. The sweep measures every
 member's shift and runs ``robustness`` on the family; this script then prints, per family,
 architecture and augmentation, the unadapted model's clean accuracy, its robustness slopes on
 the 1-NN distance and on the dial (95 % intervals, R²), and FT's gain over the baseline at the

@@ -313,13 +313,16 @@ def test_a_family_sweeps_as_its_members_then_reads_them_together(project):
     assert dry.exit_code == 0, dry.output
     assert f"Families: {family} at intensities [0, 90]" in dry.output
     assert "2 sequences (0 done), 2 states (0 done), 4 jobs (0 done)" in dry.output
-    done = sweep(project, "--methods", "baseline", "--workers", "1", params=params,
-                 sequences=family)  # fmt: skip
+    # with shared history, the members' one history trains one state: FT's ERM model
+    done = sweep(project, "--methods", "baseline,ft", "--workers", "1", sequences=family,
+                 params=f"{params},pretrain_historical.shared_history=true")  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert {r["sequence"] for r in records(project).values()} == {
         "source100:rotation@0/60",
         "source100:rotation@90/60",
     }
+    ft = [r for r in records(project).values() if r["method"] == "ft"]
+    assert len(ft) == 2 and len({r["historical_state"] for r in ft}) == 1
     folder = "data/08_reporting/robustness_reports/source100-rotation@I-60-digits/"
     assert f"Robustness: {folder}" in done.stdout
     assert (project / folder / "smoke-slopes.md").exists()

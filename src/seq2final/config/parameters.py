@@ -85,9 +85,12 @@ class VisualizeOptions(StrictModel):
 
 
 class PretrainOptions(StrictModel):
-    """``pretrain_historical`` block: the shared step-0 model's search space."""
+    """``pretrain_historical`` block: the shared step-0 model's search space, and whether
+    historical states are keyed by steps 0..T−1 alone (``shared_history``), so sequences whose
+    histories are byte-identical (a family's members) train them once (docs/intensity.md)."""
 
     step0: dict[str, Any]
+    shared_history: bool = False
 
 
 def _methods(names: str | list[str] | None) -> str | list[str] | None:

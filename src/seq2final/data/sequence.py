@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,6 +101,15 @@ class ShiftSequence:
     @property
     def content_hash(self) -> str:
         return self.manifest["content_hash"]
+
+    @property
+    def history_hash(self) -> str:
+        """The content hash of steps 0..T−1 and the class names: all a historical state is
+        trained from, so sequences that differ only in their final step share it (the members of
+        a family, with ``pretrain_historical.shared_history``; docs/intensity.md)."""
+        hashes = [self.manifest["step_hashes"][str(t)] for t in range(self.num_steps - 1)]
+        text = json.dumps([hashes, self.class_names])
+        return hashlib.sha256(text.encode()).hexdigest()
 
     @property
     def num_steps(self) -> int:

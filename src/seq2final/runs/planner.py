@@ -51,10 +51,15 @@ def plan_run(
     final_modes: Mapping[str, Any],
     step0_space: Mapping[str, Any],
     data: str,
+    history: str | None = None,
 ) -> RunPlan:
     """Resolve the run parameters into keyed states and jobs (no training, no data loading).
 
     ``data`` is the content hash of the stored sequence (its manifest's ``content_hash``).
+    ``history``, where given, is that of steps 0..T−1 (:attr:`ShiftSequence.history_hash`): the
+    historical states and the step-0 model are then keyed by it in place of the whole sequence,
+    so every sequence with the same history shares them (``pretrain_historical.shared_history``,
+    under the ``final`` protocol only; the jobs stay keyed by the whole sequence).
     Under a temporal protocol (``request["protocol"]``) every view it trains is planned as a
     sequence of its own: its states and jobs are keyed by the view, so views that protocols share
     are trained once, and the step-0 model is shared by every view that starts at step 0 as it is.
@@ -76,6 +81,11 @@ def plan_run(
         parsed, spec.name, spec.dataset
     )  # a preset's split step, where none is given
     check_warm_start(name, parsed)
+    if history is not None and name != "final":
+        raise Seq2FinalError(
+            f"pretrain_historical.shared_history under protocol '{name}': valid only under "
+            "protocol final (a temporal protocol's states are keyed by the steps they saw)"
+        )
     options = parsed.model_dump(exclude_none=True)
     only = request.get("protocol_view")
     problems = _problems(spec, name, parsed, only)
@@ -95,9 +105,13 @@ def plan_run(
             historical_modes, final_modes, step0_space, problem.num_targets, budget_name
         )
         base = key_base(problem, arch, budget, engine.results_key(), data)
+        # what a state is keyed by: the sequence, or its history alone (the final step unseen)
+        held = base if history is None else {**base, "sequence": None, "data": history}
         # step 0 of a view is the sequence's own unless the view mixes its training images
         step0_view = view if view is not None and view.mixed_seed is not None else None
-        shared_step0 = step0_key(base if step0_view else whole, budget_name, step0_space)
+        shared_step0 = step0_key(
+            held if step0_view or history is not None else whole, budget_name, step0_space
+        )
         for job in wanted:
             if view is not None and len(view.steps) == 1:  # time 0: one model for every method
                 job = RequestedJob(job.requested, *FIRST_MODEL)
@@ -131,7 +145,7 @@ def plan_run(
                     state = _grown(states, whole, budget_name, job.historical, config, depends,
                                    view.steps[-1] - 1)  # fmt: skip
                 else:
-                    state = state_key(base, budget_name, job.historical, config, depends)
+                    state = state_key(held, budget_name, job.historical, config, depends)
                     states.setdefault(
                         state, StatePlan(state, job.historical, config, depends, view)
                     )

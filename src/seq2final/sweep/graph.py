@@ -192,6 +192,9 @@ def plans_of(
 ) -> list[RunPlan]:
     """The run plans of one sequence: one per architecture and method request."""
     data = stores.sequences[work.spec.key].content_hash if work.built else UNBUILT
+    history = None
+    if params["pretrain_historical"].get("shared_history"):  # states keyed by steps 0..T−1
+        history = stores.sequences[work.spec.key].history_hash if work.built else UNBUILT
     plans = []
     for arch, ask in itertools.product(request.archs, request.asks()):
         run_request = {**ask, "arch": arch, "budget": params["budget"], "force": False,
@@ -208,6 +211,7 @@ def plans_of(
                 params["final_modes"],
                 params["pretrain_historical"]["step0"],
                 data,
+                history,
             )
         )
     return plans

@@ -49,9 +49,10 @@ def plan_jobs(
         "protocol_options": protocol_options or {},
         "protocol_view": protocol_view,
     }
+    history = sequence.history_hash if options.get("shared_history") else None
     return plan_run(
         spec, request, budgets, training, tuning, historical_modes, final_modes, options["step0"],
-        sequence.content_hash,
+        sequence.content_hash, history,
     )  # fmt: skip
 
 
