@@ -96,13 +96,15 @@ def members(family: str) -> list[str]:
     return [member.sequence for member in family_members(*FAMILIES[family])]
 
 
-def sweep(family: str, augment: str, archs: str, workers: int) -> None:
-    """One arm: the family's members at one augmentation setting, over ``archs``."""
+def sweep(family: str, augment: str, archs: str, seeds: str, workers: int) -> None:
+    """One arm: the family's members at one augmentation setting, over ``archs`` and ``seeds``
+    (each seed its own draw of every member, its own source model)."""
     spec, intensities = FAMILIES[family]
     params = f"intensities={intensities},training.augment={augment},budget={AUGMENT[augment]}"
     command = [
         str(Path(sys.executable).with_name("kedro")), "sweep", "--env", ENV, "--sequences", spec,
-        "--pairs", PAIRS, "--archs", archs, "--workers", str(workers), "--params", params,
+        "--pairs", PAIRS, "--archs", archs, "--seeds", seeds, "--workers", str(workers),
+        "--params", params,
     ]  # fmt: skip
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"}
     subprocess.run(command, cwd=PROJECT, env=env, check=True)
@@ -161,6 +163,7 @@ def main() -> None:
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--archs", default="convnet_1,resnet_2")
     parser.add_argument("--augment", default=",".join(AUGMENT))
+    parser.add_argument("--seeds", default="1007", help="comma list; the env's seed is 1007")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--summary-only", action="store_true", help="train nothing")
     args = parser.parse_args()
@@ -180,7 +183,7 @@ def main() -> None:
     for family in families:
         for augment in augments:
             if not args.summary_only:
-                sweep(family, augment, args.archs, args.workers)
+                sweep(family, augment, args.archs, args.seeds, args.workers)
                 keep(specs)
             robustness_read(family, augment)
     keep(specs)

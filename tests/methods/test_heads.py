@@ -127,6 +127,20 @@ def test_ncm_and_prototype_tuning_end_to_end(project, stores_of):
     assert ncm.historical_state == proto.historical_state
     erm = stores.states[ncm.historical_state].chains["main"].last
     engine = Engine(**ncm.engine)
+    # NED's detection score of the final step in the ERM model's features, by hand: history's
+    # training images make the class means; its validation images against the final test
+    from seq2final.methods.heads import detection_auroc
+
+    def split(step, name):
+        return TensorSplit.from_arrays(*sequence.step(step).split(name))
+
+    expected = detection_auroc(
+        erm, TensorSplit.concat([split(0, "train"), split(1, "train")]),
+        TensorSplit.concat([split(0, "valid"), split(1, "valid")]), split(-1, "test"), engine,
+        len(sequence.class_names),
+    )  # fmt: skip
+    assert ncm.detection_auroc == proto.detection_auroc == pytest.approx(expected, abs=1e-12)
+    assert 0.0 <= expected <= 1.0
     imprint(erm, *class_means(features(erm, train, engine), train.y, len(sequence.class_names)),
             "euclidean")  # fmt: skip
     model = stores.results.model(ncm.job_key)
@@ -140,3 +154,17 @@ def test_ncm_and_prototype_tuning_end_to_end(project, stores_of):
     tuned = stores.results.model(proto.job_key)  # only the head moved
     body = {k: v for k, v in tuned.state_dict().items() if not k.startswith("fc.")}
     assert all(torch.equal(v, erm.state_dict()[k]) for k, v in body.items() if "running" not in k)
+
+
+def test_minimum_distance_detection_is_certain_for_far_images_and_chance_for_identical_ones():
+    from seq2final.methods.heads import detection_auroc
+
+    rng = np.random.RandomState(3)
+    labels = np.repeat(np.arange(3), 20)
+    directions = np.array([[200, 10, 10], [10, 200, 10], [10, 10, 200]])
+    seen = _split(directions[labels] + rng.randint(0, 20, size=(60, 3)), labels)
+    model = FeatureModel(3)
+    # every class mean points along one axis; the shifted images along the diagonal, far in angle
+    far = _split(np.full((30, 3), 120) + rng.randint(0, 5, size=(30, 3)), np.zeros(30))
+    assert detection_auroc(model, seen, seen, far, ENGINE, 3) == 1.0
+    assert detection_auroc(model, seen, seen, seen, ENGINE, 3) == pytest.approx(0.5, abs=1e-12)

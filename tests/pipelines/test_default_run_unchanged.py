@@ -40,7 +40,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "default_run_smoke"
 CAPABILITY = torch.backends.cpu.get_cpu_capability()
 
 # Floats that are not decisions: averages of continuous per-image values.
-CONTINUOUS = frozenset({"test_nll", "ece"})
+CONTINUOUS = frozenset({"test_nll", "ece", "detection_auroc"})
 # Shares of correct predictions.
 ACCURACIES = frozenset(
     {"test_accuracy", "valid_accuracy", "worst_class_accuracy", "value", "valid_curve"}

@@ -93,6 +93,7 @@ class ResultRecord(_Record):
     historical_flops: SharedFlops | None = None
     view: StepView | None = None
     step_accuracies: dict[str, dict[str, float | int]] | None = None  # test_size is a count
+    detection_auroc: float | None = None  # None: no historical model with a linear head
 
     @model_validator(mode="before")
     @classmethod
@@ -105,14 +106,16 @@ class ResultRecord(_Record):
         return data
 
     def to_json(self) -> dict[str, Any]:
-        """The record as written: ``view`` and ``step_accuracies`` only under a protocol, and the
-        FLOP fields only where they were counted."""
+        """The record as written: ``view`` and ``step_accuracies`` only under a protocol, the
+        FLOP fields only where they were counted and the detection AUROC only where there is a
+        historical model to measure it with."""
         optional = (
             "view",
             "step_accuracies",
             "train_flops",
             "eval_flops",
             "inference_flops_per_image",
+            "detection_auroc",
         )
         return self.model_dump(
             mode="json", exclude={name for name in optional if getattr(self, name) is None}

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from sklearn.metrics import roc_auc_score
 from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
@@ -40,15 +41,19 @@ ABSENT_LOGIT = -1.0e9
 """The bias of a class the final step's training split has no image of: never predicted."""
 
 
+def has_linear_head(model: nn.Module) -> bool:
+    """Whether ``model``'s head ends in ``fc.linear``, where the head modes read features."""
+    return isinstance(getattr(getattr(model, "fc", None), "linear", None), nn.Linear)
+
+
 def head_of(model: nn.Module) -> nn.Linear:
     """The linear layer a head mode sets: ``fc.linear`` of a block model."""
-    linear = getattr(getattr(model, "fc", None), "linear", None)
-    if not isinstance(linear, nn.Linear):
+    if not has_linear_head(model):
         raise Seq2FinalError(
             f"a head mode needs a model whose head ends in fc.linear (a block model); "
             f"got {type(model).__name__}"
         )
-    return linear
+    return model.fc.linear
 
 
 def features(model: nn.Module, data: TensorSplit, engine: Engine) -> torch.Tensor:
@@ -89,6 +94,35 @@ def imprint(model: nn.Module, means: torch.Tensor, present: torch.Tensor, metric
     with torch.no_grad():
         linear.weight.copy_(weight.to(linear.weight))
         linear.bias.copy_(bias.to(linear.bias))
+
+
+def min_cosine_distance(
+    feats: torch.Tensor, means: torch.Tensor, present: torch.Tensor
+) -> torch.Tensor:
+    """Each feature's cosine distance to its nearest class mean (classes with images only): NED's
+    minimum distance, the score its MDT thresholds to tell unseen images from seen ones."""
+    unit = means[present] / means[present].norm(dim=1, keepdim=True).clamp(min=1e-12)
+    cos = feats / feats.norm(dim=1, keepdim=True).clamp(min=1e-12) @ unit.T
+    return 1.0 - cos.max(1).values
+
+
+def detection_auroc(
+    model: nn.Module,
+    reference: TensorSplit,
+    seen: TensorSplit,
+    shifted: TensorSplit,
+    engine: Engine,
+    num_classes: int,
+) -> float:
+    """NED's minimum-distance detection as a shift score: the AUROC of telling ``shifted``
+    images from ``seen`` ones by their minimum cosine distance to the class means of
+    ``reference`` in ``model``'s features (0.5: indistinguishable; 1: every shifted image
+    farther than every seen one)."""
+    means, present = class_means(features(model, reference, engine), reference.y, num_classes)
+    scores = torch.cat([min_cosine_distance(features(model, split, engine), means, present)
+                        for split in (seen, shifted)])  # fmt: skip
+    labels = [0] * len(seen) + [1] * len(shifted)
+    return float(roc_auc_score(labels, scores.double().numpy()))
 
 
 def nearest_mean_model(ctx: Context, chain: ModelChain, metric: str, stage: str) -> nn.Module:

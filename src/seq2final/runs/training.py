@@ -31,6 +31,7 @@ from seq2final.methods import (
     HistoricalState,
     ModelChain,
 )
+from seq2final.methods.heads import detection_auroc, has_linear_head
 from seq2final.methods.historical import train_step0
 from seq2final.models import count_parameters
 from seq2final.protocols import STEP_SPLITS
@@ -94,6 +95,37 @@ def step_accuracies(
                 row["test_size"] = len(data)
         table[str(index)] = row
     return table
+
+
+def history_detection(
+    state: HistoricalState | None, chosen: Mapping[str, Any], sequence: ShiftSequence,
+    engine: Engine,
+) -> float | None:  # fmt: skip
+    """NED's minimum-distance detection, as a model-based shift score of the job's final step
+    (docs/representations.md): the AUROC of telling the final step's test images from the
+    historical steps' held-out ones (their test splits where they have them, else validation)
+    by the minimum cosine distance to the class means of the historical training images, in
+    the features of the historical model the job continues (its chosen chain's). ``None`` for a
+    job without one, or whose model has no linear head to read features at (a joint model)."""
+    if state is None or not state.chains:
+        return None
+    chain = state.chains.get(chosen.get("chain", "main")) or next(iter(state.chains.values()))
+    if not has_linear_head(chain.last):
+        return None
+    history = range(sequence.num_steps - 1)
+    held_out = ["test" if "test" in sequence.step(t).splits else "valid" for t in history]
+    return detection_auroc(
+        chain.last,
+        TensorSplit.concat([_split(sequence, t, "train") for t in history]),
+        TensorSplit.concat([_split(sequence, t, held_out[t]) for t in history]),
+        _split(sequence, -1, "test"),
+        engine,
+        len(sequence.class_names),
+    )
+
+
+def _split(sequence: ShiftSequence, step: int, split: str) -> TensorSplit:
+    return TensorSplit.from_arrays(*sequence.step(step).split(split))
 
 
 def _context(plan: RunPlan, sequence: ShiftSequence, owner_key: str) -> Context:
@@ -259,6 +291,9 @@ def fit_job(
         "inference_flops_per_image": image_flops(outcome.model, test, ctx.engine, outcome.step),
         "historical_flops": {"shared": True, "states": dict(costs)} if costs else None,
     }
+    detection = history_detection(state, outcome.chosen, problem, ctx.engine)
+    if detection is not None:
+        record["detection_auroc"] = detection
     if job.view is not None:  # scored by a temporal protocol: every step's accuracy
         record["view"] = job.view.model_dump()
         record["step_accuracies"] = step_accuracies(

@@ -198,6 +198,13 @@ def summarize(records: list[ResultRecord]) -> pd.DataFrame:
         )
         per_image = cells(counted, "inference_flops_per_image").groupby("method")["mean"].mean()
         columns["inference_mflops_per_image"] = per_image / 1e6
+    # NED's minimum-distance detection of the final step in the historical model's features: a
+    # model-based shift score, for the methods that continue such a model
+    detected = [r for r in records if r.detection_auroc is not None]
+    if detected:
+        columns["detection_auroc"] = (
+            cells(detected, "detection_auroc").groupby("method")["mean"].mean()
+        )
     summary = pd.DataFrame(columns)
     order = ResultTable.from_cells(cells(records)).means.columns
     summary = summary.reindex(order)
@@ -208,15 +215,20 @@ def summarize(records: list[ResultRecord]) -> pd.DataFrame:
 def summary_markdown(summary: pd.DataFrame) -> str:
     wrap = {"": "{}", "bold": "**{}**", "italic": "*{}*", "bold_italic": "***{}***"}
     compute = "train_gflops" in summary
+    detection = "detection_auroc" in summary
     extra = " training GFLOPs | inference MFLOPs/image |" if compute else ""
+    extra += " detection AUROC (history → final) |" if detection else ""
     lines = [
         "| method | test accuracy | worst-class accuracy | ECE | architectures |" + extra,
-        "|---|---|---|---|---|" + ("---|---|" if compute else ""),
+        "|---|---|---|---|---|" + ("---|---|" if compute else "") + ("---|" if detection else ""),
     ]
     for row in summary.itertuples():
         cost = (
             f" {row.train_gflops:,.1f} | {row.inference_mflops_per_image:,.1f} |" if compute else ""
         )
+        if detection:
+            auroc = row.detection_auroc
+            cost += " – |" if pd.isna(auroc) else f" {auroc:.3f} |"
         lines.append(
             f"| {row.method} | {wrap[row.style or ''].format(format_number(row.test_accuracy))} "
             f"| {format_number(row.worst_class_accuracy)} | {format_number(row.ece)} "
