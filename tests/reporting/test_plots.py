@@ -267,3 +267,11 @@ def test_no_figure_is_left_open_for_pyplot():
         ]
     assert len(figures) == 25  # pyplot would have warned at the 21st
     assert plt.get_fignums() == before
+
+
+def test_a_name_the_registry_does_not_know_is_drawn_with_a_broken_line():
+    """A pair of modes (``erm+as_is``) may share a registered method's colour: its line style
+    differs from every registered method's solid one."""
+    for name in ("erm+as_is", "not_registered", "plugin_7"):
+        assert method_style(name).linestyle != "-"
+    assert {method_style(m).linestyle for m in METHODS} == {"-"}

@@ -115,13 +115,16 @@ def method_style(method: str) -> MethodStyle:
     """The look of ``method`` in every figure, from its place in the registry (the tables'
     column order), so the same method has the same colour and marker in the interpolation,
     projection, SVCCA, compute and protocol figures. A name the registry does not know (a
-    plugin not loaded) gets a look after the registered ones, fixed by a hash of its name."""
+    plugin not loaded, a pair of modes such as ``erm+as_is``) gets a look after the registered
+    ones, fixed by a hash of its name, and never a solid line: its colour may be a registered
+    method's (there are ten), so its line style tells them apart in a figure that has both."""
     columns = paper_columns()
     palette = _palette(columns)
     if method in palette:
         return palette[method]
-    spare = max(STYLES - len(columns), 1)
-    return _style_of(len(columns) + zlib.crc32(method.encode()) % spare)
+    first = max(len(columns), len(_COLOURS) * len(_MARKERS))  # past the solid-line looks
+    spare = max(STYLES - first, 1)
+    return _style_of(first + zlib.crc32(method.encode()) % spare)
 
 
 def _method_handle(method: str) -> Line2D:
