@@ -143,12 +143,17 @@ def _metric(config: Mapping[str, Any], where: str) -> str:
     return str(metric)
 
 
+def _check_metric(config: Mapping[str, Any], where: str) -> None:
+    """The run's checks, before any work: ``ncm``'s metric is one it knows."""
+    _metric(config, where)
+
+
 @final_mode(
     "ncm",
     "a nearest-class-mean head on the historical model's features (NED's NCM): no training",
     ("model",),
     config_keys=(),
-    check=lambda config, where: _metric(config, where) and None,
+    check=_check_metric,
 )
 def _ncm(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
     assert state is not None

@@ -223,16 +223,16 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         "|---|---|---|---|---|" + ("---|---|" if compute else "") + ("---|" if detection else ""),
     ]
     for row in summary.itertuples():
-        cost = (
+        more = (
             f" {row.train_gflops:,.1f} | {row.inference_mflops_per_image:,.1f} |" if compute else ""
         )
         if detection:
             auroc = row.detection_auroc
-            cost += " – |" if pd.isna(auroc) else f" {auroc:.3f} |"
+            more += " – |" if pd.isna(auroc) else f" {auroc:.3f} |"
         lines.append(
             f"| {row.method} | {wrap[row.style or ''].format(format_number(row.test_accuracy))} "
             f"| {format_number(row.worst_class_accuracy)} | {format_number(row.ece)} "
-            f"| {row.architectures} |{cost}"
+            f"| {row.architectures} |{more}"
         )
     return "\n".join(lines) + "\n"
 
