@@ -290,10 +290,8 @@ def fit_job(
         "eval_flops": sum(f["eval_flops"] for f in ctx.fits),
         "inference_flops_per_image": image_flops(outcome.model, test, ctx.engine, outcome.step),
         "historical_flops": {"shared": True, "states": dict(costs)} if costs else None,
+        "detection_auroc": history_detection(state, outcome.chosen, problem, ctx.engine),
     }
-    detection = history_detection(state, outcome.chosen, problem, ctx.engine)
-    if detection is not None:
-        record["detection_auroc"] = detection
     if job.view is not None:  # scored by a temporal protocol: every step's accuracy
         record["view"] = job.view.model_dump()
         record["step_accuracies"] = step_accuracies(
