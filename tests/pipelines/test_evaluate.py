@@ -92,3 +92,36 @@ def test_two_settings_under_one_budget_name_are_refused_not_averaged_as_seeds():
                        "with budget smoke and seed 1") as error:  # fmt: skip
         gather_results(spec, again)
     assert "\n" not in str(error.value)
+
+
+def test_shift_scores_put_each_states_detection_beside_the_pixel_distances():
+    from seq2final.pipelines.evaluate.nodes import tabulate_shift_scores
+
+    spec = resolve_spec(TINY["sequence"], None, None, None, 50, 120)
+
+    def record(method, historical, state, seed, auroc):
+        return make_record(sequence=spec.name, dataset=spec.dataset, sequence_key=f"key{seed}",
+                           arch="convnet_1", method=method, historical=historical,
+                           historical_state=state, seed=seed, detection_auroc=auroc)  # fmt: skip
+
+    records = [record("ft", "erm", "erm-1", 1, 0.9), record("lp_ft", "erm", "erm-1", 1, 0.9),
+               record("ft", "erm", "erm-2", 2, 0.7), record("sft", "sequential", "s-1", 1, 0.6),
+               record("baseline", "none", None, 1, None)]  # fmt: skip
+
+    def distances(last, final):  # steps 0, 1 and the final step's own train-vs-test, to final
+        return pd.DataFrame({"comparison": ["half_split", "to_final", "to_final", "to_final"],
+                             "w2_covariate": [1.0, 9.0, last, final],
+                             "nn1": [1.0, 9.0, 2 * last, final]})  # fmt: skip
+
+    tables, reports = tabulate_shift_scores(
+        records, {"key1": distances(3.0, 2.0), "key2": distances(5.0, 2.0)}, spec
+    )
+    folder = "source100-rotation60-corruption100-label_flip60-digits"
+    models = tables[f"{folder}/detection"].set_index("historical")
+    assert models.at["erm", "detection_auroc"] == pytest.approx(0.8)  # each state once: 0.9, 0.7
+    assert models.at["erm", "seeds"] == 2 and models.at["sequential", "detection_auroc"] == 0.6
+    pixels = tables[f"{folder}/pixels"].set_index("measure")
+    assert pixels.at["w2_covariate", "mean"] == pytest.approx(2.0)  # 3/2 and 5/2
+    assert pixels.at["nn1", "mean"] == pytest.approx(4.0)
+    assert "cannot tell" in reports[f"{folder}/shift_scores"]
+    assert tabulate_shift_scores(records[-1:], {}, spec) == ({}, {})

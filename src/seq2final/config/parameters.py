@@ -77,6 +77,19 @@ class RobustnessOptions(StrictModel):
     reference: MethodName = "baseline"
 
 
+class CurveOptions(StrictModel):
+    """``representations`` block: the data-efficiency curves of a run's historical states
+    (docs/representations.md): which kinds, at which final-step training sizes, and the fits'
+    epoch cap and plateau patience (Feature Forgetting's schedule stops them)."""
+
+    kinds: list[Literal["ft", "lp"]] = Field(default_factory=lambda: ["ft", "lp"], min_length=1)
+    sizes: list[Annotated[int, Field(ge=1)]] | None = None
+    first_size: int = Field(default=50, ge=1)
+    max_epochs: int = Field(default=30, ge=1)
+    patience: int = Field(default=2, ge=0)
+    scratch: bool = True
+
+
 class VisualizeOptions(StrictModel):
     """``visualize`` block: how finely paths are sampled and how many test images SVCCA uses."""
 
@@ -128,6 +141,7 @@ class RunParameters(StrictModel):
     evaluate: EvaluateOptions = EvaluateOptions()
     visualize: VisualizeOptions = VisualizeOptions()
     robustness: RobustnessOptions = RobustnessOptions()
+    representations: CurveOptions = CurveOptions()
     pretrain_historical: PretrainOptions | None = None
     historical_modes: dict[str, dict[str, Any]] = Field(default_factory=dict)
     final_modes: dict[str, dict[str, Any]] = Field(default_factory=dict)

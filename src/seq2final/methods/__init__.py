@@ -5,8 +5,8 @@ mode returns, the :class:`Context` it trains in, and the helpers the built-in mo
 """
 
 # Registers the built-ins, in the order the registries list them: the paper's methods and
-# modes, then Wild-Time's, then NED's heads.
-from seq2final.methods import catalogue, historical, final, wild_time, continual, heads  # noqa: F401, I001
+# modes, then Wild-Time's, then NED's heads and Feature Forgetting's gates.
+from seq2final.methods import catalogue, historical, final, wild_time, continual, heads, gates  # noqa: F401, I001
 from seq2final.methods.base import (
     FINAL_MODES,
     HISTORICAL_MODES,

@@ -874,3 +874,39 @@ def history_value_lines(value: pd.DataFrame, reference: str, title: str) -> Figu
     figure.suptitle(_wrapped(title, 10 + 35 * len(archs)), fontsize=9)
     _method_legend(figure, sorted(set(value["method"])))
     return figure
+
+
+def representation_curves(table: pd.DataFrame, title: str, reference: str | None = None) -> Figure:
+    """Feature Forgetting's learning curves: test accuracy on the final step against the size of
+    the training subset it was fine-tuned (FT) or probed (LP) on, log scale, one line per
+    historical state (means over seeds, bars one standard deviation where there are several),
+    a panel per kind; the ``reference`` state (a fresh model's) in black, dashed. ``table``:
+    :func:`seq2final.reporting.curves.curve_table`'s rows of one architecture and view."""
+    kinds = list(dict.fromkeys(table["kind"]))
+    figure = _figure(4.2 * len(kinds) + 1.8, 3.8)
+    axes = np.atleast_1d(figure.subplots(1, len(kinds), sharey=True))
+    states = list(dict.fromkeys(table["state"]))
+    drawn = [state for state in states if state != reference]
+    styles = {state: _style_of(index) for index, state in enumerate(drawn)}
+    styles[reference or ""] = MethodStyle("#000000", "x", "--")
+    states = [*drawn, *[s for s in states if s == reference]]
+    names = {"ft": "FT: every layer fine-tuned", "lp": "LP: the head alone"}
+    for axis, kind in zip(axes, kinds, strict=True):
+        for state in states:
+            curve = table[(table["kind"] == kind) & (table["state"] == state)]
+            if curve.empty:
+                continue
+            axis.errorbar(curve["size"], curve["test_accuracy"], yerr=curve["std"].fillna(0.0),
+                          **styles[state].line(), markersize=4, linewidth=1.2, capsize=2,
+                          label=state, gid=state)  # fmt: skip
+        axis.set_xscale("log", base=2)
+        sizes = sorted(set(table["size"]))
+        axis.set_xticks(sizes, [str(s) for s in sizes])
+        axis.xaxis.set_minor_formatter(NullFormatter())
+        axis.set(xlabel="final-step training images", title=names.get(kind, kind))
+        axis.title.set_fontsize(8)
+    axes[0].set_ylabel("final-step test accuracy")
+    figure.suptitle(_wrapped(title), fontsize=10)
+    handles = [Line2D([], [], **styles[s].line(), markersize=6) for s in states]
+    _legend_outside(figure, handles, states)
+    return figure

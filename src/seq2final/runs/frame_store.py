@@ -35,6 +35,10 @@ class FrameStore(Mapping[str, pd.DataFrame]):
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
+    def put(self, key: str, frame: pd.DataFrame) -> None:
+        """Store ``frame`` under ``key`` atomically (a node that writes each key as it is made)."""
+        atomic_write(self.path(key), lambda p: frame.to_csv(p, index=False))
+
 
 class FrameStoreDataset(
     AbstractDataset[Mapping[str, Callable[[], pd.DataFrame | None]], FrameStore]
@@ -58,7 +62,7 @@ class FrameStoreDataset(
             frame = make()
             if frame is None:  # its inputs are missing: nothing to keep, try again next run
                 continue
-            atomic_write(store.path(key), lambda p, f=frame: f.to_csv(p, index=False))
+            store.put(key, frame)
 
     def _exists(self) -> bool:
         return self._root.exists()

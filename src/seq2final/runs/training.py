@@ -318,7 +318,7 @@ class Tracker(Protocol):
         ...
 
 
-def _each_missing(
+def each_missing(
     kind: str,
     root: Path,
     items: Sequence[tuple[str, str]],
@@ -365,7 +365,7 @@ def train_states(plan: RunPlan, sequence: ShiftSequence, store: HistoricalStore)
         if not trained:
             log.info("historical state %s exists; reusing it", key)
 
-    _each_missing(
+    each_missing(
         "historical state",
         store.root,
         [(state.key, state.name) for state in plan.states],
@@ -415,7 +415,7 @@ def train_jobs(
         if tracker is not None:  # logged from the store, after the lease is given back
             tracker.complete(jobs[key], runs.get(key) if trained else None, store)
 
-    _each_missing(
+    each_missing(
         "job",
         store.results,
         [(job.key, job.label) for job in plan.jobs],

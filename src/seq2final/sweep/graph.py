@@ -42,7 +42,7 @@ class SweepRequest:
 
     def asks(self) -> list[dict[str, Any]]:
         """One method request per method or historical:final pair (every registered method if
-        neither: the paper's 18, Wild-Time's 8 and NED's 2)."""
+        neither: the paper's 18, Wild-Time's 8, NED's 2 and Feature Forgetting's 2)."""
         if self.pairs:
             return [{"method": None, "historical": h, "final": f} for h, f in self.pairs]
         return [{"method": m, "historical": None, "final": None} for m in self.methods or METHODS]

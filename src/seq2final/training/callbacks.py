@@ -44,7 +44,13 @@ from seq2final.training.terms import Batch
 class FitState:
     """One fit as its callbacks see it. ``domains`` are the training domains on the device;
     ``epoch`` is 0 before training; ``scale`` is the gradient scaler's loss scaling (identity
-    without fp16); ``unscale`` unscales the gradients in place (at most once per step)."""
+    without fp16); ``unscale`` unscales the gradients in place (at most once per step).
+    ``freeze_bn_stats``: set in ``before_epoch``, the coming epoch keeps the BatchNorm statistics
+    of layers whose parameters are all frozen fixed, as ``Engine.freeze_bn_stats`` does for a
+    whole fit (a model wrapper's phases with ``fixed_statistics``). ``valid_loss`` and
+    ``valid_accuracy`` are the last validation's (epoch 0's before training), what a schedule
+    reads in ``after_epoch``; ``stop`` set there ends the fit after that epoch, its selected
+    epoch kept (a schedule that has run its course)."""
 
     model: nn.Module
     parameters: list[nn.Parameter]
@@ -56,6 +62,10 @@ class FitState:
     domains: list[TensorSplit]
     epoch: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
+    freeze_bn_stats: bool = False
+    valid_loss: float = float("nan")
+    valid_accuracy: float = float("nan")
+    stop: bool = False
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
         return self.scaler.scale(loss)

@@ -96,10 +96,11 @@ def _validate(
     return loss_value, accuracy_value
 
 
-def _train_mode(model: nn.Module, engine: Engine) -> None:
-    """Training mode; with ``freeze_bn_stats`` the BN layers of frozen parameters stay fixed."""
+def _train_mode(model: nn.Module, engine: Engine, freeze_bn_stats: bool = False) -> None:
+    """Training mode; with the engine's or the epoch's (``freeze_bn_stats``) ``freeze_bn_stats``
+    the BN layers of frozen parameters stay fixed."""
     model.train()
-    if engine.freeze_bn_stats:
+    if engine.freeze_bn_stats or freeze_bn_stats:
         for module in model.modules():
             if isinstance(module, nn.modules.batchnorm._BatchNorm) and not any(
                 p.requires_grad for p in module.parameters()
@@ -167,6 +168,7 @@ def fit(
         _restore(model, flags, hp.dropout)  # as it came
         raise
     valid_loss, valid_accuracy = _validate(model, valid, task.valid_step, engine)
+    state.valid_loss, state.valid_accuracy = valid_loss, valid_accuracy
     history = [_row(0, math.nan, math.nan, valid_loss, valid_accuracy)]
     selection = Selection(engine.patience)
     selection.observe(0, valid_accuracy)
@@ -179,7 +181,7 @@ def fit(
             state.epoch = epoch
             for callback in callbacks:
                 callback.before_epoch(state)
-            _train_mode(model, engine)
+            _train_mode(model, engine, state.freeze_bn_stats)
             ce_sum = torch.zeros((), dtype=torch.float64, device=device)
             correct = torch.zeros((), dtype=torch.int64, device=device)
             count = 0
@@ -216,6 +218,7 @@ def fit(
                     count + batch_count,
                 )
             valid_loss, valid_accuracy = _validate(model, valid, task.valid_step, engine)
+            state.valid_loss, state.valid_accuracy = valid_loss, valid_accuracy
             train_loss, train_accuracy = float(ce_sum) / count, float(correct) / count
             history.append(_row(epoch, train_loss, train_accuracy, valid_loss, valid_accuracy))
             if progress is not None:
@@ -226,7 +229,7 @@ def fit(
                 callback.after_epoch(state)
             if on_epoch is not None:
                 on_epoch(epoch, valid_accuracy)
-            if selection.stopped:
+            if selection.stopped or state.stop:
                 break
     finally:
         model.load_state_dict(best_state)

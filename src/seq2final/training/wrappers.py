@@ -33,7 +33,15 @@ Phase = tuple[int | None, Sequence[str] | None]
 
 
 class ModelWrapper:
-    """Subclass and override :meth:`wrap` and/or :meth:`phases`."""
+    """Subclass and override :meth:`wrap` and/or :meth:`phases`.
+
+    ``fixed_statistics``: in a phase that trains some of the parameters only, the BatchNorm
+    statistics of the layers it leaves frozen stay fixed too, so such a phase changes nothing of
+    them (Feature Forgetting's gates trained alone "fixing other parameters"); by default they
+    move with the batches, as the original's frozen layers' did.
+    """
+
+    fixed_statistics: bool = False
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """The model the fit trains, made from ``model`` (the same one by default)."""
@@ -45,7 +53,7 @@ class ModelWrapper:
 
     def callback(self) -> FitCallback:
         """The fit callback that runs :meth:`phases` (put it on the fit's task)."""
-        return _Phases(self.phases(), type(self).__name__)
+        return _Phases(self.phases(), type(self).__name__, self.fixed_statistics)
 
     def check(self, model: nn.Module) -> None:
         """Refuse, in one line, a phase that would train none of ``model``'s trainable parameters
@@ -57,14 +65,14 @@ class ModelWrapper:
 class _Phases(FitCallback):
     """Before each epoch, only the current phase's parameters keep receiving gradients."""
 
-    def __init__(self, phases: list[Phase], owner: str) -> None:
+    def __init__(self, phases: list[Phase], owner: str, fixed_statistics: bool = False) -> None:
         for index, (epochs, _) in enumerate(phases):
             if epochs is not None and (not isinstance(epochs, int) or epochs < 1):
                 raise Seq2FinalError(
                     f"model wrapper {owner}: phase {index + 1} lasts {epochs!r} epochs; valid: a "
                     "whole number >= 1, or None for the rest of the fit"
                 )
-        self.phases, self.owner = phases, owner
+        self.phases, self.owner, self.fixed_statistics = phases, owner, fixed_statistics
 
     def before_fit(self, fit: FitState) -> None:
         trained = {id(p) for p in fit.parameters}
@@ -95,6 +103,7 @@ class _Phases(FitCallback):
                 break
             start += epochs
         trained = self._chosen(chosen)
+        fit.freeze_bn_stats = self.fixed_statistics and chosen is not None
         for name, parameter in fit.model.named_parameters():
             if name in self.names:
                 parameter.requires_grad_(name in trained)

@@ -17,6 +17,7 @@ from seq2final.data.spec import SequenceSpec
 from seq2final.methods import ORACLE, paper_columns
 from seq2final.protocols import PROTOCOLS, ProtocolOptions
 from seq2final.reporting.comparisons import paired_comparison
+from seq2final.reporting.curves import curve_table, p_rep_table, sequence_curves
 from seq2final.reporting.protocols import protocol_scores, protocol_tables
 from seq2final.reporting.tables import (
     ResultTable,
@@ -270,3 +271,88 @@ def choose_best_models(records: list[ResultRecord], spec: SequenceSpec) -> dict[
         )  # fmt: skip
     folder = report_folder(spec.name, spec.dataset)
     return {folder: pd.DataFrame(rows)}
+
+
+def tabulate_representation_curves(
+    curves: Mapping[str, pd.DataFrame], spec: SequenceSpec
+) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
+    """The data-efficiency curves of the sequence's historical states (docs/representations.md):
+    P_rep per state and kind, and every curve's points, means over seeds (CSV and Markdown);
+    nothing where no curve was fitted (``kedro run --pipeline representations`` fits them)."""
+    points = sequence_curves(spec, curves)
+    if points.empty:
+        return {}, {}
+    folder = report_folder(spec.name, spec.dataset)
+    whole = (points["view"] == "").all()  # no protocol view: no view column
+    p_rep, table = (t.drop(columns="view") if whole else t
+                    for t in (p_rep_table(points), curve_table(points)))  # fmt: skip
+    report = "\n".join([
+        f"# Data-efficiency curves of `{spec.name}` ({spec.dataset})",
+        "",
+        "P_rep (Feature Forgetting): each historical state fine-tuned (FT) or probed (LP) on "
+        "nested subsets of the final step's training set, tested on its test set; the mean over "
+        "the sizes, then over seeds. `scratch`: a fresh model, no history.",
+        "",
+        p_rep.to_markdown(index=False, floatfmt=".3f"),
+        "",
+        "Every point (test accuracy, mean over seeds; training FLOPs of one fit).",
+        "",
+        table.to_markdown(index=False, floatfmt=".3f"),
+        "",
+    ])  # fmt: skip
+    tables = {f"{folder}/p_rep": p_rep, f"{folder}/curves": table}
+    return tables, {f"{folder}/representations": report}
+
+
+def tabulate_shift_scores(
+    records: list[ResultRecord], distances: Mapping[str, pd.DataFrame], spec: SequenceSpec
+) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
+    """The final step's shift as the pixels and as the models see it (docs/representations.md):
+    ``quantify_shift``'s W2 and 1-NN of the last historical step to the final test set (over
+    the final step's own train-vs-test distance, paper Tables 5-6), beside NED's minimum-distance
+    detection AUROC of every historical state the results continue, per budget, architecture and
+    historical mode, means over seeds. Nothing where no result has a detection score."""
+    detected = [r for r in records if r.detection_auroc is not None and r.view is None]
+    if not detected:
+        return {}, {}
+    per_state = {r.historical_state: r for r in detected}.values()  # one score per state
+    models = pd.DataFrame([{"budget": r.budget, "arch": r.arch, "historical": r.historical,
+                            "seed": r.seed, "detection_auroc": r.detection_auroc}
+                           for r in per_state])  # fmt: skip
+    models = (
+        models.groupby(["budget", "arch", "historical"], sort=False)
+        .agg(detection_auroc=("detection_auroc", "mean"), seeds=("seed", "nunique"))
+        .reset_index()
+    )
+    pixels = []
+    for key in sorted({r.sequence_key for r in detected}):
+        if key not in distances:
+            continue
+        frame = distances[key]
+        to_final = frame[frame["comparison"] == "to_final"].reset_index(drop=True)
+        last, final = to_final.iloc[-2], to_final.iloc[-1]
+        pixels.append({m: last[m] / final[m] for m in ("w2_covariate", "nn1") if m in frame})
+    folder = report_folder(spec.name, spec.dataset)
+    lines = [
+        f"# Shift of `{spec.name}` ({spec.dataset}) into its final step: pixels and models",
+        "",
+    ]
+    if pixels:
+        pixel = pd.DataFrame(pixels).agg(["mean", "std"]).T.rename_axis("measure").reset_index()
+        pixel["seeds"] = len(pixels)
+        lines += ["Pixel space (`quantify_shift`): the last historical step's distance to the final "
+                  "test set over the final step's own train-vs-test distance (1: no more shift "
+                  "than in-distribution); W_X is W2 of the images, 1-NN the mean distance to the "
+                  "nearest training image.", "", pixel.to_markdown(index=False, floatfmt=".3f"),
+                  ""]  # fmt: skip
+    else:
+        lines += ["Pixel space: not measured for these seeds; `kedro run --pipeline "
+                  "quantify_shift` measures it.", ""]  # fmt: skip
+    lines += ["Model space: NED's minimum-distance detection, the AUROC of telling the final "
+              "step's test images from the historical steps' held-out ones by their minimum "
+              "cosine distance to the historical model's class means (0.5: the model cannot tell "
+              "them apart).", "", models.to_markdown(index=False, floatfmt=".3f"), ""]  # fmt: skip
+    tables = {f"{folder}/detection": models}
+    if pixels:
+        tables[f"{folder}/pixels"] = pixel
+    return tables, {f"{folder}/shift_scores": "\n".join(lines)}

@@ -21,6 +21,17 @@ def gather_results_node() -> Node:
     )
 
 
+def tabulate_curves_node() -> Node:
+    """Shared with ``representations``, which fits the curves it tabulates."""
+    return Node(
+        nodes.tabulate_representation_curves,
+        inputs=["representation_curves", "sequence_spec"],
+        outputs=["representation_tables", "representation_reports"],
+        name="tabulate_representation_curves",
+        namespace=NAMESPACE,
+    )
+
+
 def create_pipeline(**kwargs) -> Pipeline:
     return in_namespace(
         NAMESPACE,
@@ -45,5 +56,12 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs="best_models",
                 name="choose_best_models",
             ),
+            Node(
+                nodes.tabulate_shift_scores,
+                inputs=["sequence_results", "measured_distances", "sequence_spec"],
+                outputs=["shift_score_tables", "shift_score_reports"],
+                name="tabulate_shift_scores",
+            ),
+            tabulate_curves_node(),
         ],
     )

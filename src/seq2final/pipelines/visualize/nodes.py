@@ -25,6 +25,7 @@ from seq2final.methods import ORACLE, HistoricalState, paper_columns
 from seq2final.models import JointModel
 from seq2final.protocols import PROTOCOLS, ProtocolOptions
 from seq2final.reporting import plots
+from seq2final.reporting.curves import curve_table, sequence_curves
 from seq2final.reporting.interpolation import interpolation_path, path_ends, path_key
 from seq2final.reporting.projection import weight_projection
 from seq2final.reporting.protocols import protocol_scores
@@ -36,6 +37,7 @@ from seq2final.reporting.tables import (
     shown_name,
     total_train_flops,
 )
+from seq2final.runs.curves import SCRATCH
 from seq2final.training.engine import Engine
 from seq2final.training.tensors import TensorSplit
 
@@ -434,3 +436,18 @@ def _formats(figures: dict[str, Figure]) -> tuple[dict[str, Figure], dict[str, F
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def plot_representation_curves(
+    curves: Mapping[str, pd.DataFrame], spec: SequenceSpec
+) -> dict[str, Figure]:
+    """Per architecture and view, the data-efficiency curves of the sequence's historical states
+    (docs/representations.md); none where no curve was fitted."""
+    points = sequence_curves(spec, curves)
+    figures = {}
+    for (arch, view), points_of in points.groupby(["arch", "view"]) if not points.empty else []:
+        where = f", steps {view}" if view else ""
+        title = f"{spec.name} ({spec.dataset}), {arch}{where}: final-step accuracy by training size"
+        name = f"{_folder(spec)}/{arch}{'-' + view if view else ''}-curves.png"
+        figures[name] = plots.representation_curves(curve_table(points_of), title, SCRATCH)
+    return figures

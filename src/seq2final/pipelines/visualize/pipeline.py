@@ -13,6 +13,17 @@ _STORES = ["adapt_results", "historical_states"]
 NAMESPACE = "visualize"
 
 
+def plot_curves_node() -> Node:
+    """Shared with ``representations``, which fits the curves it draws."""
+    return Node(
+        nodes.plot_representation_curves,
+        inputs=["representation_curves", "sequence_spec"],
+        outputs="representation_figures",
+        name="plot_representation_curves",
+        namespace=NAMESPACE,
+    )
+
+
 def create_pipeline(**kwargs) -> Pipeline:
     return in_namespace(
         NAMESPACE,
@@ -94,5 +105,6 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs=["learning_curve_figures", "learning_curve_figures_pdf"],
                 name="plot_learning_curves",
             ),
+            plot_curves_node(),
         ],
     )

@@ -1,0 +1,69 @@
+"""Tables of the data-efficiency curves (docs/representations.md): the curves' points, averaged
+over seeds, and P_rep, each curve's mean test accuracy over its sizes (Feature Forgetting's Eq. 1
+averaged over its subsampled training sets)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import pandas as pd
+
+from seq2final.data.spec import SequenceSpec
+
+CURVE = ["view", "arch", "state", "kind"]
+"""What names one curve (per seed)."""
+
+
+def sequence_curves(spec: SequenceSpec, points: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Every stored point of ``spec``'s sequence, any architecture or seed: matched by name and
+    dataset, each from this specification at its own seed (as result records are)."""
+    rows = []
+    for key in points:
+        frame = points[key]
+        mine = frame[(frame["sequence"] == spec.name) & (frame["dataset"] == spec.dataset)]
+        rows += [row for _, row in mine.iterrows()
+                 if row["sequence_key"] == dataclasses.replace(spec, seed=int(row["seed"])).key]  # fmt: skip
+    frame = pd.DataFrame(rows).reset_index(drop=True)
+    if not frame.empty:
+        frame["view"] = frame["view"].fillna("")
+    return frame
+
+
+def curve_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Each curve's test accuracy at each size: mean and standard deviation over seeds, with the
+    seeds counted and the mean training FLOPs of one fit."""
+    grouped = points.groupby([*CURVE, "size"], sort=False)
+    return (
+        grouped.agg(
+            test_accuracy=("test_accuracy", "mean"),
+            std=("test_accuracy", "std"),
+            seeds=("seed", "nunique"),
+            train_flops=("train_flops", "mean"),
+        )
+        .reset_index()
+        .astype({"train_flops": "int64"})
+    )
+
+
+def p_rep_table(points: pd.DataFrame) -> pd.DataFrame:
+    """P_rep of each curve: per seed the mean over its sizes, then mean and standard deviation
+    over seeds; beside it the FLOPs of the whole curve (every size's fit), averaged over seeds,
+    and the sizes it averages."""
+    per_seed = points.groupby([*CURVE, "seed"], sort=False).agg(
+        p_rep=("test_accuracy", "mean"),
+        train_flops=("train_flops", "sum"),
+        sizes=("size", lambda s: " ".join(str(v) for v in sorted(s))),
+    )
+    return (
+        per_seed.groupby(CURVE, sort=False)
+        .agg(
+            p_rep=("p_rep", "mean"),
+            std=("p_rep", "std"),
+            seeds=("p_rep", "size"),
+            train_flops=("train_flops", "mean"),
+            sizes=("sizes", "first"),
+        )
+        .reset_index()
+        .astype({"train_flops": "int64"})
+    )

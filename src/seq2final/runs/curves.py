@@ -1,0 +1,185 @@
+"""Training the data-efficiency curves of a run's historical states into their store
+(docs/representations.md), one point (state, chain, kind, size) per key: finished points are
+reused and an interrupted run resumes where it stopped, as states and jobs do
+(:func:`seq2final.runs.training.each_missing`).
+
+Every state the run's jobs continue gets a curve per chain and kind, on its view's final step
+(the whole sequence's, or a temporal protocol view's), all on the same nested subsets of that
+step's training set, so the curves of two states differ by the states alone. ``scratch`` adds
+the curve of a freshly initialised model: what the final step's images buy without history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+
+from seq2final.config.parameters import CurveOptions
+from seq2final.core.seeds import derived_seed
+from seq2final.data.sequence import ShiftSequence
+from seq2final.methods import HistoricalState
+from seq2final.models import BlockModel, build_model
+from seq2final.runs.frame_store import FrameStore
+from seq2final.runs.planner import load_states
+from seq2final.runs.plans import RunPlan
+from seq2final.runs.training import each_missing, problem_sequence
+from seq2final.training.curves import (
+    check_sizes,
+    curve_point,
+    doubling_sizes,
+    nested_order,
+    subset,
+)
+from seq2final.training.tensors import TensorSplit
+
+log = logging.getLogger(__name__)
+
+SCRATCH = "scratch"
+"""The state label of the reference curve: a fresh model, no history."""
+
+
+@dataclass(frozen=True)
+class CurveSource:
+    """A model whose curve is drawn: a historical state's chain, or the fresh reference."""
+
+    label: str
+    state_key: str | None
+    chain: str
+    view: str
+    methods: str
+    make: Callable[[], nn.Module]
+
+
+def _final_splits(sequence: ShiftSequence) -> tuple[TensorSplit, TensorSplit, TensorSplit]:
+    final = sequence.step(-1)
+    return tuple(TensorSplit.from_arrays(*final.split(name)) for name in ("train", "valid", "test"))
+
+
+def curve_sizes(options: CurveOptions, available: int) -> list[int]:
+    """The sizes a curve is drawn at: the options' own, or doubling from ``first_size`` up to
+    the final step's training set; one line for a size it does not hold."""
+    if options.sizes is not None:
+        return check_sizes(options.sizes, available)
+    return doubling_sizes(available, options.first_size)
+
+
+def _sources(
+    plan: RunPlan, states: Mapping[str, HistoricalState], options: CurveOptions, classes: int
+) -> dict[str, tuple[ShiftSequence | None, list[CurveSource]]]:
+    """The curve sources of each view (``""``: the whole sequence), in the plan's order."""
+    by_view: dict[str, list[CurveSource]] = {}
+    views: dict[str, Any] = {}
+    seen: set[tuple[str, str]] = set()
+    for job in plan.jobs:
+        view = job.view.name if job.view is not None else ""
+        views.setdefault(view, job.view)
+        sources = by_view.setdefault(view, [])
+        if job.state_key is None:
+            continue
+        state = states[job.state_key]
+        for chain_name, chain in state.chains.items():
+            if (job.state_key, chain_name) in seen:
+                continue
+            seen.add((job.state_key, chain_name))
+            if not isinstance(chain.last, BlockModel):  # a joint model has no plain head to probe
+                log.info("no curve for %s's chain %s: a joint model", state.mode, chain_name)
+                continue
+            label = state.mode if len(state.chains) == 1 else f"{state.mode}/{chain_name}"
+            users = ", ".join(j.name for j in plan.jobs if j.state_key == job.state_key)
+            sources.append(CurveSource(label, job.state_key, chain_name, view, users,
+                                       lambda chain=chain: chain.last))  # fmt: skip
+    if options.scratch:
+        for view, sources in by_view.items():
+            sources.insert(0, CurveSource(SCRATCH, None, "", view, "",
+                                          lambda: build_model(plan.arch, classes)))  # fmt: skip
+    return {view: (views[view], sources) for view, sources in by_view.items()}
+
+
+def curve_key(
+    plan: RunPlan, source: CurveSource, kind: str, size: int, options: CurveOptions
+) -> str:
+    """A point's key: readable parts, and a hash of everything that changes its result."""
+    settings = {
+        "state": source.state_key or [plan.sequence_key, plan.arch, plan.seed],
+        "chain": source.chain, "view": source.view, "kind": kind, "size": size,
+        "max_epochs": options.max_epochs, "patience": options.patience, "engine": plan.engine,
+        "seed": plan.seed,
+    }  # fmt: skip
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+    owner = source.state_key or f"{SCRATCH}-{plan.arch}-{plan.budget_name}"
+    chain = f".{source.chain}" if source.chain and source.chain != "main" else ""
+    return f"{owner}{chain}.{kind}.{size}.{digest[:10]}"
+
+
+def train_curves(
+    plan: RunPlan,
+    sequence: ShiftSequence,
+    states: Mapping[str, HistoricalState],
+    store: FrameStore,
+    options: CurveOptions,
+) -> None:
+    """Fit every point the store lacks, storing each as soon as it is made. Every state the
+    plan needs must be stored and every size must fit the final step's training set: both are
+    checked before any fit."""
+    needed = load_states(plan, states)
+    views = _sources(plan, needed, options, len(sequence.class_names))
+    work: list[tuple[str, str]] = []
+    makers: dict[str, Callable[[], pd.DataFrame]] = {}
+    for view_name, (view, sources) in views.items():
+        problem = problem_sequence(sequence, view)
+        train, valid, test = _final_splits(problem)
+        sizes = curve_sizes(options, len(train))
+        order = nested_order(train.y.numpy(), derived_seed(plan.seed, "curves", view_name))
+        for source in sources:
+            for kind in options.kinds:
+                if source.label == SCRATCH and kind == "lp":
+                    continue  # a probe of random features says nothing of history
+                for size in sizes:
+                    key = curve_key(plan, source, kind, size, options)
+                    label = f"{source.label} {kind} n={size}" + (
+                        f" ({view_name})" if view_name else ""
+                    )
+                    work.append((key, label))
+                    makers[key] = _maker(plan, source, kind, size, options,
+                                         (subset(train, order, size), valid, test), key)  # fmt: skip
+
+    def fit_point(key: str) -> str:
+        row = makers[key]()
+        store.put(key, row)
+        return f"test {row['test_accuracy'].iloc[0]:.3f}"
+
+    each_missing("curve point", store.root, work, store.__contains__, fit_point,
+                 lambda key, trained: None)  # fmt: skip
+
+
+def _maker(
+    plan: RunPlan,
+    source: CurveSource,
+    kind: str,
+    size: int,
+    options: CurveOptions,
+    splits: tuple[TensorSplit, TensorSplit, TensorSplit],
+    key: str,
+) -> Callable[[], pd.DataFrame]:
+    def make() -> pd.DataFrame:
+        if source.state_key is None:  # the reference's initial weights: one draw for every size
+            torch.manual_seed(derived_seed(plan.seed, "curves", SCRATCH))
+        point = curve_point(source.make(), kind, *splits, plan.engine_options(),
+                            options.max_epochs, derived_seed(plan.seed, key), options.patience)  # fmt: skip
+        return pd.DataFrame([{
+            "sequence": plan.sequence_name, "dataset": plan.dataset,
+            "sequence_key": plan.sequence_key, "view": source.view, "arch": plan.arch,
+            "seed": plan.seed, "budget": plan.budget_name, "state": source.label,
+            "state_key": source.state_key or "", "chain": source.chain, "methods": source.methods,
+            **asdict(point),
+        }])  # fmt: skip
+
+    return make
