@@ -17,24 +17,28 @@ from seq2final.training.loop import fit
 from seq2final.training.search import Budget
 from seq2final.training.tuner import Tuner
 
-ARCHS = ["convnet_2", "resnet_2"]
+ARCHS = ["convnet_2", "resnet_2", "densenet_1"]
 
 
 def _images(count=6, seed=0):
     return torch.randn(count, 3, 16, 16, generator=torch.Generator().manual_seed(seed))
 
 
-def _close_every_third(model):
+def _close_every_third(gates):
     with torch.no_grad():
-        for gate in gates_of(model):
-            gate.weight[::3] = 0.5  # below τ = 0.95
+        for gate in gates:
+            gate.weight[::3] = -0.5  # ḡ = 1 + 10·(−0.5) = −4, below τ = 0.95
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_a_closed_gate_blocks_its_units_output_and_gradient_and_can_reopen(arch):
     torch.manual_seed(0)
     model = add_gates(build_model(arch, 10), 0.95).train()
-    _close_every_third(model)
+    _close_every_third(gates_of(model)[:1])  # the stem's (a DenseNet's later gates see its units)
+    with torch.no_grad():  # a DenseNet normalises a closed unit's zeros to its BN shift, whose
+        for module in model.modules():  # ReLU passes a gradient only once the shift is positive
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.bias.fill_(0.1)
     stem_output = []
     model.conv1.pool.register_forward_hook(lambda m, i, o: stem_output.append(i[0]))
     model(_images()).square().sum().backward()
@@ -55,11 +59,11 @@ def test_gates_fold_exactly_into_a_plain_model_and_open_gates_change_nothing(arc
     x = _images(seed=1)
     gated = add_gates(clone_model(plain), 0.95).eval()
     assert torch.equal(gated(x), plain(x))  # open gates: the same function
-    _close_every_third(gated)
+    _close_every_third(gates_of(gated))
     copy = clone_model(gated)  # a copy's hooks use the copy's gates
     assert torch.equal(copy(x), gated(x))
     with torch.no_grad():
-        gates_of(copy)[0].weight.fill_(0.0)
+        gates_of(copy)[0].weight.fill_(-1.0)
     assert not torch.equal(copy(x), gated(x))
     folded = unpack(pack(remove_gates(clone_model(gated), fold=True)))
     assert torch.equal(folded(x), gated(x))
@@ -93,11 +97,36 @@ def test_the_gate_only_phase_leaves_the_networks_bytes_unchanged(learnable):
     assert not torch.equal(second["layer1.conv.weight"], before["layer1.conv.weight"])
 
 
+def test_gates_close_within_the_gate_only_epoch_at_the_default_settings(learnable):
+    """ḡ = 1 + s·w with the default s: at a learning rate of the standard grid, a gate-only
+    epoch of ten steps reaches τ for some units (ḡ itself would move by 0.01 at most)."""
+    torch.manual_seed(3)
+    adapters = GatingAdapters()
+    model = adapters.wrap(build_model("convnet_2", 10))
+    task = Task([learnable(200)], learnable(40, seed=1), callbacks=[adapters.callback()])
+    fit(model, task, HyperParameters({"lr": 1e-3}), Engine(device="cpu", batch_size=20), 1, 0)
+    closed = [(gate.value() < 0.95).sum().item() for gate in gates_of(model)]
+    assert sum(closed) > 0, closed
+
+
+def test_the_run_checks_refuse_a_gate_phase_that_leaves_the_network_no_epoch():
+    wrapped = GatingAdapters(GateSettings(gate_epochs=2))
+    model = wrapped.wrap(build_model("densenet_1", 2))  # every zoo architecture can be gated
+    wrapped.check(model, max_epochs=3)
+    with pytest.raises(Seq2FinalError, match="phase 2 would never run, the phases before it "
+                       "taking 2 of the budget's 2 epochs"):  # fmt: skip
+        wrapped.check(model, max_epochs=2)
+    configured = GatingAdapters().configured({"tau": 0.975, "gate_epochs": 2, "space": {}})
+    assert configured.settings == GateSettings(tau=0.975, gate_epochs=2)
+    with pytest.raises(Seq2FinalError, match="unknown key.*gate_epoch; valid: tau, gate_epochs"):
+        GatingAdapters().configured({"gate_epoch": 2})
+
+
 class _StepContext(Context):
     """A context whose every step is a small learnable split."""
 
     def split(self, step, split):
-        return self.learnable(40, seed=hash((step, split)) % 1000)
+        return self.learnable(40, seed=10 * step + ("train", "valid", "test").index(split))
 
 
 def _context(tmp_path, learnable):
@@ -117,11 +146,11 @@ def test_every_step_starts_with_its_gates_reset_to_open(tmp_path, learnable, mon
 
     def wrap(self, model):
         wrapped = real_wrap(self, model)
-        started.append([gate.weight.clone() for gate in gates_of(wrapped)])
+        started.append([gate.value().detach().clone() for gate in gates_of(wrapped)])
         return wrapped
 
     def remove(model, fold):
-        ended.append([gate.weight.clone() for gate in gates_of(model)])
+        ended.append([gate.value().detach().clone() for gate in gates_of(model)])
         return real_remove(model, fold)
 
     monkeypatch.setattr(GatingAdapters, "wrap", wrap)
@@ -146,15 +175,19 @@ def test_tau_outside_the_open_interval_and_an_ungateable_architecture_are_refuse
             with pytest.raises(Seq2FinalError, match=rf"{where}.*tau"):
                 mode.check({"tau": tau}, where)
         mode.check({"tau": 0.975, "gate_epochs": 2}, where)
-    with pytest.raises(Seq2FinalError, match="densenet_1's layer1.*valid: convnet_\\*, resnet_\\*"):
-        add_gates(build_model("densenet_1", 10), 0.95)
+    odd = build_model("convnet_2", 10)
+    odd.layer2 = torch.nn.Identity()
+    with pytest.raises(Seq2FinalError, match="convnet_2's layer2 is not; valid: the registered"):
+        add_gates(odd, 0.95)
     with pytest.raises(Seq2FinalError, match=r"tau 1.0: valid: a number in \(0, 1\)"):
         add_gates(build_model("convnet_1", 10), 1.0)
 
 
-def test_sft_gated_end_to_end_stores_plain_models_scored_as_gated(project, stores_of):
+def test_sft_gated_end_to_end_stores_plain_models_scored_as_gated(project, stores_of, monkeypatch):
     """The chain stores plain networks; the final model is stored with its gates folded, so it
-    scores on the final step's validation split what the gated fit validated."""
+    scores on the final step's validation split what the gated fit validated. Every fit starts
+    with half its gates shut far below τ, so the selected model has closed gates whichever
+    epoch the fit keeps (smoke's fits on tiny data may keep epoch 0)."""
     import mlflow
     from kedro.framework.session import KedroSession
     from kedro.framework.startup import bootstrap_project
@@ -162,6 +195,16 @@ def test_sft_gated_end_to_end_stores_plain_models_scored_as_gated(project, store
     from seq2final.training import TensorSplit
     from seq2final.training.engine import accuracy
 
+    real_wrap = GatingAdapters.wrap
+
+    def half_shut(self, model):
+        wrapped = real_wrap(self, model)
+        with torch.no_grad():
+            for gate in gates_of(wrapped):
+                gate.weight[::2] = -1.0  # ḡ = −9
+        return wrapped
+
+    monkeypatch.setattr(GatingAdapters, "wrap", half_shut)
     while mlflow.active_run():
         mlflow.end_run()
     bootstrap_project(project)
@@ -172,8 +215,7 @@ def test_sft_gated_end_to_end_stores_plain_models_scored_as_gated(project, store
         "method": "sft_gated",
         "mlflow": {"enabled": False},
         "build_sequences": {"test_size": 50, "oracle_size": 120},
-        "final_modes": {"ft_gated": {"tau": 0.9999}},
-    }  # gates that close within smoke's fit
+    }
     with KedroSession.create(project_path=project, env="test", runtime_params=runtime) as session:
         session.run(pipeline_names=["build_sequences", "pretrain_historical", "adapt_final"])
     stores = stores_of(project)

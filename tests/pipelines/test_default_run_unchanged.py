@@ -41,10 +41,11 @@ CAPABILITY = torch.backends.cpu.get_cpu_capability()
 
 # Floats that are not decisions: averages of continuous per-image values.
 CONTINUOUS = frozenset({"test_nll", "ece", "detection_auroc"})
-# Shares of correct predictions.
+# Shares of correct predictions, and of gated units closed (decisions, counted).
 ACCURACIES = frozenset(
-    {"test_accuracy", "valid_accuracy", "worst_class_accuracy", "value", "valid_curve"}
-)
+    {"test_accuracy", "valid_accuracy", "worst_class_accuracy", "value", "valid_curve",
+     "closed_gates"}
+)  # fmt: skip
 # Hyper-parameters drawn by the seeded sampler. A float under any other name is a test failure
 # until it is put in one of the three.
 DRAWN = frozenset(

@@ -121,7 +121,7 @@ def test_shift_scores_put_each_states_detection_beside_the_pixel_distances():
     assert models.at["erm", "detection_auroc"] == pytest.approx(0.8)  # each state once: 0.9, 0.7
     assert models.at["erm", "seeds"] == 2 and models.at["sequential", "detection_auroc"] == 0.6
     pixels = tables[f"{folder}/pixels"].set_index("measure")
-    assert pixels.at["w2_covariate", "mean"] == pytest.approx(2.0)  # 3/2 and 5/2
-    assert pixels.at["nn1", "mean"] == pytest.approx(4.0)
+    assert pixels.at["W_X", "mean"] == pytest.approx(2.0)  # 3/2 and 5/2
+    assert pixels.at["1-NN", "mean"] == pytest.approx(4.0)
     assert "cannot tell" in reports[f"{folder}/shift_scores"]
     assert tabulate_shift_scores(records[-1:], {}, spec) == ({}, {})

@@ -325,10 +325,10 @@ def test_every_method_trains_its_trials_fused_when_asked(project, stores_of, mon
 
     monkeypatch.setattr(context, "fit_fused", counted)
     # CORAL's moments, IRMv1's scalar dummy (IRM-T's default), the mixing modes' draws, SI's
-    # path and A-GEM's projection are not written for vmap: those methods train one trial at a
-    # time (tests/training); every other one here.
+    # path, A-GEM's projection and the gates' phases are not written for vmap: those methods
+    # train one trial at a time (tests/training); every other one here.
     alone = {"all_coral_t", "all_irm_t", "all_mixup", "all_lisa", "sequential_si",
-             "sequential_agem", "agem"}  # fmt: skip
+             "sequential_agem", "agem", "sft_gated", "ft_gated"}  # fmt: skip
     fusing = [name for name, r in METHODS.items() if not {r.historical, r.final} & alone]
     pair = {"sampler": "random", "trials": 2, "max_epochs": 1}
     _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], arch="convnet_1",

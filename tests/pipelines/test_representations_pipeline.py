@@ -2,11 +2,8 @@
 P_rep tables and the figure, a resumed run that fits nothing twice, and sizes refused before
 any work."""
 
-import mlflow
 import pandas as pd
 import pytest
-from kedro.framework.session import KedroSession
-from kedro.framework.startup import bootstrap_project
 
 from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
 from seq2final.reporting.tables import report_folder
@@ -22,31 +19,25 @@ TINY = {
 }
 
 
-def _run(project, pipelines, **params):
-    while mlflow.active_run():
-        mlflow.end_run()
-    bootstrap_project(project)
-    runtime = {**TINY, **params}
-    with KedroSession.create(project_path=project, env="test", runtime_params=runtime) as session:
-        return session.run(pipeline_names=pipelines)
-
-
 def _points(project):
     folder = project / "data/07_model_output/representation_curves"
     return {p.name: p.stat().st_mtime_ns for p in folder.glob("*.csv")}
 
 
-def test_curves_of_every_state_then_a_resumed_run_fits_nothing(project):
+def test_curves_of_every_state_then_a_resumed_run_fits_nothing(project, run_kedro):
+    def _run(pipelines, **params):
+        return run_kedro(pipelines, **{**TINY, **params})
+
     with pytest.raises(MissingPrerequisiteError, match="has not been trained; make it with"):
-        _run(project, ["build_sequences", "representations"])
+        _run(["build_sequences", "representations"])
     assert not _points(project)
-    _run(project, ["build_sequences", "pretrain_historical"])
+    _run(["build_sequences", "pretrain_historical"])
     with pytest.raises(
         Seq2FinalError, match=r"curve size 1000: valid: whole numbers from 1 to \d+"
     ):
-        _run(project, ["representations"], representations={"sizes": [10, 1000]})
+        _run(["representations"], representations={"sizes": [10, 1000]})
     assert not _points(project)  # refused before any fit
-    _run(project, ["representations"])
+    _run(["representations"])
     stored = _points(project)
     # erm (ft's state) and sft_gated, FT and LP; the fresh model FT only; two sizes each
     assert len(stored) == (2 * 2 + 1) * 2
@@ -62,11 +53,11 @@ def test_curves_of_every_state_then_a_resumed_run_fits_nothing(project):
     assert set(frames["size"]) == {10, 20} and (frames["train_flops"] > 0).all()
     folder = report_folder(TINY["sequence"], "digits")  # the test environment's dataset
     reporting = project / "data/08_reporting"
-    p_rep = pd.read_csv(reporting / "representation_tables" / folder / "p_rep.csv")
+    p_rep = pd.read_csv(reporting / "representation_tables" / folder / "smoke-p_rep.csv")
     for row in p_rep.itertuples():
         mine = frames[(frames["state"] == row.state) & (frames["kind"] == row.kind)]
         assert row.p_rep == pytest.approx(mine["test_accuracy"].mean())
-    assert (reporting / "representation_reports" / folder / "representations.md").exists()
-    assert (reporting / "representation_figures" / folder / "convnet_1-curves.png").exists()
-    _run(project, ["representations"])
+    assert (reporting / "representation_reports" / folder / "smoke-representations.md").exists()
+    assert (reporting / "representation_figures" / folder / "smoke-convnet_1-curves.png").exists()
+    _run(["representations"])
     assert _points(project) == stored  # every point reused, none rewritten

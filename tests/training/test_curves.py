@@ -11,13 +11,10 @@ from seq2final.models import build_model
 from seq2final.reporting.curves import curve_table, p_rep_table
 from seq2final.training import Engine, FitCallback, Task
 from seq2final.training.curves import (
-    CurvePoint,
     PlateauSchedule,
     check_sizes,
-    curve_point,
     doubling_sizes,
     nested_order,
-    p_rep,
     subset,
 )
 from seq2final.training.hyperparameters import HyperParameters
@@ -36,8 +33,9 @@ def test_each_size_contains_every_smaller_one_and_classes_take_turns(learnable):
         assert smaller <= chosen and len(chosen) == size
         smaller = chosen
     assert np.bincount(labels[order[:25]], minlength=5).tolist() == [5, 5, 5, 5, 5]
-    # class 3 has 8 images: past 40, the others take turns without it
-    assert np.bincount(labels[order[:50]], minlength=5).tolist() == [11, 11, 10, 8, 10]
+    # class 3 has 8 images: past 40, the others take turns without it, in a new order each round
+    counts = np.bincount(labels[order[:50]], minlength=5)
+    assert counts[3] == 8 and sorted(counts) == [8, 10, 10, 11, 11]
     assert np.array_equal(order, nested_order(labels, seed=3))  # seeded
     assert not np.array_equal(order, nested_order(labels, seed=4))
     got = subset(split, order, 25)
@@ -45,13 +43,13 @@ def test_each_size_contains_every_smaller_one_and_classes_take_turns(learnable):
 
 
 def test_sizes_double_from_fifty_and_a_size_past_the_training_set_is_refused():
-    assert doubling_sizes(1600) == [50, 100, 200, 400, 800, 1600]
-    assert doubling_sizes(1599) == [50, 100, 200, 400, 800]
-    assert doubling_sizes(50) == [50]
+    assert doubling_sizes(1600, 50) == [50, 100, 200, 400, 800, 1600]
+    assert doubling_sizes(1599, 50) == [50, 100, 200, 400, 800]
+    assert doubling_sizes(50, 50) == [50]
     with pytest.raises(
         Seq2FinalError, match="at least 50 training images on the final step; it has 49"
     ):
-        doubling_sizes(49)
+        doubling_sizes(49, 50)
     assert check_sizes([200, 50, 100], 300) == [50, 100, 200]
     with pytest.raises(Seq2FinalError, match="curve size 400: valid: whole numbers from 1 to 300"):
         check_sizes([50, 400], 300)
@@ -81,36 +79,57 @@ def test_the_plateau_schedule_cuts_the_rate_three_times_then_stops(learnable):
     assert result.epochs == len(rates.rates) < 200
 
 
-def test_a_curve_point_fits_only_the_head_for_lp_and_counts_its_epochs(learnable):
+def test_a_probe_trains_the_head_alone_and_fine_tuning_every_layer(learnable, monkeypatch):
+    from seq2final.training import curves
+
+    tested = []
+    real = curves.accuracy
+    monkeypatch.setattr(curves, "accuracy", lambda m, *a: tested.append(m) or real(m, *a))
     torch.manual_seed(1)
     model = build_model("convnet_1", 10)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     engine = Engine(device="cpu", batch_size=20, patience=99)
     train, valid, test = learnable(40), learnable(30, seed=1), learnable(30, seed=2)
-    lp = curve_point(model, "lp", train, valid, test, engine, max_epochs=3, seed=0)
-    assert {k: v for k, v in model.state_dict().items()}.keys() == before.keys()
-    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # a copy fits
-    assert lp.kind == "lp" and lp.size == 40 and 1 <= lp.epochs <= 3
-    ft = curve_point(model, "ft", train, valid, test, engine, max_epochs=3, seed=0)
-    assert ft.train_flops > lp.train_flops > 0  # FT's backward pass reaches every layer
+    lp = curves.curve_point(
+        model, "lp", train, valid, test, engine, max_epochs=3, seed=0, patience=9
+    )
+    ft = curves.curve_point(
+        model, "ft", train, valid, test, engine, max_epochs=3, seed=0, patience=9
+    )
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # copies fit
+    probed, tuned = (m.state_dict() for m in tested)
+    body = [k for k in before if not k.startswith("fc.")]
+    assert all(torch.equal(probed[k], before[k]) for k in body)  # BN statistics included
+    assert not torch.equal(probed["fc.linear.weight"], before["fc.linear.weight"])
+    assert not torch.equal(tuned["conv1.conv.weight"], before["conv1.conv.weight"])
+    assert (lp.kind, lp.size, ft.kind) == ("lp", 40, "ft")
+    assert lp.epochs == ft.epochs == 3  # no plateau in 3 epochs at patience 9
+    assert ft.train_flops == 3 * fit_cost_epoch(model, train, valid, engine, None)
+    assert lp.train_flops == 3 * fit_cost_epoch(model, train, valid, engine, ["fc"])
+    assert ft.train_flops > lp.train_flops > 0
     with pytest.raises(Seq2FinalError, match="curve kind 'xx': valid: ft, lp"):
-        curve_point(model, "xx", train, valid, test, engine, max_epochs=3, seed=0)
+        curves.curve_point(model, "xx", train, valid, test, engine, max_epochs=3, seed=0)
 
 
-def _point(kind, size, accuracy):
-    return CurvePoint(kind, size, accuracy, accuracy, 3, 10 * size, 5)
+def fit_cost_epoch(model, train, valid, engine, trainable):
+    from seq2final.training.flops import fit_cost
+
+    hp = HyperParameters({"lr": 1e-3, "weight_decay": 0.0, "dropout": 0.0})
+    return fit_cost(model, Task([train], valid, trainable=trainable), hp, engine).train_epoch
 
 
 def test_p_rep_is_the_mean_of_the_curve_per_seed_then_over_seeds():
-    points = [_point("ft", 50, 0.2), _point("ft", 100, 0.4), _point("ft", 200, 0.9),
-              _point("lp", 50, 0.1), _point("lp", 100, 0.3)]  # fmt: skip
-    assert p_rep(points, "ft") == pytest.approx(0.5)
-    assert p_rep(points, "lp") == pytest.approx(0.2)
-    with pytest.raises(Seq2FinalError, match="no curve of kind 'xx'; kinds present: ft, lp"):
-        p_rep(points, "xx")
-    rows = [{"view": "", "arch": "convnet_1", "state": "erm", "kind": p.kind, "size": p.size,
-             "seed": seed, "test_accuracy": p.test_accuracy + 0.1 * seed, "train_flops": p.train_flops}
-            for seed in (0, 1) for p in points]  # fmt: skip
+    points = [
+        ("ft", 50, 0.2),
+        ("ft", 100, 0.4),
+        ("ft", 200, 0.9),
+        ("lp", 50, 0.1),
+        ("lp", 100, 0.3),
+    ]
+    rows = [{"budget": "smoke", "view": "", "arch": "convnet_1", "state": "erm", "kind": kind,
+             "size": size, "seed": seed, "test_accuracy": accuracy + 0.1 * seed,
+             "train_flops": 10 * size}
+            for seed in (0, 1) for kind, size, accuracy in points]  # fmt: skip
     table = p_rep_table(pd.DataFrame(rows)).set_index("kind")
     assert table.loc["ft", "p_rep"] == pytest.approx(np.mean([0.5, 0.6]))
     assert table.loc["ft", "std"] == pytest.approx(np.std([0.5, 0.6], ddof=1))

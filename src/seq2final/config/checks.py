@@ -136,6 +136,10 @@ def _check_wrappers(run: RunParameters, asked: Sequence[RequestedJob]) -> None:
     with a mode whose fits train another kind of model (joint, side modules) names phases of
     that model in ``wrap``."""
     checked: set[tuple[str, str]] = set()
+    try:
+        max_epochs: int | None = get_budget(run.budgets, run.budget).max_epochs
+    except Seq2FinalError:  # an unknown budget is the budget check's to report
+        max_epochs = None
     for job in asked:
         for kind, mode in (
             ("historical", HISTORICAL_MODES[job.historical]),
@@ -144,8 +148,10 @@ def _check_wrappers(run: RunParameters, asked: Sequence[RequestedJob]) -> None:
             if mode.wrapper is None or (kind, mode.name) in checked:
                 continue
             checked.add((kind, mode.name))
+            blocks = run.historical_modes if kind == "historical" else run.final_modes
             try:
-                mode.wrapper.check(mode.wrapper.wrap(build_model(run.arch, 2)))
+                wrapper = mode.wrapper.configured(blocks.get(mode.name) or {})
+                wrapper.check(wrapper.wrap(build_model(run.arch, 2)), max_epochs)
             except Seq2FinalError as error:
                 raise Seq2FinalError(f"{kind} mode '{mode.name}': {error}") from None
 

@@ -83,7 +83,7 @@ class CurveOptions(StrictModel):
     epoch cap and plateau patience (Feature Forgetting's schedule stops them)."""
 
     kinds: list[Literal["ft", "lp"]] = Field(default_factory=lambda: ["ft", "lp"], min_length=1)
-    sizes: list[Annotated[int, Field(ge=1)]] | None = None
+    sizes: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1)
     first_size: int = Field(default=50, ge=1)
     max_epochs: int = Field(default=30, ge=1)
     patience: int = Field(default=2, ge=0)

@@ -7,11 +7,17 @@ passes neither its output nor any gradient to the weights that make it, and a cl
 reopen. Before every step the gates reset to 1 (ḡ = 1, every unit open) and train alone for the
 first ``gate_epochs`` epochs, then with the network. Where the paper puts them: after each
 layer's normalisation and non-linearity. In our architectures that is after the stem's
-BN + ReLU, after each ConvNet block's BN (the original's ConvNet blocks have no ReLU), and after
-both convolutions of every residual block: after ``bn1`` + ReLU, and after ``bn2``, before the
-shortcut is added (the non-linearity that follows the sum would gate the identity path too). The
-shortcut's 1×1 convolution and the head are not gated. DenseNet's layers normalise *before* their
-convolutions, so gates are refused there.
+BN + ReLU, after each ConvNet block's BN (the original's ConvNet blocks have no ReLU), after
+both convolutions of every residual block (after ``bn1`` + ReLU, and after ``bn2``, before the
+shortcut is added: the non-linearity that follows the sum would gate the identity path too), and
+after every BN + ReLU of a DenseNet (its layers normalise *before* their convolutions, so there
+each gate sits on a convolution's input: ``norm1``'s and ``norm2``'s units of every dense layer,
+each transition's). The shortcut's 1×1 convolution and the head are not gated.
+
+The gate weights are ḡ = 1 + s·w with w learnt from 0 (``gate_scale`` s): Adam moves w by about
+the learning rate a step whatever its gradient's size, so ḡ moves s times that, and τ = 0.95 is
+within reach of a gate-only epoch at the benchmark's rates (the paper trains ḡ directly with SGD
+at 0.1).
 
 A gate follows a BatchNorm, directly or through a ReLU, and g ∈ {0, 1}, so g·ReLU(BN(x)) =
 ReLU(BN'(x)) with BN's scale and shift multiplied by g: :func:`remove_gates` can fold the gates
@@ -46,9 +52,9 @@ from seq2final.methods.base import (
     from_step0,
     method,
 )
-from seq2final.methods.context import Context
+from seq2final.methods.context import Context, space_of
 from seq2final.methods.final import chain_space, continue_chains, stage_name
-from seq2final.models import BasicBlock, ConvBN, Stem
+from seq2final.models import BasicBlock, ConvBN, DenseBlock, Stem
 from seq2final.training import ModelWrapper, Task, clone_model
 from seq2final.training.wrappers import Phase
 
@@ -60,21 +66,26 @@ parameter's name changes (a chain's EWC or SI anchors still name the network's p
 
 
 class Gate(nn.Module):
-    """Binary gates over the channels (dim 1) of its input: g = 1[ḡ ≥ τ], ḡ learnt by a
-    straight-through estimator (the forward multiplies by g, the backward passes the gradient
-    to ḡ as if g were ḡ)."""
+    """Binary gates over the channels (dim 1) of its input: g = 1[ḡ ≥ τ] with ḡ = 1 + s·w, w
+    learnt (from 0, every gate open) by a straight-through estimator: the forward multiplies by
+    g, the backward passes the gradient to ḡ as if g were ḡ."""
 
-    def __init__(self, units: int, tau: float) -> None:
+    def __init__(self, units: int, tau: float, scale: float) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(units))
-        self.tau = tau
+        self.weight = nn.Parameter(torch.zeros(units))
+        self.tau, self.scale = tau, scale
+
+    def value(self) -> torch.Tensor:
+        """ḡ, the real-valued gate weights (1 at the start: every unit open)."""
+        return 1.0 + self.scale * self.weight
 
     def mask(self) -> torch.Tensor:
         """g: 1 for an open unit, 0 for a closed one."""
-        return (self.weight >= self.tau).to(self.weight.dtype)
+        return (self.value() >= self.tau).to(self.weight.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        g = (self.mask() + self.weight - self.weight.detach()).to(x.dtype)
+        value = self.value()
+        g = (self.mask() + value - value.detach()).to(x.dtype)
         return x * g.view(1, -1, *([1] * (x.dim() - 2)))
 
 
@@ -107,12 +118,14 @@ def gates_of(model: nn.Module) -> list[Gate]:
     return list(getattr(model, GATES, []))
 
 
-def add_gates(model: nn.Module, tau: float) -> nn.Module:
+def add_gates(model: nn.Module, tau: float, scale: float = 10.0) -> nn.Module:
     """``model`` with an open gate after each layer's normalisation and non-linearity (the
     module docstring says where), in place. Refuses, in one line, a threshold outside (0, 1)
     and an architecture with a block it cannot gate."""
     if not 0.0 < tau < 1.0:
         raise Seq2FinalError(f"gate threshold tau {tau!r}: valid: a number in (0, 1)")
+    if not scale > 0:
+        raise Seq2FinalError(f"gate_scale {scale!r}: valid: a positive number")
     if GATES in model._modules:
         raise Seq2FinalError("the model already has gates; remove_gates first")
     if not isinstance(getattr(model, "conv1", None), Stem):
@@ -129,13 +142,18 @@ def add_gates(model: nn.Module, tau: float) -> nn.Module:
         elif isinstance(layer, nn.Sequential) and all(isinstance(b, BasicBlock) for b in layer):
             for block in layer:
                 places += [(block.conv2, block.bn1, True), (block.bn2, block.bn2, False)]
+        elif isinstance(getattr(layer, "dense", None), DenseBlock):
+            for dense in layer.dense.values():
+                places += [(dense.conv1, dense.norm1, True), (dense.conv2, dense.norm2, True)]
+            if "transition" in layer._modules:
+                places.append((layer.transition.conv, layer.transition.norm, True))
         else:
             raise Seq2FinalError(
-                f"gates need every block to be conv → BN (→ ReLU) units, which "
-                f"{getattr(model, 'arch', type(model).__name__)}'s {name} is not (DenseNet "
-                "layers normalise before their convolutions); valid: convnet_*, resnet_*"
+                f"gates need every block to be the zoo's ConvNet, ResNet or DenseNet block, which "
+                f"{getattr(model, 'arch', type(model).__name__)}'s {name} is not; valid: the "
+                "registered convnet_*, resnet_* and densenet_* architectures"
             )
-    gates = nn.ModuleList(Gate(bn.num_features, tau) for _, bn, _ in places)
+    gates = nn.ModuleList(Gate(bn.num_features, tau, scale) for _, bn, _ in places)
     for gate, (module, bn, on_input) in zip(gates, places, strict=True):
         hook = _GateHook(gate, bn)
         if on_input:
@@ -169,10 +187,12 @@ def closed_share(model: nn.Module) -> float:
 
 class GateSettings(StrictModel):
     """The adapters' settings beside the mode's search space (App. B.4: τ ∈ {0.95, 0.975}, the
-    gates trained alone for the first 1–2 epochs of each step)."""
+    gates trained alone for the first 1–2 epochs of each sequence step; ``gate_scale`` as the
+    module docstring says)."""
 
     tau: float = Field(default=0.95, gt=0, lt=1)
     gate_epochs: int = Field(default=1, ge=1)
+    gate_scale: float = Field(default=10.0, gt=0)
 
 
 class GatingAdapters(ModelWrapper):
@@ -185,14 +205,22 @@ class GatingAdapters(ModelWrapper):
     def __init__(self, settings: GateSettings | None = None) -> None:
         self.settings = settings or GateSettings()
 
+    def configured(self, config: Mapping[str, Any]) -> GatingAdapters:
+        return GatingAdapters(_settings(config, "the gated mode's block"))
+
     def wrap(self, model: nn.Module) -> nn.Module:
-        return add_gates(model, self.settings.tau)
+        return add_gates(model, self.settings.tau, self.settings.gate_scale)
 
     def phases(self) -> list[Phase]:
         return [(self.settings.gate_epochs, [f"{GATES}."]), (None, None)]
 
 
 def _settings(config: Mapping[str, Any], where: str) -> GateSettings:
+    """The block's settings, checked: a key neither a setting nor ``space`` (a typo) is refused."""
+    unknown = [key for key in config if key not in GateSettings.model_fields and key != "space"]
+    if unknown:
+        valid = ", ".join([*GateSettings.model_fields, "space"])
+        raise Seq2FinalError(f"{where} has unknown key(s) {', '.join(unknown)}; valid: {valid}")
     values = {key: config[key] for key in GateSettings.model_fields if key in config}
     try:
         return GateSettings.model_validate(values)
@@ -239,7 +267,7 @@ def _sft_gated(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
 ) -> ModelChain:
     adapters = GatingAdapters(_settings(config, "historical_modes.sft_gated"))
-    space = chain_space(ModelChain([]), config, "space")
+    space = space_of(config, "space", "historical_modes.sft_gated")
     task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), terms=[chain.pull()])
     model = gated_fit(ctx, stage_name(name, f"step{t}"), adapters, space, chain.last, task, False)
     return replace(chain, models=[*chain.models, model])

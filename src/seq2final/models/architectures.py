@@ -31,6 +31,9 @@ from seq2final.core.registry import Registry
 from torchvision.models.densenet import _DenseBlock, _Transition  # isort: skip
 from torchvision.models.resnet import BasicBlock  # isort: skip
 
+DenseBlock = _DenseBlock
+"""torchvision's dense block, the zoo's DenseNet part (public for code that walks its layers)."""
+
 STEM_CHANNELS = 64
 DENSE_GROWTH_RATE = 32
 DENSE_BOTTLENECK_SIZE = 4

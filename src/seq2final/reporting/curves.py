@@ -9,9 +9,10 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from seq2final.core.errors import Seq2FinalError
 from seq2final.data.spec import SequenceSpec
 
-CURVE = ["view", "arch", "state", "kind"]
+CURVE = ["budget", "view", "arch", "state", "kind"]
 """What names one curve (per seed)."""
 
 
@@ -25,8 +26,19 @@ def sequence_curves(spec: SequenceSpec, points: Mapping[str, pd.DataFrame]) -> p
         rows += [row for _, row in mine.iterrows()
                  if row["sequence_key"] == dataclasses.replace(spec, seed=int(row["seed"])).key]  # fmt: skip
     frame = pd.DataFrame(rows).reset_index(drop=True)
-    if not frame.empty:
-        frame["view"] = frame["view"].fillna("")
+    if frame.empty:
+        return frame
+    frame["view"] = frame["view"].fillna("")
+    twice = frame[frame.duplicated([*CURVE, "size", "seed"], keep=False)]
+    if not twice.empty:  # another setting under one budget name: not a second seed
+        first = twice.iloc[0]
+        raise Seq2FinalError(
+            f"two curve points of {first['state']} {first['kind']} at size {first['size']} on "
+            f"{first['arch']} with budget {first['budget']} and seed {first['seed']}: their "
+            "settings differ (max_epochs, patience or the engine); delete the stale ones in "
+            "data/07_model_output/representation_curves or give the settings a budget name of "
+            "their own"
+        )
     return frame
 
 

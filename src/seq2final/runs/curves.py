@@ -11,8 +11,6 @@ the curve of a freshly initialised model: what the final step's images buy witho
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -28,10 +26,12 @@ from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import HistoricalState
 from seq2final.models import BlockModel, build_model
 from seq2final.runs.frame_store import FrameStore
+from seq2final.runs.keys import TRAINING_SEMANTICS, digest
 from seq2final.runs.planner import load_states
 from seq2final.runs.plans import RunPlan
 from seq2final.runs.training import each_missing, problem_sequence
 from seq2final.training.curves import (
+    CURVE_SEMANTICS,
     check_sizes,
     curve_point,
     doubling_sizes,
@@ -77,7 +77,7 @@ def _sources(
     """The curve sources of each view (``""``: the whole sequence), in the plan's order."""
     by_view: dict[str, list[CurveSource]] = {}
     views: dict[str, Any] = {}
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str]] = set()
     for job in plan.jobs:
         view = job.view.name if job.view is not None else ""
         views.setdefault(view, job.view)
@@ -86,9 +86,9 @@ def _sources(
             continue
         state = states[job.state_key]
         for chain_name, chain in state.chains.items():
-            if (job.state_key, chain_name) in seen:
+            if (job.state_key, chain_name, view) in seen:
                 continue
-            seen.add((job.state_key, chain_name))
+            seen.add((job.state_key, chain_name, view))
             if not isinstance(chain.last, BlockModel):  # a joint model has no plain head to probe
                 log.info("no curve for %s's chain %s: a joint model", state.mode, chain_name)
                 continue
@@ -104,19 +104,24 @@ def _sources(
 
 
 def curve_key(
-    plan: RunPlan, source: CurveSource, kind: str, size: int, options: CurveOptions
+    plan: RunPlan, data: str, source: CurveSource, kind: str, size: int, options: CurveOptions
 ) -> str:
-    """A point's key: readable parts, and a hash of everything that changes its result."""
+    """A point's key: readable parts, and a hash of everything that changes its result: the
+    state (whose key hashes its own data, settings and code version) or, for the fresh model,
+    the sequence's data, architecture and seed; the fit's engine options that change what it
+    computes (not the device, as for states and jobs); the view, chain, kind, size and settings;
+    and the versions of the training code and of the curves' own protocol."""
+    engine = {k: v for k, v in plan.engine_options().results_key().items() if k != "patience"}
     settings = {
-        "state": source.state_key or [plan.sequence_key, plan.arch, plan.seed],
+        "state": source.state_key or {"sequence": plan.sequence_key, "data": data,
+                                      "arch": plan.arch, "seed": plan.seed},
         "chain": source.chain, "view": source.view, "kind": kind, "size": size,
-        "max_epochs": options.max_epochs, "patience": options.patience, "engine": plan.engine,
-        "seed": plan.seed,
+        "max_epochs": options.max_epochs, "patience": options.patience, "engine": engine,
+        "seed": plan.seed, "semantics": TRAINING_SEMANTICS, "curves": CURVE_SEMANTICS,
     }  # fmt: skip
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
     owner = source.state_key or f"{SCRATCH}-{plan.arch}-{plan.budget_name}"
     chain = f".{source.chain}" if source.chain and source.chain != "main" else ""
-    return f"{owner}{chain}.{kind}.{size}.{digest[:10]}"
+    return f"{owner}{chain}.{kind}.{size}.{digest(settings)}"
 
 
 def train_curves(
@@ -143,7 +148,7 @@ def train_curves(
                 if source.label == SCRATCH and kind == "lp":
                     continue  # a probe of random features says nothing of history
                 for size in sizes:
-                    key = curve_key(plan, source, kind, size, options)
+                    key = curve_key(plan, sequence.content_hash, source, kind, size, options)
                     label = f"{source.label} {kind} n={size}" + (
                         f" ({view_name})" if view_name else ""
                     )
@@ -157,7 +162,7 @@ def train_curves(
         return f"test {row['test_accuracy'].iloc[0]:.3f}"
 
     each_missing("curve point", store.root, work, store.__contains__, fit_point,
-                 lambda key, trained: None)  # fmt: skip
+                 lambda key, trained: None, plan.force)  # fmt: skip
 
 
 def _maker(

@@ -41,11 +41,12 @@ class FrameStore(Mapping[str, pd.DataFrame]):
 
 
 class FrameStoreDataset(
-    AbstractDataset[Mapping[str, Callable[[], pd.DataFrame | None]], FrameStore]
+    AbstractDataset[Mapping[str, Callable[[], pd.DataFrame | None]] | FrameStore, FrameStore]
 ):
     """Tables saved lazily: ``save`` takes ``{key: make_table}`` and calls only the missing keys,
     each written atomically, so an interrupted run keeps what it finished. A maker returning
-    ``None`` (its inputs are not there) stores nothing."""
+    ``None`` (its inputs are not there) stores nothing. Saving a :class:`FrameStore` (a node
+    that put each table as it made it, and returns the store) writes nothing."""
 
     def __init__(self, path: str, metadata: dict[str, Any] | None = None) -> None:
         self._root = Path(path)
@@ -54,7 +55,9 @@ class FrameStoreDataset(
     def load(self) -> FrameStore:
         return FrameStore(self._root)
 
-    def save(self, data: Mapping[str, Callable[[], pd.DataFrame | None]]) -> None:
+    def save(self, data: Mapping[str, Callable[[], pd.DataFrame | None]] | FrameStore) -> None:
+        if isinstance(data, FrameStore):  # a node that put each table as it made it
+            return
         store = FrameStore(self._root)
         for key, make in data.items():
             if key in store:

@@ -29,12 +29,14 @@ from seq2final.training.objectives import Task
 from seq2final.training.tensors import TensorSplit
 
 KINDS = {"ft": None, "lp": ["fc"]}
-"""The curve kinds and what each trains: every layer (FT), or the head alone (LP)."""
-FIRST_SIZE = 50
-"""Feature Forgetting's smallest training set; its sizes double from there."""
+"""The curve kinds and what each trains: every layer (FT), or the head alone (LP, the body's
+BatchNorm statistics fixed too: a probe of the representation as it is)."""
+CURVE_SEMANTICS = 1
+"""The version of what a curve point computes (the schedule, the subsets, what LP trains); bump
+it with any change to them, so no stored point of the old code is reused."""
 
 
-def doubling_sizes(available: int, first: int = FIRST_SIZE) -> list[int]:
+def doubling_sizes(available: int, first: int) -> list[int]:
     """``first``, 2·``first``, 4·``first``, ... up to the largest that ``available`` images hold."""
     if available < first:
         raise Seq2FinalError(
@@ -58,19 +60,22 @@ def check_sizes(sizes: Sequence[int], available: int) -> list[int]:
 
 def nested_order(labels: np.ndarray, seed: int) -> np.ndarray:
     """A seeded order of the images whose every prefix is a training subset: classes take turns
-    (each class's images shuffled), so the first n images hold every class as evenly as n allows
-    and each size's subset contains every smaller one."""
+    (each class's images shuffled, the classes in a new order every round), so the first n
+    images hold every class as evenly as n allows and each size's subset contains every
+    smaller one."""
     rng = np.random.default_rng(seed)
     queues = [rng.permutation(np.flatnonzero(labels == c)) for c in np.unique(labels)]
-    rounds = max(len(q) for q in queues)
-    turns = [q[r] for r in range(rounds) for q in queues if r < len(q)]
+    turns = []
+    for r in range(max(len(q) for q in queues)):
+        turns += [queues[c][r] for c in rng.permutation(len(queues)) if r < len(queues[c])]
     return np.asarray(turns, dtype=np.int64)
 
 
 class PlateauSchedule(FitCallback):
     """Feature Forgetting's evaluation optimiser: the fit's learning rate times ``factor`` each
-    time the validation loss has not improved for ``patience`` epochs, ``reductions`` times; the
-    next plateau ends the fit (torch's ``ReduceLROnPlateau`` counts the epochs)."""
+    time the validation loss has not improved for more than ``patience`` epochs (torch's
+    ``ReduceLROnPlateau``, which counts them), ``reductions`` times; the next plateau ends the
+    fit."""
 
     def __init__(self, factor: float = 0.3, reductions: int = 3, patience: int = 2) -> None:
         self.factor, self.reductions, self.patience = factor, reductions, patience
@@ -114,9 +119,9 @@ def curve_point(
     patience: int = 2,
 ) -> CurvePoint:
     """Fit a copy of ``model`` on ``train`` as ``kind`` says, with :class:`PlateauSchedule` (Adam
-    10⁻³, no dropout, no weight decay; ``patience`` epochs make a plateau) selecting on
-    ``valid``, at most ``max_epochs`` epochs, and test it on ``test``. Its FLOPs are counted as
-    a tuned fit's: every epoch run and every validation pass, and the test pass."""
+    10⁻³, no dropout, no weight decay) selecting on ``valid``, at most ``max_epochs`` epochs,
+    and test it on ``test``; LP keeps the body's BatchNorm statistics fixed. Its FLOPs are
+    counted as a tuned fit's: every epoch run and every validation pass, and the test pass."""
     if kind not in KINDS:
         raise Seq2FinalError(f"curve kind '{kind}': valid: {', '.join(KINDS)}")
     start = clone_model(model).to(engine.torch_device())
@@ -124,10 +129,9 @@ def curve_point(
     task = Task([train], valid, trainable=KINDS[kind], callbacks=[schedule])
     hp = HyperParameters({"lr": 1e-3, "weight_decay": 0.0, "dropout": 0.0})
     cost = fit_cost(start, task, hp, engine)
-    # only the schedule stops the fit; the epoch kept is the best on validation
-    result = fit(
-        start, task, hp, engine.model_copy(update={"patience": max_epochs}), max_epochs, seed
-    )
+    # only the schedule stops the fit (the epoch kept is the best on validation)
+    fitting = engine.model_copy(update={"patience": max_epochs, "freeze_bn_stats": kind == "lp"})
+    result = fit(start, task, hp, fitting, max_epochs, seed)
     return CurvePoint(
         kind=kind,
         size=len(train),
@@ -143,13 +147,3 @@ def subset(split: TensorSplit, order: np.ndarray, size: int) -> TensorSplit:
     """The first ``size`` images of ``split`` in ``order``."""
     index = torch.as_tensor(np.sort(order[:size]))
     return TensorSplit(split.x[index], split.y[index])
-
-
-def p_rep(points: Sequence[CurvePoint], kind: str) -> float:
-    """P_rep: the mean test accuracy over a curve's sizes (Feature Forgetting's Eq. 1 averaged
-    over its subsampled training sets)."""
-    values = [p.test_accuracy for p in points if p.kind == kind]
-    if not values:
-        raise Seq2FinalError(f"no curve of kind '{kind}'; kinds present: "
-                             f"{', '.join(sorted({p.kind for p in points})) or 'none'}")  # fmt: skip
-    return float(np.mean(values))

@@ -97,8 +97,8 @@ def _validate(
 
 
 def _train_mode(model: nn.Module, engine: Engine, freeze_bn_stats: bool = False) -> None:
-    """Training mode; with the engine's or the epoch's (``freeze_bn_stats``) ``freeze_bn_stats``
-    the BN layers of frozen parameters stay fixed."""
+    """Training mode; where the engine or the coming epoch (``FitState.freeze_bn_stats``) asks,
+    the BN layers whose parameters are all frozen keep their statistics fixed (eval mode)."""
     model.train()
     if engine.freeze_bn_stats or freeze_bn_stats:
         for module in model.modules():

@@ -20,7 +20,8 @@ starts, before its first epoch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from torch import nn
 
@@ -36,9 +37,10 @@ class ModelWrapper:
     """Subclass and override :meth:`wrap` and/or :meth:`phases`.
 
     ``fixed_statistics``: in a phase that trains some of the parameters only, the BatchNorm
-    statistics of the layers it leaves frozen stay fixed too, so such a phase changes nothing of
-    them (Feature Forgetting's gates trained alone "fixing other parameters"); by default they
-    move with the batches, as the original's frozen layers' did.
+    layers it leaves frozen run in eval mode (their running statistics normalise, and stay as
+    they are), so such a phase changes nothing of them; by default they move with the batches,
+    as the original's frozen layers' did. :meth:`configured` gives the wrapper a mode's YAML
+    block asks for, which the run's checks check against the budget's epochs.
     """
 
     fixed_statistics: bool = False
@@ -55,11 +57,27 @@ class ModelWrapper:
         """The fit callback that runs :meth:`phases` (put it on the fit's task)."""
         return _Phases(self.phases(), type(self).__name__, self.fixed_statistics)
 
-    def check(self, model: nn.Module) -> None:
+    def configured(self, config: Mapping[str, Any]) -> ModelWrapper:
+        """The wrapper a mode's YAML block ``config`` asks for (the run's checks check that one);
+        this one by default, for a wrapper without settings."""
+        return self
+
+    def check(self, model: nn.Module, max_epochs: int | None = None) -> None:
         """Refuse, in one line, a phase that would train none of ``model``'s trainable parameters
-        (``model`` as :meth:`wrap` made it)."""
+        (``model`` as :meth:`wrap` made it), and one that a fit of ``max_epochs`` epochs would
+        never reach."""
         names = [name for name, p in model.named_parameters() if p.requires_grad]
-        _Phases(self.phases(), type(self).__name__).check(names)
+        phases = self.phases()
+        _Phases(phases, type(self).__name__).check(names)
+        before = 0
+        for index, (epochs, _) in enumerate(phases):
+            if max_epochs is not None and before >= max_epochs:
+                raise Seq2FinalError(
+                    f"model wrapper {type(self).__name__}: phase {index + 1} would never run, "
+                    f"the phases before it taking {before} of the budget's {max_epochs} epochs; "
+                    f"valid: phases before the last shorter than {max_epochs} epochs in all"
+                )
+            before += epochs or 0
 
 
 class _Phases(FitCallback):

@@ -276,32 +276,33 @@ def choose_best_models(records: list[ResultRecord], spec: SequenceSpec) -> dict[
 def tabulate_representation_curves(
     curves: Mapping[str, pd.DataFrame], spec: SequenceSpec
 ) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
-    """The data-efficiency curves of the sequence's historical states (docs/representations.md):
-    P_rep per state and kind, and every curve's points, means over seeds (CSV and Markdown);
-    nothing where no curve was fitted (``kedro run --pipeline representations`` fits them)."""
+    """The data-efficiency curves of the sequence's historical states (docs/representations.md),
+    per budget: P_rep per state and kind, and every curve's points, means over seeds (CSV and
+    Markdown); nothing where no curve was fitted (``kedro run --pipeline representations``)."""
     points = sequence_curves(spec, curves)
-    if points.empty:
-        return {}, {}
+    tables, reports = {}, {}
     folder = report_folder(spec.name, spec.dataset)
-    whole = (points["view"] == "").all()  # no protocol view: no view column
-    p_rep, table = (t.drop(columns="view") if whole else t
-                    for t in (p_rep_table(points), curve_table(points)))  # fmt: skip
-    report = "\n".join([
-        f"# Data-efficiency curves of `{spec.name}` ({spec.dataset})",
-        "",
-        "P_rep (Feature Forgetting): each historical state fine-tuned (FT) or probed (LP) on "
-        "nested subsets of the final step's training set, tested on its test set; the mean over "
-        "the sizes, then over seeds. `scratch`: a fresh model, no history.",
-        "",
-        p_rep.to_markdown(index=False, floatfmt=".3f"),
-        "",
-        "Every point (test accuracy, mean over seeds; training FLOPs of one fit).",
-        "",
-        table.to_markdown(index=False, floatfmt=".3f"),
-        "",
-    ])  # fmt: skip
-    tables = {f"{folder}/p_rep": p_rep, f"{folder}/curves": table}
-    return tables, {f"{folder}/representations": report}
+    for budget, of_budget in points.groupby("budget", sort=False) if not points.empty else []:
+        whole = (of_budget["view"] == "").all()  # no protocol view: no view column
+        dropped = ["budget", "view"] if whole else ["budget"]
+        p_rep, table = (t.drop(columns=dropped)
+                        for t in (p_rep_table(of_budget), curve_table(of_budget)))  # fmt: skip
+        reports[f"{folder}/{budget}-representations"] = "\n".join([
+            f"# Data-efficiency curves of `{spec.name}` ({spec.dataset}), budget {budget}",
+            "",
+            "P_rep (Feature Forgetting): each historical state fine-tuned (FT) or probed (LP) on "
+            "nested subsets of the final step's training set, tested on its test set; the mean "
+            "over the sizes, then over seeds. `scratch`: a fresh model, no history.",
+            "",
+            p_rep.to_markdown(index=False, floatfmt=".3f"),
+            "",
+            "Every point (test accuracy, mean over seeds; training FLOPs of one fit).",
+            "",
+            table.to_markdown(index=False, floatfmt=".3f"),
+            "",
+        ])  # fmt: skip
+        tables[f"{folder}/{budget}-p_rep"], tables[f"{folder}/{budget}-curves"] = p_rep, table
+    return tables, reports
 
 
 def tabulate_shift_scores(
@@ -331,7 +332,8 @@ def tabulate_shift_scores(
         frame = distances[key]
         to_final = frame[frame["comparison"] == "to_final"].reset_index(drop=True)
         last, final = to_final.iloc[-2], to_final.iloc[-1]
-        pixels.append({m: last[m] / final[m] for m in ("w2_covariate", "nn1") if m in frame})
+        pixels.append({name: last[m] / final[m] for m, name in (("w2_covariate", "W_X"), ("nn1", "1-NN"))
+                       if m in frame})  # fmt: skip
     folder = report_folder(spec.name, spec.dataset)
     lines = [
         f"# Shift of `{spec.name}` ({spec.dataset}) into its final step: pixels and models",

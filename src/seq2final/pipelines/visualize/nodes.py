@@ -440,14 +440,16 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 def plot_representation_curves(
     curves: Mapping[str, pd.DataFrame], spec: SequenceSpec
-) -> dict[str, Figure]:
-    """Per architecture and view, the data-efficiency curves of the sequence's historical states
-    (docs/representations.md); none where no curve was fitted."""
+) -> tuple[dict[str, Figure], dict[str, Figure]]:
+    """Per budget, architecture and view, the data-efficiency curves of the sequence's historical
+    states (docs/representations.md); none where no curve was fitted."""
     points = sequence_curves(spec, curves)
     figures = {}
-    for (arch, view), points_of in points.groupby(["arch", "view"]) if not points.empty else []:
+    groups = points.groupby(["budget", "arch", "view"]) if not points.empty else []
+    for (budget, arch, view), points_of in groups:
         where = f", steps {view}" if view else ""
-        title = f"{spec.name} ({spec.dataset}), {arch}{where}: final-step accuracy by training size"
-        name = f"{_folder(spec)}/{arch}{'-' + view if view else ''}-curves.png"
+        title = (f"{spec.name} ({spec.dataset}), {arch}{where}, budget {budget}: final-step "
+                 "accuracy by training size")  # fmt: skip
+        name = f"{_folder(spec)}/{budget}-{arch}{'-' + view if view else ''}-curves"
         figures[name] = plots.representation_curves(curve_table(points_of), title, SCRATCH)
-    return figures
+    return _formats(figures)

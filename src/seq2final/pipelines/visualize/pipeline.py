@@ -18,7 +18,7 @@ def plot_curves_node() -> Node:
     return Node(
         nodes.plot_representation_curves,
         inputs=["representation_curves", "sequence_spec"],
-        outputs="representation_figures",
+        outputs=["representation_figures", "representation_figures_pdf"],
         name="plot_representation_curves",
         namespace=NAMESPACE,
     )
