@@ -55,7 +55,7 @@ from seq2final.methods.base import (
 from seq2final.methods.context import Context, space_of
 from seq2final.methods.final import chain_space, continue_chains, stage_name
 from seq2final.models import BasicBlock, ConvBN, DenseBlock, Stem
-from seq2final.training import ModelWrapper, Task, clone_model
+from seq2final.training import ModelWrapper, SearchSpace, Task, clone_model
 from seq2final.training.wrappers import Phase
 
 log = logging.getLogger(__name__)
@@ -236,7 +236,7 @@ def gated_fit(
     ctx: Context,
     stage: str,
     adapters: GatingAdapters,
-    space: Any,
+    space: SearchSpace,
     start: nn.Module,
     task: Task,
     fold: bool,

@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import pandas as pd
 import torch
 from torch import nn
 
 from seq2final.config.parameters import CurveOptions
+from seq2final.core.records import StepView
 from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import HistoricalState
@@ -73,10 +73,11 @@ def curve_sizes(options: CurveOptions, available: int) -> list[int]:
 
 def _sources(
     plan: RunPlan, states: Mapping[str, HistoricalState], options: CurveOptions, classes: int
-) -> dict[str, tuple[ShiftSequence | None, list[CurveSource]]]:
-    """The curve sources of each view (``""``: the whole sequence), in the plan's order."""
+) -> dict[str, tuple[StepView | None, list[CurveSource]]]:
+    """Each view's (``""``: the whole sequence) step view and curve sources, in the plan's
+    order."""
     by_view: dict[str, list[CurveSource]] = {}
-    views: dict[str, Any] = {}
+    views: dict[str, StepView | None] = {}
     seen: set[tuple[str, str, str]] = set()
     for job in plan.jobs:
         view = job.view.name if job.view is not None else ""
