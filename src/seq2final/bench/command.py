@@ -383,7 +383,7 @@ ABOUT = {
         "1e-4, a seed each; patience off) trained one after another with `fit` and as one "
         "stacked model with `fit_fused`, alternating in one process, median of the rounds; "
         "model-images/s = K × training images × epochs / seconds (K = 1, 4, 8, 16, and 32 on CUDA; "
-        "500 images, 1 epoch, 2 rounds; `--quick`: K = 1, 8; 100 images, 1 round). `training.fuse: auto` fuses only where this ratio is above 1. "
+        "500 images, 1 epoch, 2 rounds; `--quick`: K = 1, 8; 100 images, 1 round). `training.fuse: auto` fuses up to 16 trials on CUDA and none on the CPU, whatever this ratio. "
         "Target on one GPU: K = 32 at ≥ 10 × sequential and ≥ 300,000 model-images/s for "
         "`convnet_4`."
     ),
