@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import torch
+from pydantic import ValidationError
 from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.progress import current
+from seq2final.core.schema import StrictModel, one_line
 from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.models import build_model
@@ -35,6 +37,7 @@ from seq2final.training.tuner import TrialRun, Tuner
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=nn.Module)
+S = TypeVar("S", bound=StrictModel)
 
 
 @dataclass
@@ -194,3 +197,32 @@ def space_of(config: Mapping[str, Any], key: str, where: str) -> SearchSpace:
             f"{where} has no '{key}' search space; valid keys: {', '.join(config)}"
         )
     return SearchSpace.parse(config[key], f"{where}.{key}")
+
+
+def settings_of(
+    model: type[S], config: Mapping[str, Any], where: str, beside: tuple[str, ...] | None = None
+) -> S:
+    """A mode's settings beside its spaces, checked (one line naming the bad key or value).
+    ``beside``, where given, lists the block's other keys (``space``): any key neither a setting
+    nor one of them (a typo) is refused too."""
+    if beside is not None:
+        unknown = [key for key in config if key not in model.model_fields and key not in beside]
+        if unknown:
+            valid = ", ".join([*model.model_fields, *beside])
+            raise Seq2FinalError(f"{where} has unknown key(s) {', '.join(unknown)}; valid: {valid}")
+    values = {key: config[key] for key in model.model_fields if key in config}
+    try:
+        return model.model_validate(values)
+    except ValidationError as error:
+        raise Seq2FinalError(one_line(error, model, where)) from None
+
+
+def settings_check(
+    model: type[StrictModel], beside: tuple[str, ...] | None = None
+) -> Callable[[Mapping[str, Any], str], None]:
+    """A mode's ``check``: its block's settings read with :func:`settings_of`, before any work."""
+
+    def check(config: Mapping[str, Any], where: str) -> None:
+        settings_of(model, config, where, beside)
+
+    return check

@@ -19,18 +19,17 @@ step t alone, from the model of time t−1.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
-from pydantic import Field, ValidationError
+from pydantic import Field
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, update_bn
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.core.schema import StrictModel, one_line
+from seq2final.core.schema import StrictModel
 from seq2final.core.seeds import derived_seed
 from seq2final.methods.base import (
-    ConfigCheck,
     FinalOutcome,
     HistoricalState,
     ModelChain,
@@ -40,7 +39,7 @@ from seq2final.methods.base import (
     from_step0,
     method,
 )
-from seq2final.methods.context import Context, space_of
+from seq2final.methods.context import Context, settings_check, settings_of, space_of
 from seq2final.methods.final import continue_chains, fine_tune_chain
 from seq2final.methods.historical import fine_tuned_step
 from seq2final.training.continual import (
@@ -54,8 +53,6 @@ from seq2final.training.loop import clone_model
 from seq2final.training.objectives import Task, parameters_of
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import Si
-
-S = TypeVar("S", bound=StrictModel)
 
 
 class SISettings(StrictModel):
@@ -72,27 +69,11 @@ class MemorySettings(StrictModel):
     reference_batch: int = Field(default=32, ge=1)
 
 
-def _settings(model: type[S], config: Mapping[str, Any], where: str) -> S:
-    """A mode's settings beside its spaces, checked (one line naming the bad key or value)."""
-    values = {key: config[key] for key in model.model_fields if key in config}
-    try:
-        return model.model_validate(values)
-    except ValidationError as error:
-        raise Seq2FinalError(one_line(error, model, where)) from None
-
-
-def _checker(model: type[StrictModel]) -> ConfigCheck:
-    def check(config: Mapping[str, Any], where: str) -> None:
-        _settings(model, config, where)
-
-    return check
-
-
 # SI ------------------------------------------------------------------------------------------
 
 
 def _check_si(config: Mapping[str, Any], where: str) -> None:
-    _settings(SISettings, config, where)
+    settings_of(SISettings, config, where)
     if "si_c" not in (config.get("space") or {}):
         raise Seq2FinalError(
             f"{where}.space has no 'si_c': SI's weight c of its pull towards the last step; "
@@ -122,7 +103,7 @@ def _si_start(
 def _sequential_si(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
 ) -> ModelChain:
-    damping = _settings(SISettings, config, _SI).damping
+    damping = settings_of(SISettings, config, _SI).damping
     space = space_of(config, "space", _SI)
     start = ctx.new_model("step0") if t == 0 else chain.last
     before = parameters_of(start)
@@ -158,13 +139,13 @@ def episodic_memory(ctx: Context, steps: int, capacity: int) -> TensorSplit:
     "a sequential chain whose steps never point against an episodic memory's gradient (A-GEM)",
     start=from_step0,
     uses_step0=True,
-    check=_checker(MemorySettings),
+    check=settings_check(MemorySettings),
 )
 def _sequential_agem(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
 ) -> ModelChain:
     where = "historical_modes.sequential_agem"
-    settings = _settings(MemorySettings, config, where)
+    settings = settings_of(MemorySettings, config, where)
     memory = episodic_memory(ctx, t, settings.memory)
     task = Task([ctx.split(t, "train")], ctx.split(t, "valid"),
                 callbacks=[GradientProjection(memory, settings.reference_batch)])  # fmt: skip
@@ -175,13 +156,13 @@ def _sequential_agem(
     "agem",
     "fine-tune on the final step with A-GEM's projection against a memory of steps 0..T−1",
     ("model",),
-    check=_checker(MemorySettings),
+    check=settings_check(MemorySettings),
 )
 def _agem_final(
     ctx: Context, config: Mapping[str, Any], state: HistoricalState | None
 ) -> FinalOutcome:
     assert state is not None
-    settings = _settings(MemorySettings, config, "final_modes.agem")
+    settings = settings_of(MemorySettings, config, "final_modes.agem")
     memory = episodic_memory(ctx, ctx.final_index, settings.memory)
     train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
 

@@ -38,11 +38,11 @@ from dataclasses import replace
 from typing import Any
 
 import torch
-from pydantic import Field, ValidationError
+from pydantic import Field
 from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.core.schema import StrictModel, one_line
+from seq2final.core.schema import StrictModel
 from seq2final.methods.base import (
     FinalOutcome,
     HistoricalState,
@@ -52,7 +52,7 @@ from seq2final.methods.base import (
     from_step0,
     method,
 )
-from seq2final.methods.context import Context, space_of
+from seq2final.methods.context import Context, settings_check, settings_of, space_of
 from seq2final.methods.final import chain_space, continue_chains, stage_name
 from seq2final.models import BasicBlock, ConvBN, DenseBlock, Stem
 from seq2final.training import ModelWrapper, SearchSpace, Task, clone_model
@@ -215,21 +215,12 @@ class GatingAdapters(ModelWrapper):
         return [(self.settings.gate_epochs, [f"{GATES}."]), (None, None)]
 
 
+_BESIDE = ("space",)  # the block's other key: the search space
+_check = settings_check(GateSettings, _BESIDE)
+
+
 def _settings(config: Mapping[str, Any], where: str) -> GateSettings:
-    """The block's settings, checked: a key neither a setting nor ``space`` (a typo) is refused."""
-    unknown = [key for key in config if key not in GateSettings.model_fields and key != "space"]
-    if unknown:
-        valid = ", ".join([*GateSettings.model_fields, "space"])
-        raise Seq2FinalError(f"{where} has unknown key(s) {', '.join(unknown)}; valid: {valid}")
-    values = {key: config[key] for key in GateSettings.model_fields if key in config}
-    try:
-        return GateSettings.model_validate(values)
-    except ValidationError as error:
-        raise Seq2FinalError(one_line(error, GateSettings, where)) from None
-
-
-def _check(config: Mapping[str, Any], where: str) -> None:
-    _settings(config, where)
+    return settings_of(GateSettings, config, where, _BESIDE)
 
 
 def gated_fit(

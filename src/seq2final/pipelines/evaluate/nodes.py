@@ -19,6 +19,7 @@ from seq2final.protocols import PROTOCOLS, ProtocolOptions
 from seq2final.reporting.comparisons import paired_comparison
 from seq2final.reporting.curves import curve_table, p_rep_table, sequence_curves
 from seq2final.reporting.protocols import protocol_scores, protocol_tables
+from seq2final.reporting.shift import relative_to_final
 from seq2final.reporting.tables import (
     ResultTable,
     arch_sort_key,
@@ -329,11 +330,8 @@ def tabulate_shift_scores(
     for key in sorted({r.sequence_key for r in detected}):
         if key not in distances:
             continue
-        frame = distances[key]
-        to_final = frame[frame["comparison"] == "to_final"].reset_index(drop=True)
-        last, final = to_final.iloc[-2], to_final.iloc[-1]
-        pixels.append({name: last[m] / final[m] for m, name in (("w2_covariate", "W_X"), ("nn1", "1-NN"))
-                       if m in frame})  # fmt: skip
+        last = relative_to_final(distances[key]).iloc[:, -1]  # step T−1's column
+        pixels.append({name: last[name] for name in ("W_X", "1-NN") if name in last})
     folder = report_folder(spec.name, spec.dataset)
     lines = [
         f"# Shift of `{spec.name}` ({spec.dataset}) into its final step: pixels and models",

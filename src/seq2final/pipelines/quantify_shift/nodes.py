@@ -22,6 +22,7 @@ from seq2final.data.distances import (
 from seq2final.data.sequence import ShiftSequence
 from seq2final.data.spec import SequenceSpec
 from seq2final.reporting import plots
+from seq2final.reporting.shift import consecutive_steps, relative_to_final
 
 logger = logging.getLogger(__name__)
 
@@ -116,33 +117,6 @@ def measure_distances(
     return {embedding["key"]: frame}
 
 
-def _normalised(distances: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Paper layout: W^{t,T} ÷ W^{T,T} per earlier step t, and consecutive ÷ half split."""
-    to_final = distances[distances["comparison"] == "to_final"].reset_index(drop=True)
-    final = to_final.iloc[-1]
-    last = len(to_final) - 1
-    measures = {"W_X": "w2_covariate", "W_X|Y": "w2_conditional", "1-NN": "nn1"}
-    if "nn1" not in distances:  # distances measured before the 1-NN column existed
-        measures.pop("1-NN")
-    relative = pd.DataFrame(
-        {
-            f"W^{{{t},{last}}}": [to_final.loc[t, c] / final[c] for c in measures.values()]
-            for t in range(last)
-        },
-        index=list(measures),
-    )
-    half = distances[distances["comparison"] == "half_split"].iloc[0]
-    consecutive = distances[distances["comparison"] == "consecutive"].reset_index(drop=True)
-    steps = pd.DataFrame(
-        {
-            f"W^{{{t},{t + 1}}}": [consecutive.loc[t, c] / half[c] for c in measures.values()]
-            for t in range(len(consecutive))
-        },
-        index=list(measures),
-    )
-    return relative, steps
-
-
 def tabulate_shift(
     distances: dict[str, Any], spec: SequenceSpec
 ) -> tuple[dict[str, pd.DataFrame], dict[str, str], dict[str, Figure]]:
@@ -150,7 +124,7 @@ def tabulate_shift(
     key = spec.key
     stored = distances[key]
     frame = stored() if callable(stored) else stored
-    relative, steps = _normalised(frame)
+    relative, steps = relative_to_final(frame), consecutive_steps(frame)
     report = "\n".join(
         [
             f"# Shift of `{key}`",

@@ -1,0 +1,44 @@
+"""Shift distances in the paper's layout (Tables 5-6): each step's distance to the final test set
+over the final step's own train-vs-test distance, and consecutive steps' over two halves of the
+source; read by ``quantify_shift``'s report and ``evaluate``'s shift scores."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+MEASURES = {"W_X": "w2_covariate", "W_X|Y": "w2_conditional", "1-NN": "nn1"}
+"""Row name → the distances' column; a column a frame lacks (1-NN before it was measured) is
+left out."""
+
+
+def _measures(distances: pd.DataFrame) -> dict[str, str]:
+    return {name: column for name, column in MEASURES.items() if column in distances}
+
+
+def relative_to_final(distances: pd.DataFrame) -> pd.DataFrame:
+    """W^{t,T} ÷ W^{T,T} per earlier step t: a column per step, a row per measure."""
+    measures = _measures(distances)
+    to_final = distances[distances["comparison"] == "to_final"].reset_index(drop=True)
+    final = to_final.iloc[-1]
+    last = len(to_final) - 1
+    return pd.DataFrame(
+        {
+            f"W^{{{t},{last}}}": [to_final.loc[t, c] / final[c] for c in measures.values()]
+            for t in range(last)
+        },
+        index=list(measures),
+    )
+
+
+def consecutive_steps(distances: pd.DataFrame) -> pd.DataFrame:
+    """W^{t,t+1} ÷ the distance between two halves of the source train set."""
+    measures = _measures(distances)
+    half = distances[distances["comparison"] == "half_split"].iloc[0]
+    consecutive = distances[distances["comparison"] == "consecutive"].reset_index(drop=True)
+    return pd.DataFrame(
+        {
+            f"W^{{{t},{t + 1}}}": [consecutive.loc[t, c] / half[c] for c in measures.values()]
+            for t in range(len(consecutive))
+        },
+        index=list(measures),
+    )
