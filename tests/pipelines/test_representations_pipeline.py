@@ -7,6 +7,7 @@ import pytest
 
 from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
 from seq2final.reporting.tables import report_folder
+from seq2final.runs.sequence_store import SequenceStore
 
 TINY = {
     "sequence": "source100:rotation60:corruption100",
@@ -61,3 +62,52 @@ def test_curves_of_every_state_then_a_resumed_run_fits_nothing(project, run_kedr
     assert (reporting / "representation_figures" / folder / "smoke-convnet_1-curves.png").exists()
     _run(["representations"])
     assert _points(project) == stored  # every point reused, none rewritten
+
+
+def test_states_of_every_history_on_the_sequence_final_step(project, run_kedro, monkeypatch):
+    """``test_on: sequence`` under ``test_then_train``: the states that saw steps 0..t−1 are all
+    fitted and tested on the sequence's final step, and P_rep is tabulated and drawn by history;
+    with ``test_on: view`` each view's states are tested on the view's own final step."""
+    import seq2final.runs.curves as runs_curves
+
+    tested = []
+
+    def spy(model, kind, train, valid, test, *args, **kwargs):
+        tested.append((tuple(test.y.tolist()), test.x.sum().item()))
+        return curve_point(model, kind, train, valid, test, *args, **kwargs)
+
+    curve_point = runs_curves.curve_point
+    monkeypatch.setattr(runs_curves, "curve_point", spy)
+    params = {**TINY, "sequence": "source100:rotation60:rotation60:corruption100",
+              "method": ["ft"], "protocol": "test_then_train"}  # fmt: skip
+    options = {"sizes": [10], "max_epochs": 1}
+    run_kedro(["build_sequences", "pretrain_historical"], **params)
+    run_kedro(
+        ["representations"], **{**params, "representations": {**options, "test_on": "sequence"}}
+    )
+    folder = project / "data/07_model_output/representation_curves"
+    frames = pd.concat(pd.read_csv(path) for path in folder.glob("*.csv"))
+    sequence = SequenceStore(project / "data/03_primary/sequences")[frames["sequence_key"].iloc[0]]
+
+    def test_split(step):
+        x, y = sequence.step(step).split("test")
+        return tuple(y.tolist()), int(x.astype("int64").sum())
+
+    # the fresh model, then erm after steps 0..0 and 0..1, each fine-tuned and probed
+    assert tested == [test_split(3)] * 5
+    assert sorted(zip(frames["state"], frames["history"], frames["kind"], strict=True)) == [
+        ("erm", 1, "ft"), ("erm", 1, "lp"), ("erm", 2, "ft"), ("erm", 2, "lp"),
+        ("scratch", 0, "ft"),
+    ]  # fmt: skip
+    assert frames["view"].isna().all()  # all on the whole sequence's final step
+    reports = report_folder(params["sequence"], "digits")
+    reporting = project / "data/08_reporting"
+    report = reporting / "representation_reports" / reports / "smoke-representations.md"
+    by_history = report.read_text().split("P_rep by the number of steps")[1]
+    assert "| erm     | ft     |" in by_history and "2 steps" in by_history
+    figures = reporting / "representation_figures" / reports
+    assert (figures / "smoke-convnet_1-p_rep-history.png").exists()
+    tested.clear()
+    run_kedro(["representations"], **{**params, "representations": options})
+    # per view: the fresh model, then erm fine-tuned and probed, on the view's final step
+    assert tested == [test_split(1)] * 3 + [test_split(2)] * 3

@@ -126,8 +126,8 @@ def test_p_rep_is_the_mean_of_the_curve_per_seed_then_over_seeds():
         ("lp", 50, 0.1),
         ("lp", 100, 0.3),
     ]
-    rows = [{"budget": "smoke", "view": "", "arch": "convnet_1", "state": "erm", "kind": kind,
-             "size": size, "seed": seed, "test_accuracy": accuracy + 0.1 * seed,
+    rows = [{"budget": "smoke", "view": "", "arch": "convnet_1", "state": "erm", "history": 3,
+             "kind": kind, "size": size, "seed": seed, "test_accuracy": accuracy + 0.1 * seed,
              "train_flops": 10 * size}
             for seed in (0, 1) for kind, size, accuracy in points]  # fmt: skip
     table = p_rep_table(pd.DataFrame(rows)).set_index("kind")

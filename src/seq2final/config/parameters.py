@@ -79,8 +79,10 @@ class RobustnessOptions(StrictModel):
 
 class CurveOptions(StrictModel):
     """``representations`` block: the data-efficiency curves of a run's historical states
-    (docs/representations.md): which kinds, at which final-step training sizes, and the fits'
-    epoch cap and plateau patience (Feature Forgetting's schedule stops them)."""
+    (docs/representations.md): which kinds, at which final-step training sizes, the fits'
+    epoch cap and plateau patience (Feature Forgetting's schedule stops them), and which final
+    step a temporal protocol's view is tested on: its own (``view``) or the whole sequence's
+    (``sequence``: states that saw 1, 2, … steps, all on one step)."""
 
     kinds: list[Literal["ft", "lp"]] = Field(default_factory=lambda: ["ft", "lp"], min_length=1)
     sizes: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1)
@@ -88,6 +90,7 @@ class CurveOptions(StrictModel):
     max_epochs: int = Field(default=30, ge=1)
     patience: int = Field(default=2, ge=0)
     scratch: bool = True
+    test_on: Literal["view", "sequence"] = "view"
 
 
 class VisualizeOptions(StrictModel):

@@ -12,8 +12,9 @@ import pandas as pd
 from seq2final.core.errors import Seq2FinalError
 from seq2final.data.spec import SequenceSpec
 
-CURVE = ["budget", "view", "arch", "state", "kind"]
-"""What names one curve (per seed)."""
+CURVE = ["budget", "view", "arch", "state", "history", "kind"]
+"""What names one curve (per seed): ``view`` is the view whose final step it is tested on,
+``history`` how many steps the state trained on."""
 
 
 def sequence_curves(spec: SequenceSpec, points: Mapping[str, pd.DataFrame]) -> pd.DataFrame:

@@ -5,8 +5,11 @@ reused and an interrupted run resumes where it stopped, as states and jobs do
 
 Every state the run's jobs continue gets a curve per chain and kind, on its view's final step
 (the whole sequence's, or a temporal protocol view's), all on the same nested subsets of that
-step's training set, so the curves of two states differ by the states alone. ``scratch`` adds
-the curve of a freshly initialised model: what the final step's images buy without history.
+step's training set, so the curves of two states differ by the states alone. With
+``test_on: sequence`` every view's states are tested on the whole sequence's final step instead:
+under ``test_then_train`` the states that saw steps 0..t−1, for every t, on one step, which is
+how P_rep is followed over the number of steps a history holds. ``scratch`` adds the curve of a
+freshly initialised model: what the final step's images buy without history.
 """
 
 from __future__ import annotations
@@ -48,12 +51,15 @@ SCRATCH = "scratch"
 
 @dataclass(frozen=True)
 class CurveSource:
-    """A model whose curve is drawn: a historical state's chain, or the fresh reference."""
+    """A model whose curve is drawn: a historical state's chain, or the fresh reference.
+    ``view``: the view whose final step it is tested on (``""``: the whole sequence's);
+    ``history``: how many steps the state trained on (0 for the fresh model)."""
 
     label: str
     state_key: str | None
     chain: str
     view: str
+    history: int
     methods: str
     make: Callable[[], nn.Module]
 
@@ -72,20 +78,24 @@ def curve_sizes(options: CurveOptions, available: int) -> list[int]:
 
 
 def _sources(
-    plan: RunPlan, states: Mapping[str, HistoricalState], options: CurveOptions, classes: int
+    plan: RunPlan,
+    states: Mapping[str, HistoricalState],
+    options: CurveOptions,
+    sequence: ShiftSequence,
 ) -> dict[str, tuple[StepView | None, list[CurveSource]]]:
-    """Each view's (``""``: the whole sequence) step view and curve sources, in the plan's
-    order."""
+    """Each tested view's (``""``: the whole sequence) step view and curve sources, in the
+    plan's order."""
     by_view: dict[str, list[CurveSource]] = {}
     views: dict[str, StepView | None] = {}
     seen: set[tuple[str, str, str]] = set()
     for job in plan.jobs:
-        view = job.view.name if job.view is not None else ""
-        views.setdefault(view, job.view)
+        view = "" if job.view is None or options.test_on == "sequence" else job.view.name
+        views.setdefault(view, job.view if view else None)
         sources = by_view.setdefault(view, [])
         if job.state_key is None:
             continue
         state = states[job.state_key]
+        history = len(job.view.steps) - 1 if job.view is not None else sequence.num_steps - 1
         for chain_name, chain in state.chains.items():
             if (job.state_key, chain_name, view) in seen:
                 continue
@@ -95,11 +105,12 @@ def _sources(
                 continue
             label = state.mode if len(state.chains) == 1 else f"{state.mode}/{chain_name}"
             users = ", ".join(j.name for j in plan.jobs if j.state_key == job.state_key)
-            sources.append(CurveSource(label, job.state_key, chain_name, view, users,
+            sources.append(CurveSource(label, job.state_key, chain_name, view, history, users,
                                        lambda chain=chain: chain.last))  # fmt: skip
     if options.scratch:
+        classes = len(sequence.class_names)
         for view, sources in by_view.items():
-            sources.insert(0, CurveSource(SCRATCH, None, "", view, "",
+            sources.insert(0, CurveSource(SCRATCH, None, "", view, 0, "",
                                           lambda: build_model(plan.arch, classes)))  # fmt: skip
     return {view: (views[view], sources) for view, sources in by_view.items()}
 
@@ -110,8 +121,8 @@ def curve_key(
     """A point's key: readable parts, and a hash of everything that changes its result: the
     state (whose key hashes its own data, settings and code version) or, for the fresh model,
     the sequence's data, architecture and seed; the fit's engine options that change what it
-    computes (not the device, as for states and jobs); the view, chain, kind, size and settings;
-    and the versions of the training code and of the curves' own protocol."""
+    computes (not the device, as for states and jobs); the view it is tested on, the chain, kind,
+    size and settings; and the versions of the training code and of the curves' own protocol."""
     engine = {k: v for k, v in plan.engine_options().results_key().items() if k != "patience"}
     settings = {
         "state": source.state_key or {"sequence": plan.sequence_key, "data": data,
@@ -136,7 +147,7 @@ def train_curves(
     plan needs must be stored and every size must fit the final step's training set: both are
     checked before any fit."""
     needed = load_states(plan, states)
-    views = _sources(plan, needed, options, len(sequence.class_names))
+    views = _sources(plan, needed, options, sequence)
     work: list[tuple[str, str]] = []
     makers: dict[str, Callable[[], pd.DataFrame]] = {}
     for view_name, (view, sources) in views.items():
@@ -184,7 +195,7 @@ def _maker(
             "sequence": plan.sequence_name, "dataset": plan.dataset,
             "sequence_key": plan.sequence_key, "view": source.view, "arch": plan.arch,
             "seed": plan.seed, "budget": plan.budget_name, "state": source.label,
-            "state_key": source.state_key or "", "chain": source.chain, "methods": source.methods,
+            "history": source.history, "state_key": source.state_key or "", "chain": source.chain, "methods": source.methods,
             **asdict(point),
         }])  # fmt: skip
 

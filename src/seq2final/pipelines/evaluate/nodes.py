@@ -297,6 +297,7 @@ def tabulate_representation_curves(
             "",
             p_rep.to_markdown(index=False, floatfmt=".3f"),
             "",
+            *_by_history(p_rep),
             "Every point (test accuracy, mean over seeds; training FLOPs of one fit).",
             "",
             table.to_markdown(index=False, floatfmt=".3f"),
@@ -304,6 +305,23 @@ def tabulate_representation_curves(
         ])  # fmt: skip
         tables[f"{folder}/{budget}-p_rep"], tables[f"{folder}/{budget}-curves"] = p_rep, table
     return tables, reports
+
+
+def _by_history(p_rep: pd.DataFrame) -> list[str]:
+    """P_rep with a column per number of steps the states trained on, where a mode has states
+    of several (``representations.test_on: sequence``); no lines otherwise."""
+    rows = [c for c in ("view", "arch", "state", "kind") if c in p_rep.columns]
+    if p_rep.groupby(rows)["history"].nunique().max() < 2:
+        return []
+    wide = p_rep.pivot_table(index=rows, columns="history", values="p_rep", sort=False)
+    wide.columns = [f"{steps} steps" for steps in wide.columns]
+    return [
+        "P_rep by the number of steps the state trained on (each tested on the same final "
+        "step; mean over seeds).",
+        "",
+        wide.reset_index().to_markdown(index=False, floatfmt=".3f"),
+        "",
+    ]
 
 
 def tabulate_shift_scores(

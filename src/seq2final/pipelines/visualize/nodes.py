@@ -25,7 +25,7 @@ from seq2final.methods import ORACLE, HistoricalState, paper_columns
 from seq2final.models import JointModel
 from seq2final.protocols import PROTOCOLS, ProtocolOptions
 from seq2final.reporting import plots
-from seq2final.reporting.curves import curve_table, sequence_curves
+from seq2final.reporting.curves import curve_table, p_rep_table, sequence_curves
 from seq2final.reporting.interpolation import interpolation_path, path_ends, path_key
 from seq2final.reporting.projection import weight_projection
 from seq2final.reporting.protocols import protocol_scores
@@ -441,15 +441,25 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def plot_representation_curves(
     curves: Mapping[str, pd.DataFrame], spec: SequenceSpec
 ) -> tuple[dict[str, Figure], dict[str, Figure]]:
-    """Per budget, architecture and view, the data-efficiency curves of the sequence's historical
-    states (docs/representations.md); none where no curve was fitted."""
+    """Per budget, architecture and tested view, the data-efficiency curves of the sequence's
+    historical states, each mode's longest history (docs/representations.md); where a mode has
+    states of several histories (``test_on: sequence``), also P_rep against the number of
+    steps. None where no curve was fitted."""
     points = sequence_curves(spec, curves)
     figures = {}
     groups = points.groupby(["budget", "arch", "view"]) if not points.empty else []
     for (budget, arch, view), points_of in groups:
         where = f", steps {view}" if view else ""
-        title = (f"{spec.name} ({spec.dataset}), {arch}{where}, budget {budget}: final-step "
-                 "accuracy by training size")  # fmt: skip
-        name = f"{_folder(spec)}/{budget}-{arch}{'-' + view if view else ''}-curves"
-        figures[name] = plots.representation_curves(curve_table(points_of), title, SCRATCH)
+        head = f"{spec.name} ({spec.dataset}), {arch}{where}, budget {budget}"
+        name = f"{_folder(spec)}/{budget}-{arch}{'-' + view if view else ''}"
+        longest = points_of.groupby("state")["history"].transform("max")
+        figures[f"{name}-curves"] = plots.representation_curves(
+            curve_table(points_of[points_of["history"] == longest]),
+            f"{head}: final-step accuracy by training size",
+            SCRATCH,
+        )
+        if (points_of.groupby("state")["history"].nunique() > 1).any():
+            figures[f"{name}-p_rep-history"] = plots.p_rep_by_history(
+                p_rep_table(points_of), f"{head}: P_rep by the steps a state saw", SCRATCH
+            )
     return _formats(figures)

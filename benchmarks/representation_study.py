@@ -1,0 +1,201 @@
+"""The real-data representation study of docs/representations.md: Feature Forgetting's and NED's
+questions asked of one CIFAR-10 sequence of seven steps rotating 15° a step (env
+``representation_study``).
+
+    .venv/bin/python benchmarks/representation_study.py --seeds 1007      # one seed (~40 min)
+    .venv/bin/python benchmarks/representation_study.py --summary-only    # the tables from records
+
+Per seed, under NED's ``test_then_train`` protocol (the view 0-t: steps 0..t−1 as history, step t
+as its final step, for t = 1..5):
+
+1. ``ft``, ``ncm`` and ``proto_tune`` on every view, all continuing the same ERM state: NED's
+   heads against fine-tuning, in accuracy and training FLOPs;
+2. the ``sequential`` (SFT) and ``sft_gated`` chains' states;
+3. the data-efficiency curves of every state (ERM, SFT, SFT-gated) and of a fresh model, each
+   tested on the sequence's final step (``representations.test_on: sequence``), so that P_rep
+   is followed over 1..5 steps of history on one step.
+
+It then prints P_rep by history, the curves of the longest histories and the heads' table.
+Every finished job's result record and every curve point (small JSON and CSV files, no model)
+are kept under ``benchmarks/results/representation_study/`` after each seed and copied back
+before anything trains: a study resumed in a later session refits no curve point and no job it
+has a record of (its historical states, which are models, are trained again where a missing
+point needs them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from seq2final.core.files import atomic_write
+
+PROJECT = Path(__file__).resolve().parents[1]
+KEPT = PROJECT / "benchmarks" / "results" / "representation_study"
+ENV = "representation_study"
+STORES = {  # kept kind → the project's folder and the files' suffix
+    "results": (PROJECT / "data/07_model_output/results", ".json"),
+    "curves": (PROJECT / "data/07_model_output/representation_curves", ".csv"),
+}
+HEADS = ["ft", "ncm", "proto_tune"]
+RUNS = [  # (pipelines, methods): the jobs of NED's heads, the chains' states, then the curves
+    ("build_sequences,pretrain_historical,adapt_final", HEADS),
+    ("pretrain_historical", ["sft", "sft_gated"]),
+    ("representations", ["ft", "sft", "sft_gated"]),
+]
+
+
+def study_sequence() -> str:
+    """The env's sequence: the name its records and points carry."""
+    params = yaml.safe_load((PROJECT / "conf" / ENV / "parameters.yml").read_text())
+    return params["sequence"]
+
+
+def _mine(path: Path, sequence: str) -> bool:
+    """Whether a stored file belongs to the study's sequence."""
+    if path.suffix == ".json":
+        return json.loads(path.read_text()).get("sequence") == sequence
+    return (pd.read_csv(path, usecols=["sequence"])["sequence"] == sequence).all()
+
+
+def restore() -> int:
+    """Copy the kept files the project's stores lack into them; how many."""
+    count = 0
+    for kind, (folder, suffix) in STORES.items():
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in sorted((KEPT / kind).glob(f"*{suffix}")):
+            if not (folder / path.name).exists():
+                _copy(path, folder / path.name)
+                count += 1
+    return count
+
+
+def keep(sequence: str) -> None:
+    """Copy the study's records and curve points into :data:`KEPT`, each once (a finished job's
+    record and a fitted point never change)."""
+    for kind, (folder, suffix) in STORES.items():
+        (KEPT / kind).mkdir(parents=True, exist_ok=True)
+        for path in sorted(folder.glob(f"*{suffix}")):
+            if not (KEPT / kind / path.name).exists() and _mine(path, sequence):
+                _copy(path, KEPT / kind / path.name)
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copy in one step: a process reading ``target`` meanwhile sees all of it or none."""
+    atomic_write(target, lambda partial: shutil.copyfile(source, partial))
+
+
+def kedro(pipelines: str, params: str) -> None:
+    command = [str(Path(sys.executable).with_name("kedro")), "run", "--env", ENV,
+               "--pipelines", pipelines, "--params", params]  # fmt: skip
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"}
+    subprocess.run(command, cwd=PROJECT, env=env, check=True)
+
+
+def run_seed(seed: int, sequence: str) -> None:
+    """One seed's jobs, states and curves, its records kept as each run ends."""
+    for pipelines, methods in RUNS:
+        kedro(pipelines, f"seed={seed},method=[{','.join(methods)}]")
+        keep(sequence)
+
+
+def _mean_std(values: pd.Series, digits: int = 3) -> str:
+    if len(values) < 2:
+        return f"{values.mean():.{digits}f}"
+    return f"{values.mean():.{digits}f} ± {values.std():.{digits}f}"
+
+
+def summary(sequence: str) -> str:
+    """P_rep by history (and pooled minus sequential), the curves of the longest histories, and
+    NED's heads against FT on every view, from the kept points and records."""
+    points = pd.concat(pd.read_csv(p) for p in sorted((KEPT / "curves").glob("*.csv")))
+    points = points[points["sequence"] == sequence]
+    per_seed = points.groupby(["state", "history", "kind", "seed"], as_index=False)[
+        "test_accuracy"
+    ].mean()
+    seeds = sorted(set(points["seed"]))
+    lines = [f"Seeds {', '.join(map(str, seeds))}; P_rep (mean over sizes "
+             f"{' '.join(map(str, sorted(set(points['size']))))}), mean ± std over seeds.", "",
+             "| state | kind | " + " | ".join(f"{h} steps" for h in sorted(set(
+                 per_seed.loc[per_seed["history"] > 0, "history"]))) + " |"]  # fmt: skip
+    histories = sorted(set(per_seed.loc[per_seed["history"] > 0, "history"]))
+    lines.append("|---|---|" + "---|" * len(histories))
+    for (state, kind), rows in per_seed.groupby(["state", "kind"]):
+        cells = [_mean_std(rows.loc[rows["history"] == h, "test_accuracy"]) if
+                 (rows["history"] == h).any() else "" for h in histories]  # fmt: skip
+        if state == "scratch":
+            cells = [_mean_std(rows["test_accuracy"])] * len(histories)
+        lines.append(f"| {state} | {kind} | " + " | ".join(cells) + " |")
+    wide = per_seed.pivot_table(index=["kind", "seed", "history"], columns="state",
+                                values="test_accuracy")  # fmt: skip
+    if {"erm", "sequential"} <= set(wide.columns):
+        gap = (wide["erm"] - wide["sequential"]).rename("gap").reset_index()
+        for kind, rows in gap.groupby("kind"):
+            cells = [_mean_std(rows.loc[rows["history"] == h, "gap"]) for h in histories]
+            lines.append(f"| erm − sequential | {kind} | " + " | ".join(cells) + " |")
+    longest = points[points["history"] == points.groupby("state")["history"].transform("max")]
+    curve = longest.groupby(["state", "history", "kind", "size"])["test_accuracy"].mean()
+    table = curve.unstack("size").reset_index()
+    lines += ["", "Curves of the longest histories (test accuracy on the final step by training "
+              "images, mean over seeds).", "", table.to_markdown(index=False, floatfmt=".3f")]  # fmt: skip
+    lines += ["", _heads(sequence)]
+    return "\n".join(lines)
+
+
+def _heads(sequence: str) -> str:
+    """NED's heads against FT per view: test accuracy on the view's final step and training
+    GFLOPs of the final-step fit, means over seeds."""
+    rows = []
+    for path in sorted((KEPT / "results").glob("*.json")):
+        record = json.loads(path.read_text())
+        if record["sequence"] == sequence and record["method"] in HEADS:
+            rows.append({"view": record["view"]["name"], "method": record["method"],
+                         "seed": record["seed"], "test_accuracy": record["test_accuracy"],
+                         "gflops": record["train_flops"] / 1e9})  # fmt: skip
+    if not rows:
+        return "No head jobs recorded yet."
+    frame = pd.DataFrame(rows)
+    table = frame.groupby(["view", "method"], as_index=False).agg(
+        test_accuracy=("test_accuracy", "mean"), std=("test_accuracy", "std"),
+        train_gflops=("gflops", "mean"), seeds=("seed", "nunique"),
+    )  # fmt: skip
+    return (
+        "NED's heads against FT, per view (its final step's test accuracy; the final-step fit's "
+        "training GFLOPs), means over seeds.\n\n" + table.to_markdown(index=False, floatfmt=".3f")
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="1007", help="comma list; the env's seed is 1007")
+    parser.add_argument("--summary-only", action="store_true", help="train nothing")
+    args = parser.parse_args()
+    if not all(s.strip().isdigit() for s in args.seeds.split(",")):
+        parser.error(f"--seeds {args.seeds}: valid: a comma list of whole numbers")
+    seeds: Sequence[int] = [int(s) for s in args.seeds.split(",")]
+    if not (PROJECT / "data/01_raw/cifar10.npz").exists():
+        parser.error(
+            "data/01_raw/cifar10.npz is missing; make it with: .venv/bin/python "
+            "../shared/tools/cifar10_jpeg_to_npz.py data/01_raw/cifar10.npz"
+        )
+    sequence = study_sequence()
+    restored = restore()
+    if restored:
+        print(f"{restored} kept file(s) restored from {KEPT.relative_to(PROJECT)}")
+    if not args.summary_only:
+        for seed in seeds:
+            run_seed(seed, sequence)
+    print(summary(sequence))
+
+
+if __name__ == "__main__":
+    main()
