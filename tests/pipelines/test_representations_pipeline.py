@@ -111,3 +111,7 @@ def test_states_of_every_history_on_the_sequence_final_step(project, run_kedro, 
     run_kedro(["representations"], **{**params, "representations": options})
     # per view: the fresh model, then erm fine-tuned and probed, on the view's final step
     assert tested == [test_split(1)] * 3 + [test_split(2)] * 3
+    tested.clear()
+    streamed = {**params, "protocol": "eval_stream", "representations": options}
+    run_kedro(["build_sequences", "pretrain_historical", "representations"], **streamed)
+    assert not tested  # 0-1's points are test_then_train's; 0-0 has no state, so no curve

@@ -943,7 +943,7 @@ def p_rep_by_history(table: pd.DataFrame, title: str, reference: str | None = No
         axis.title.set_fontsize(8)
     axes[0].set_ylabel("P_rep on the final step")
     figure.suptitle(_wrapped(title), fontsize=10)
-    labels = [*drawn, *([reference] if reference in set(table["state"]) else [])]
+    labels = [*drawn, *([f"{reference} (FT)"] if reference in set(table["state"]) else [])]
     handles = [Line2D([], [], **styles[s].line(), markersize=6) for s in drawn]
     handles += [Line2D([], [], color="#000000", linestyle="--")] * (len(labels) - len(drawn))
     _legend_outside(figure, handles, labels)

@@ -84,7 +84,7 @@ def _sources(
     sequence: ShiftSequence,
 ) -> dict[str, tuple[StepView | None, list[CurveSource]]]:
     """Each tested view's (``""``: the whole sequence) step view and curve sources, in the
-    plan's order."""
+    plan's order; a view without a state to draw (Eval-Stream's time 0) has none."""
     by_view: dict[str, list[CurveSource]] = {}
     views: dict[str, StepView | None] = {}
     seen: set[tuple[str, str, str]] = set()
@@ -107,6 +107,7 @@ def _sources(
             users = ", ".join(j.name for j in plan.jobs if j.state_key == job.state_key)
             sources.append(CurveSource(label, job.state_key, chain_name, view, history, users,
                                        lambda chain=chain: chain.last))  # fmt: skip
+    by_view = {view: sources for view, sources in by_view.items() if sources}  # states drawn
     if options.scratch:
         classes = len(sequence.class_names)
         for view, sources in by_view.items():
