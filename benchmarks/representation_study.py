@@ -17,10 +17,9 @@ as its final step, for t = 1..5):
 
 It then prints P_rep by history, the curves of the longest histories and the heads' table.
 Every finished job's result record and every curve point (small JSON and CSV files, no model)
-are kept under ``benchmarks/results/representation_study/`` after each seed and copied back
+are kept under ``benchmarks/results/representation_study/`` as each run ends and copied back
 before anything trains: a study resumed in a later session refits no curve point and no job it
-has a record of (its historical states, which are models, are trained again where a missing
-point needs them).
+has a record of, though it trains its historical states (models, not kept) again.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from seq2final.core.files import atomic_write
+from seq2final.core.files import atomic_write, stored_files
 
 PROJECT = Path(__file__).resolve().parents[1]
 KEPT = PROJECT / "benchmarks" / "results" / "representation_study"
@@ -54,17 +53,18 @@ RUNS = [  # (pipelines, methods): the jobs of NED's heads, the chains' states, t
 ]
 
 
-def study_sequence() -> str:
-    """The env's sequence: the name its records and points carry."""
-    params = yaml.safe_load((PROJECT / "conf" / ENV / "parameters.yml").read_text())
-    return params["sequence"]
+def study_params() -> dict:
+    """The env's parameters: the sequence, dataset, budget and architecture its records and
+    points carry."""
+    return yaml.safe_load((PROJECT / "conf" / ENV / "parameters.yml").read_text())
 
 
 def _mine(path: Path, sequence: str) -> bool:
-    """Whether a stored file belongs to the study's sequence."""
+    """Whether a finished stored file belongs to the study's sequence."""
     if path.suffix == ".json":
         return json.loads(path.read_text()).get("sequence") == sequence
-    return (pd.read_csv(path, usecols=["sequence"])["sequence"] == sequence).all()
+    column = pd.read_csv(path).get("sequence")
+    return column is not None and bool((column == sequence).all())
 
 
 def restore() -> int:
@@ -72,7 +72,7 @@ def restore() -> int:
     count = 0
     for kind, (folder, suffix) in STORES.items():
         folder.mkdir(parents=True, exist_ok=True)
-        for path in sorted((KEPT / kind).glob(f"*{suffix}")):
+        for path in stored_files(KEPT / kind, suffix):
             if not (folder / path.name).exists():
                 _copy(path, folder / path.name)
                 count += 1
@@ -84,7 +84,7 @@ def keep(sequence: str) -> None:
     record and a fitted point never change)."""
     for kind, (folder, suffix) in STORES.items():
         (KEPT / kind).mkdir(parents=True, exist_ok=True)
-        for path in sorted(folder.glob(f"*{suffix}")):
+        for path in stored_files(folder, suffix):
             if not (KEPT / kind / path.name).exists() and _mine(path, sequence):
                 _copy(path, KEPT / kind / path.name)
 
@@ -102,10 +102,13 @@ def kedro(pipelines: str, params: str) -> None:
 
 
 def run_seed(seed: int, sequence: str) -> None:
-    """One seed's jobs, states and curves, its records kept as each run ends."""
+    """One seed's jobs, states and curves, its records kept as each run ends (or fails: what
+    it finished is kept)."""
     for pipelines, methods in RUNS:
-        kedro(pipelines, f"seed={seed},method=[{','.join(methods)}]")
-        keep(sequence)
+        try:
+            kedro(pipelines, f"seed={seed},method=[{','.join(methods)}]")
+        finally:
+            keep(sequence)
 
 
 def _mean_std(values: pd.Series, digits: int = 3) -> str:
@@ -114,11 +117,19 @@ def _mean_std(values: pd.Series, digits: int = 3) -> str:
     return f"{values.mean():.{digits}f} ± {values.std():.{digits}f}"
 
 
-def summary(sequence: str) -> str:
+def summary(params: dict) -> str:
     """P_rep by history (and pooled minus sequential), the curves of the longest histories, and
-    NED's heads against FT on every view, from the kept points and records."""
-    points = pd.concat(pd.read_csv(p) for p in sorted((KEPT / "curves").glob("*.csv")))
-    points = points[points["sequence"] == sequence]
+    NED's heads against FT on every view, from the kept points and records of the env's
+    sequence, dataset, budget and architecture."""
+    frames = [pd.read_csv(p) for p in stored_files(KEPT / "curves", ".csv")]
+    points = pd.concat(frames) if frames else pd.DataFrame()
+    if not points.empty:
+        points = points[(points["sequence"] == params["sequence"])
+                        & (points["dataset"] == params["dataset"])
+                        & (points["budget"] == params["budget"])
+                        & (points["arch"] == params["arch"])]  # fmt: skip
+    if points.empty:
+        return "No curve points kept yet."
     per_seed = points.groupby(["state", "history", "kind", "seed"], as_index=False)[
         "test_accuracy"
     ].mean()
@@ -147,7 +158,7 @@ def summary(sequence: str) -> str:
     table = curve.unstack("size").reset_index()
     lines += ["", "Curves of the longest histories (test accuracy on the final step by training "
               "images, mean over seeds).", "", table.to_markdown(index=False, floatfmt=".3f")]  # fmt: skip
-    lines += ["", _heads(sequence)]
+    lines += ["", _heads(params["sequence"])]
     return "\n".join(lines)
 
 
@@ -155,9 +166,9 @@ def _heads(sequence: str) -> str:
     """NED's heads against FT per view: test accuracy on the view's final step and training
     GFLOPs of the final-step fit, means over seeds."""
     rows = []
-    for path in sorted((KEPT / "results").glob("*.json")):
+    for path in stored_files(KEPT / "results", ".json"):
         record = json.loads(path.read_text())
-        if record["sequence"] == sequence and record["method"] in HEADS:
+        if record["sequence"] == sequence and record["method"] in HEADS and record.get("view"):
             rows.append({"view": record["view"]["name"], "method": record["method"],
                          "seed": record["seed"], "test_accuracy": record["test_accuracy"],
                          "gflops": record["train_flops"] / 1e9})  # fmt: skip
@@ -187,14 +198,15 @@ def main() -> None:
             "data/01_raw/cifar10.npz is missing; make it with: .venv/bin/python "
             "../shared/tools/cifar10_jpeg_to_npz.py data/01_raw/cifar10.npz"
         )
-    sequence = study_sequence()
+    params = study_params()
+    sequence = params["sequence"]
     restored = restore()
     if restored:
         print(f"{restored} kept file(s) restored from {KEPT.relative_to(PROJECT)}")
     if not args.summary_only:
         for seed in seeds:
             run_seed(seed, sequence)
-    print(summary(sequence))
+    print(summary(params))
 
 
 if __name__ == "__main__":

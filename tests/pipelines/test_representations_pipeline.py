@@ -115,3 +115,7 @@ def test_states_of_every_history_on_the_sequence_final_step(project, run_kedro, 
     streamed = {**params, "protocol": "eval_stream", "representations": options}
     run_kedro(["build_sequences", "pretrain_historical", "representations"], **streamed)
     assert not tested  # 0-1's points are test_then_train's; 0-0 has no state, so no curve
+    mixed = {**streamed, "protocol": "mixed_split",
+             "representations": {**options, "test_on": "sequence"}}  # fmt: skip
+    with pytest.raises(Seq2FinalError, match="view mixed-0-1: its training images are drawn"):
+        run_kedro(["representations"], **mixed)  # refused before its state is even looked for

@@ -11,6 +11,7 @@ import pandas as pd
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.data.spec import SequenceSpec
+from seq2final.training.curves import SCRATCH
 
 CURVE = ["budget", "view", "arch", "state", "history", "kind"]
 """What names one curve (per seed): ``view`` is the view whose final step it is tested on,
@@ -30,6 +31,13 @@ def sequence_curves(spec: SequenceSpec, points: Mapping[str, pd.DataFrame]) -> p
     if frame.empty:
         return frame
     frame["view"] = frame["view"].fillna("")
+    if "history" not in frame:  # points stored before histories were recorded
+        frame["history"] = None
+    unknown = frame["history"].isna()
+    if unknown.any():
+        frame["history"] = frame["history"].astype("object")
+        frame.loc[unknown, "history"] = [_history(r, spec) for _, r in frame[unknown].iterrows()]
+    frame["history"] = frame["history"].astype("int64")
     twice = frame[frame.duplicated([*CURVE, "size", "seed"], keep=False)]
     if not twice.empty:  # another setting under one budget name: not a second seed
         first = twice.iloc[0]
@@ -41,6 +49,15 @@ def sequence_curves(spec: SequenceSpec, points: Mapping[str, pd.DataFrame]) -> p
             "their own"
         )
     return frame
+
+
+def _history(row: pd.Series, spec: SequenceSpec) -> int:
+    """The steps a point's state trained on, for a point stored without them (always tested on
+    its own view's final step then): none for the fresh model, steps 0..t−1 of a view ``0-t``
+    or ``mixed-0-t``, every historical step of the whole sequence."""
+    if row["state"] == SCRATCH:
+        return 0
+    return int(row["view"].rsplit("-", 1)[1]) if row["view"] else len(spec.steps) - 1
 
 
 def curve_table(points: pd.DataFrame) -> pd.DataFrame:

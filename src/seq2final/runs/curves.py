@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from seq2final.config.parameters import CurveOptions
+from seq2final.core.errors import Seq2FinalError
 from seq2final.core.records import StepView
 from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
@@ -35,6 +36,7 @@ from seq2final.runs.plans import RunPlan
 from seq2final.runs.training import each_missing, problem_sequence
 from seq2final.training.curves import (
     CURVE_SEMANTICS,
+    SCRATCH,
     check_sizes,
     curve_point,
     doubling_sizes,
@@ -44,9 +46,6 @@ from seq2final.training.curves import (
 from seq2final.training.tensors import TensorSplit
 
 log = logging.getLogger(__name__)
-
-SCRATCH = "scratch"
-"""The state label of the reference curve: a fresh model, no history."""
 
 
 @dataclass(frozen=True)
@@ -145,8 +144,15 @@ def train_curves(
     options: CurveOptions,
 ) -> None:
     """Fit every point the store lacks, storing each as soon as it is made. Every state the
-    plan needs must be stored and every size must fit the final step's training set: both are
-    checked before any fit."""
+    plan needs must be stored, every size must fit the final step's training set and, tested on
+    the sequence's final step, no view may have trained on its images: all checked before any
+    fit."""
+    mixed = [j.view.name for j in plan.jobs if j.view is not None and j.view.mixed_seed is not None]
+    if options.test_on == "sequence" and mixed:
+        raise Seq2FinalError(
+            f"representations.test_on sequence with the view {mixed[0]}: its training images are "
+            "drawn from every step, the final step's too; valid: test_on view"
+        )
     needed = load_states(plan, states)
     views = _sources(plan, needed, options, sequence)
     work: list[tuple[str, str]] = []
@@ -196,7 +202,8 @@ def _maker(
             "sequence": plan.sequence_name, "dataset": plan.dataset,
             "sequence_key": plan.sequence_key, "view": source.view, "arch": plan.arch,
             "seed": plan.seed, "budget": plan.budget_name, "state": source.label,
-            "history": source.history, "state_key": source.state_key or "", "chain": source.chain, "methods": source.methods,
+            "history": source.history, "state_key": source.state_key or "",
+            "chain": source.chain, "methods": source.methods,
             **asdict(point),
         }])  # fmt: skip
 

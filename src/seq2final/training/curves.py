@@ -31,6 +31,9 @@ from seq2final.training.tensors import TensorSplit
 KINDS = {"ft": None, "lp": ["fc"]}
 """The curve kinds and what each trains: every layer (FT), or the head alone (LP, the body's
 BatchNorm statistics fixed too: a probe of the representation as it is)."""
+SCRATCH = "scratch"
+"""The state label of the reference curve: a fresh model, no history."""
+
 CURVE_SEMANTICS = 1
 """The version of what a curve point computes (the schedule, the subsets, what LP trains); bump
 it with any change to them, so no stored point of the old code is reused."""

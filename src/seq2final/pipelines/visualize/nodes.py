@@ -37,7 +37,7 @@ from seq2final.reporting.tables import (
     shown_name,
     total_train_flops,
 )
-from seq2final.runs.curves import SCRATCH
+from seq2final.training.curves import SCRATCH
 from seq2final.training.engine import Engine
 from seq2final.training.tensors import TensorSplit
 
