@@ -61,9 +61,9 @@ def _history(row: pd.Series, spec: SequenceSpec) -> int:
 
 
 def curve_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Each curve's test accuracy at each size: mean and standard deviation over seeds, with the
-    seeds counted and the mean training FLOPs of one fit."""
-    grouped = points.groupby([*CURVE, "size"], sort=False)
+    """Each curve's test accuracy at each size, in order of size: mean and standard deviation
+    over seeds, with the seeds counted and the mean training FLOPs of one fit."""
+    grouped = points.groupby([*CURVE, "size"])
     return (
         grouped.agg(
             test_accuracy=("test_accuracy", "mean"),
