@@ -193,7 +193,7 @@ def main() -> None:
     if not all(s.strip().isdigit() for s in args.seeds.split(",")):
         parser.error(f"--seeds {args.seeds}: valid: a comma list of whole numbers")
     seeds: Sequence[int] = [int(s) for s in args.seeds.split(",")]
-    if not (PROJECT / "data/01_raw/cifar10.npz").exists():
+    if not args.summary_only and not (PROJECT / "data/01_raw/cifar10.npz").exists():
         parser.error(
             "data/01_raw/cifar10.npz is missing; make it with: .venv/bin/python "
             "../shared/tools/cifar10_jpeg_to_npz.py data/01_raw/cifar10.npz"
