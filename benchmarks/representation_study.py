@@ -37,6 +37,8 @@ import pandas as pd
 import yaml
 
 from seq2final.core.files import atomic_write, stored_files
+from seq2final.reporting.curves import curve_table, p_rep_table
+from seq2final.training.curves import SCRATCH
 
 PROJECT = Path(__file__).resolve().parents[1]
 KEPT = PROJECT / "benchmarks" / "results" / "representation_study"
@@ -111,10 +113,8 @@ def run_seed(seed: int, sequence: str) -> None:
             keep(sequence)
 
 
-def _mean_std(values: pd.Series, digits: int = 3) -> str:
-    if len(values) < 2:
-        return f"{values.mean():.{digits}f}"
-    return f"{values.mean():.{digits}f} ± {values.std():.{digits}f}"
+def _mean_std(mean: float, std: float) -> str:
+    return f"{mean:.3f}" if pd.isna(std) else f"{mean:.3f} ± {std:.3f}"
 
 
 def summary(params: dict) -> str:
@@ -130,32 +130,34 @@ def summary(params: dict) -> str:
                         & (points["arch"] == params["arch"])]  # fmt: skip
     if points.empty:
         return "No curve points kept yet."
+    points = points.assign(view=points["view"].astype(object).fillna(""))  # "": whole sequence
+    p_rep = p_rep_table(points)
+    histories = sorted(set(p_rep.loc[p_rep["history"] > 0, "history"]))
+    lines = [f"Seeds {', '.join(map(str, sorted(set(points['seed']))))}; P_rep (mean over sizes "
+             f"{' '.join(map(str, sorted(set(points['size']))))}), mean ± std over seeds.", "",
+             "| state | kind | " + " | ".join(f"{h} steps" for h in histories) + " |",
+             "|---|---|" + "---|" * len(histories)]  # fmt: skip
+    for (state, kind), rows in p_rep.groupby(["state", "kind"]):
+        cells = {r.history: _mean_std(r.p_rep, r.std) for r in rows.itertuples()}
+        if state == SCRATCH:  # no history: its one P_rep beside every history
+            cells = dict.fromkeys(histories, cells[0])
+        lines.append(f"| {state} | {kind} | " + " | ".join(cells.get(h, "") for h in histories)
+                     + " |")  # fmt: skip
     per_seed = points.groupby(["state", "history", "kind", "seed"], as_index=False)[
         "test_accuracy"
-    ].mean()
-    seeds = sorted(set(points["seed"]))
-    lines = [f"Seeds {', '.join(map(str, seeds))}; P_rep (mean over sizes "
-             f"{' '.join(map(str, sorted(set(points['size']))))}), mean ± std over seeds.", "",
-             "| state | kind | " + " | ".join(f"{h} steps" for h in sorted(set(
-                 per_seed.loc[per_seed["history"] > 0, "history"]))) + " |"]  # fmt: skip
-    histories = sorted(set(per_seed.loc[per_seed["history"] > 0, "history"]))
-    lines.append("|---|---|" + "---|" * len(histories))
-    for (state, kind), rows in per_seed.groupby(["state", "kind"]):
-        cells = [_mean_std(rows.loc[rows["history"] == h, "test_accuracy"]) if
-                 (rows["history"] == h).any() else "" for h in histories]  # fmt: skip
-        if state == "scratch":
-            cells = [_mean_std(rows["test_accuracy"])] * len(histories)
-        lines.append(f"| {state} | {kind} | " + " | ".join(cells) + " |")
+    ].mean()  # each seed's P_rep, for the per-seed difference
     wide = per_seed.pivot_table(index=["kind", "seed", "history"], columns="state",
                                 values="test_accuracy")  # fmt: skip
     if {"erm", "sequential"} <= set(wide.columns):
         gap = (wide["erm"] - wide["sequential"]).rename("gap").reset_index()
         for kind, rows in gap.groupby("kind"):
-            cells = [_mean_std(rows.loc[rows["history"] == h, "gap"]) for h in histories]
-            lines.append(f"| erm − sequential | {kind} | " + " | ".join(cells) + " |")
+            cells = [rows.loc[rows["history"] == h, "gap"] for h in histories]
+            lines.append(f"| erm − sequential | {kind} | "
+                         + " | ".join(_mean_std(c.mean(), c.std()) for c in cells) + " |")  # fmt: skip
     longest = points[points["history"] == points.groupby("state")["history"].transform("max")]
-    curve = longest.groupby(["state", "history", "kind", "size"])["test_accuracy"].mean()
-    table = curve.unstack("size").reset_index()
+    table = curve_table(longest).pivot_table(index=["state", "history", "kind"], columns="size",
+                                             values="test_accuracy").reset_index()  # fmt: skip
+    table.columns.name = None
     lines += ["", "Curves of the longest histories (test accuracy on the final step by training "
               "images, mean over seeds).", "", table.to_markdown(index=False, floatfmt=".3f")]  # fmt: skip
     lines += ["", _heads(params["sequence"])]
