@@ -1,6 +1,10 @@
 """The two pipelines end to end on tiny digits sequences, through a KedroSession in the test env."""
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import pandas as pd
 import pytest
@@ -53,6 +57,52 @@ def test_build_then_quantify(project):
     assert (distances["nn1"] > 0).all()  # no final test image is a training image
     report = (project / f"data/08_reporting/shift_reports/{folder.name}.md").read_text()
     assert "W_X|Y" in report
+
+
+# The default chain's order in one process: a historical state trains on 2 threads, then
+# quantify_shift solves its W2 pairs with 2 worker processes. A pool forked from this process
+# hung for good in scikit-learn's OpenMP code on some CPUs; whether it does depends on the CPU
+# and on timing, so fork itself is made an error here once training has run.
+TRAIN_THEN_QUANTIFY = textwrap.dedent(
+    """
+    import os, sys
+    import torch
+    from kedro.framework.session import KedroSession
+    from kedro.framework.startup import bootstrap_project
+
+    torch.set_num_threads(2)
+    project = sys.argv[1]
+    runtime = {"sequence": "source100:rotation60:label_flip60", "method": "ft", "budget": "smoke",
+               "arch": "convnet_1", "mlflow": {"enabled": False},
+               "build_sequences": {"test_size": 50, "oracle_size": 120},
+               "quantify_shift": {"workers": 2}}
+    bootstrap_project(project)
+    for pipelines in (["build_sequences", "pretrain_historical"], ["quantify_shift"]):
+        with KedroSession.create(project_path=project, env="test",
+                                 runtime_params=runtime) as session:
+            session.run(pipeline_names=pipelines)
+
+        def fork():
+            raise AssertionError("a process forked after torch trained")
+
+        os.fork = fork
+    """
+)
+
+
+def test_quantify_after_training_in_one_process_starts_its_workers_without_fork(project):
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", TRAIN_THEN_QUANTIFY, str(project)],
+            cwd=project, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as hung:
+        pytest.fail(f"training then quantify_shift hung: {hung.stderr!r:.2000}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    [distances] = (project / "data/04_feature/shift_distances").glob("*.csv")
+    assert len(pd.read_csv(distances)) == 1 + 2 + 3  # half split, consecutive, to final
+    assert list((project / "data/06_models/historical").iterdir())  # it did train first
 
 
 def test_subpopulation_sequence_draws_the_membership_figure(project):

@@ -18,6 +18,7 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel
 from seq2final.sweep.services import start_mlflow_server, stop_process
 from seq2final.sweep.work import TrainingWorker
+from seq2final.tracking.mlflow_io import store_setup_lock
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +145,11 @@ def tracking_server(tracking_uri: str, project: Path, for_remote_workers: bool) 
     if tracking_uri.startswith(("http://", "https://")):
         yield tracking_uri
         return
+    store = _absolute_sqlite(tracking_uri, project)
+    with store_setup_lock(store):  # whole before the server opens it (a fresh one it would make)
+        pass
     server, url = start_mlflow_server(
-        _absolute_sqlite(tracking_uri, project),
+        store,
         project / "mlruns",
         host="0.0.0.0" if for_remote_workers else "127.0.0.1",
         log_path=project / "logs" / "mlflow-server.log",

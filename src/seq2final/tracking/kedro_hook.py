@@ -76,6 +76,8 @@ class TrackingHook:
                     client = MlflowClient()
                     client.search_experiments(max_results=1)
                     trash_empty_default_experiment(client)
+            except Seq2FinalError:  # a database that needs the user (store_setup_lock)
+                raise
             except Exception as error:  # MLflow, SQLAlchemy and HTTP errors alike
                 reason = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
                 raise Seq2FinalError(

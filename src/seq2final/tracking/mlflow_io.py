@@ -15,13 +15,27 @@ from typing import Any
 
 import mlflow
 import numpy as np
+import sqlalchemy
 import torch
 from filelock import FileLock, Timeout
 from mlflow import MlflowClient
 from mlflow.entities import Experiment, ViewType
 from mlflow.exceptions import MlflowException
+from mlflow.store.db.utils import (
+    _all_tables_exist,
+    _get_latest_schema_revision,
+    _get_schema_version,
+    _initialize_tables,
+    create_sqlalchemy_engine,
+)
+from mlflow.store.model_registry.sqlalchemy_store import (
+    SqlAlchemyStore as SqlAlchemyRegistryStore,
+)
+from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
 from seq2final import __version__
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.files import PARTIAL, atomic_write
 from seq2final.tracking.names import environment
 
 log = logging.getLogger(__name__)
@@ -33,16 +47,25 @@ UI_ADDRESS = "http://127.0.0.1:5000"
 _SQLITE_PREFIX = "sqlite:///"
 
 
+def sqlite_file(uri: str) -> Path | None:
+    """The file of a ``sqlite:///`` URI (relative to the working directory, as SQLAlchemy opens
+    it), or None for any other store and for an in-memory database."""
+    if not uri.startswith(_SQLITE_PREFIX):
+        return None
+    path = uri.removeprefix(_SQLITE_PREFIX).split("?", 1)[0]
+    return None if not path or path == ":memory:" else Path(path)
+
+
 @contextmanager
 def store_setup_lock(uri: str) -> Iterator[None]:
-    """Held while a process opens a SQLite tracking store: MLflow creates and migrates the
-    schema of a new file on first use, and two runs started together on a fresh ``mlflow.db``
-    both migrate it, the loser failing on its ``alembic_version`` row. A lock file beside the
-    database (a relative path is opened from the working directory, as SQLAlchemy opens it) makes
-    the second wait for the first; servers and other stores need none, and a database in a
-    folder that does not exist is left to MLflow's own error."""
-    path = Path(uri.removeprefix(_SQLITE_PREFIX).split("?", 1)[0])
-    if not uri.startswith(_SQLITE_PREFIX) or not path.absolute().parent.is_dir():
+    """Held while a process opens a SQLite tracking store, which it finds whole
+    (:func:`prepare_sqlite_store` runs first): two runs started together on a fresh
+    ``mlflow.db`` would both create its schema, the loser failing on its ``alembic_version`` row.
+    A lock file beside the database (a relative path is opened from the working directory, as
+    SQLAlchemy opens it) makes the second wait for the first; servers and other stores need
+    none, and a database in a folder that does not exist is left to MLflow's own error."""
+    path = sqlite_file(uri)
+    if path is None or not path.absolute().parent.is_dir():
         yield
         return
     lock = FileLock(f"{path.absolute()}.lock")
@@ -52,9 +75,95 @@ def store_setup_lock(uri: str) -> Iterator[None]:
         log.info("waiting for another run to finish setting up the tracking store %s", path)
         lock.acquire()
     try:
+        prepare_sqlite_store(path)
         yield
     finally:
         lock.release()
+
+
+def prepare_sqlite_store(path: Path) -> None:
+    """Make sure the SQLite file ``path`` is a whole MLflow database before MLflow opens it
+    (under :func:`store_setup_lock`, which calls it).
+
+    MLflow creates the schema of a new file in place, table by table and then migration by
+    migration, so a run killed in its first seconds left a half-made ``mlflow.db`` on which every
+    later run failed ("table spans already exists"). Here a new database is built under a
+    temporary name beside it and renamed into place when whole (:func:`atomic_write`), so a kill
+    at any moment leaves no database or a whole one. A half-made file left by an older version,
+    or by MLflow itself, is made anew when it holds no runs and no registered models (nothing is
+    lost); one that holds some and is not whole stops the run with one line saying what to do.
+    Other stores (servers, PostgreSQL) are left to MLflow.
+    """
+    path = path.absolute()
+    for stale in path.parent.glob(f"{PARTIAL}*-{path.name}*"):
+        stale.unlink(missing_ok=True)  # an earlier build cut short (the lock is ours)
+    if path.exists():
+        try:
+            problem = _unfinished_schema(path)
+            kept = _kept_rows(path) if problem else None
+        except (sqlalchemy.exc.DatabaseError, sqlite3.DatabaseError) as error:
+            reason = str(getattr(error, "orig", None) or error).strip()
+            raise Seq2FinalError(
+                f"'{path}' is not a database SQLite can read ({reason}): move it away to start "
+                "a new one, or point mlflow.yml's mlflow_tracking_uri at another file"
+            ) from None
+        if problem is None:
+            return
+        if kept:
+            raise Seq2FinalError(
+                f"the MLflow database '{path}' holds {kept} but {problem}: back it up, then run "
+                f"'mlflow db upgrade sqlite:///{path}' (or move it away to start a new one)"
+            )
+        log.warning("the MLflow database %s %s and holds no runs: making it anew", path, problem)
+        path.unlink()
+        _forget_engines(path)
+
+    def build(partial: Path) -> None:
+        engine = create_sqlalchemy_engine(f"{_SQLITE_PREFIX}{partial}")
+        try:
+            _initialize_tables(engine)
+        finally:
+            engine.dispose()
+
+    atomic_write(path, build)
+
+
+def _forget_engines(path: Path) -> None:
+    """Close the connections MLflow's stores keep open to ``path`` (one engine per URI for the
+    process's life), so that what this process opens next is the new file, not the removed one."""
+    for store in (SqlAlchemyStore, SqlAlchemyRegistryStore):
+        for engine in store._engine_map.values():
+            database = engine.url.database
+            if database and Path(database).absolute() == path:
+                engine.dispose()
+
+
+def _unfinished_schema(path: Path) -> str | None:
+    """None when ``path`` is a database with every table and the schema revision this MLflow
+    makes, else what is wrong with it (in words that follow "the database ...")."""
+    engine = create_sqlalchemy_engine(f"{_SQLITE_PREFIX}{path}")
+    try:
+        if not _all_tables_exist(engine):
+            return "lacks some of MLflow's tables (a set-up that was cut short)"
+        found, head = _get_schema_version(engine), _get_latest_schema_revision()
+        if found != head:
+            return f"is at schema revision {found}, where MLflow {mlflow.__version__} needs {head}"
+        return None
+    finally:
+        engine.dispose()
+
+
+def _kept_rows(path: Path) -> str | None:
+    """What ``path`` holds that remaking it would lose ("3 runs", "1 registered model"), None
+    when nothing."""
+    counts = {}
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+        for table, noun in (("runs", "run"), ("registered_models", "registered model")):
+            if table in tables:
+                counts[noun] = db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+    held = [f"{n} {noun}{'s' if n != 1 else ''}" for noun, n in counts.items() if n]
+    return " and ".join(held) or None
 
 
 EXPERIMENT_DESCRIPTION = """\
@@ -117,12 +226,10 @@ def project_database(tracking_uri: str) -> Path | None:
     tracking server, is a store shared beyond the project, which this module leaves as MLflow
     made it.
     """
-    if not tracking_uri.startswith(_SQLITE_PREFIX):
+    path = sqlite_file(tracking_uri)
+    if path is None:
         return None
-    path = tracking_uri.removeprefix(_SQLITE_PREFIX).split("?", 1)[0]
-    if not path or path == ":memory:":
-        return None
-    database = Path(path).resolve()
+    database = path.resolve()
     return (
         database if database.is_file() and database.is_relative_to(Path.cwd().resolve()) else None
     )

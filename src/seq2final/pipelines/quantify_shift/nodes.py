@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -12,6 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from seq2final.config.parameters import QuantifyOptions
+from seq2final.core.processes import process_pool
 from seq2final.data.distances import (
     Embedded,
     conditional_wasserstein2,
@@ -81,7 +81,9 @@ def measure_distances(
     """Covariate and conditional W2 and the 1-NN distance for the half split, consecutive steps
     and each step vs final.
 
-    Pairs are independent exact solves, so they run in parallel worker processes.
+    Pairs are independent exact solves, so they run in parallel worker processes, started
+    without fork (:mod:`seq2final.core.processes`): training has run OpenMP threads in this
+    process by now, and a forked pool hung in scikit-learn's OpenMP code.
     """
     train, test = embedding["train"], embedding["test"]
     pairs = [("half_split", embedding["halves"][0], embedding["halves"][1])]
@@ -89,7 +91,7 @@ def measure_distances(
     pairs += [("to_final", train[t], test) for t in range(len(train))]
     jobs = [(first, second, options.max_iterations) for _, first, second in pairs]
     if options.workers > 1:
-        with ProcessPoolExecutor(max_workers=options.workers) as pool:
+        with process_pool(options.workers) as pool:
             results = list(pool.map(_distance, jobs))
     else:
         results = [_distance(job) for job in jobs]
