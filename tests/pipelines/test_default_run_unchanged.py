@@ -1,4 +1,5 @@
-"""Today's default run gives the records it gave before.
+"""Today's default run gives the records it gave before, on this CPU exactly and on any other
+within what float chaos moves.
 
 ``tests/golden/default_run_smoke/<CPU capability>.json`` holds the sequence hash and every
 result record (keys, metrics, chosen hyper-parameters, every fit and trial; not wall time) of
@@ -6,19 +7,23 @@ the project's default parameters with ``budget: smoke``, as this kind of CPU com
 deliberate change of results regenerates them (see ``benchmarks/golden_records.py``) and says
 why in its commit.
 
-torch picks its CPU kernels by instruction set (``torch.backends.cpu.get_cpu_capability()``:
-AVX2, AVX512), and the float sums they order differently grow during training: on an AVX2 CPU
-the AVX-512 records' NLL and ECE move in the 3rd-5th digit, and 3 of 23 jobs count one test or
-validation prediction differently. So each instruction set has its own records, and against them
-what must not move is compared exactly: keys, hashes, chosen hyper-parameters, epochs, trial
-states and every accuracy (a share of correct predictions, so one changed prediction changes
-it). The continuous metrics are compared within ``RELATIVE``: CPUs of one instruction set may
-still block their sums differently (cache sizes). On a CPU whose instruction set has no records
-yet (or no record of a job: a change of results remade on one instruction set drops the changed
-jobs from the other files until they are remade there), the AVX2 records are compared with accuracies within ``OTHER_CPU_ACCURACY`` (about two
-predictions of the validation split) and continuous metrics within ``OTHER_CPU_RELATIVE`` (a
-flipped prediction moves ECE by up to 6 %), and the failure message says how to record its own.
-See docs/architecture.md, "Reproducibility".
+torch picks its CPU kernels by instruction set (``torch.backends.cpu.get_cpu_capability()``), and
+a few epochs of training turn their last-digit differences into different predictions. Against
+the records of the CPU it runs on, what must not move is compared exactly: keys, hashes, drawn
+hyper-parameters, epochs, trial states and every accuracy; the continuous metrics within
+``RELATIVE`` (CPUs of one instruction set may still block their sums differently).
+
+On a CPU whose instruction set has no records (or for a job its file lacks: a change of results
+remade on one instruction set drops the changed jobs from the other files), the AVX2 records are
+compared as another CPU computes them. Exact stays only what comes before training: the sequence
+hash, every key, the hyper-parameters drawn, the epochs a fit runs and its compute. Accuracies
+may differ by ``OTHER_CPU`` images of the split they count (the test split, its smallest class,
+the smallest validation split), ECE by as many test images' worth, NLL, AUROC and the share of
+gates closed by the stated amounts, and the choices made from validation predictions (the best
+epoch, a trial's state, SFT's schedule) may differ. The tolerances are 1.5 to 3 times the
+largest difference measured (docs/architecture.md, "Reproducibility"): an AVX-512 Xeon against
+the AVX2 records, and this test under ``ATEN_CPU_CAPABILITY=default`` (torch's scalar kernels),
+which ``.ci/run`` runs after the suite.
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ import json
 import sys
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -51,9 +58,33 @@ ACCURACIES = frozenset(
 DRAWN = frozenset(
     {"lr", "weight_decay", "dropout", "adjacency", "coral", "ewc_lambda", "irm_penalty", "si_c"}
 )
+# Choices made from validation predictions: another CPU may make them otherwise.
+CHOSEN = frozenset({"best_epoch", "state", "chosen"})
 RELATIVE = 1e-3
-OTHER_CPU_ACCURACY = 0.02
-OTHER_CPU_RELATIVE = 0.1
+
+
+@dataclass(frozen=True)
+class Split:
+    """How many images stand behind each share the records hold, read from the run's sequence."""
+
+    test: int
+    smallest_class: int
+    smallest_valid: int
+
+
+# What another CPU may move, in images of the split a share counts, or as stated. Measured (the
+# largest of an AVX-512 Xeon and ATEN_CPU_CAPABILITY=default against the AVX2 records, 27 jobs,
+# 200 test images, 20 a class, 60 validation): test accuracy 2 images, worst class 1 image of its
+# class, validation 3 images, ECE 0.0074 (1.5 test images), NLL 0.7 %, AUROC 0.0007, gates 0.003.
+OTHER_CPU = {
+    "test_accuracy": 3,  # test images
+    "worst_class_accuracy": 2,  # images of the smallest class
+    "valid_accuracy": 5,  # images of the smallest validation split, as "value", "valid_curve"
+    "ece": 3,  # test images: one flipped prediction moves ECE by at most one image's share
+}
+OTHER_CPU_RELATIVE = {"test_nll": 0.02}
+OTHER_CPU_ABSOLUTE = {"detection_auroc": 0.005, "closed_gates": 0.01}
+VALIDATION = frozenset({"valid_accuracy", "value", "valid_curve"})
 
 
 def golden_records() -> tuple[dict[str, Any], set[str]]:
@@ -67,23 +98,68 @@ def golden_records() -> tuple[dict[str, Any], set[str]]:
     return {**golden, "records": {**golden["records"], **own}}, set(own)
 
 
-def tolerant(expected: Any, key: str | None = None, other_cpu: bool = False) -> Any:
+def tolerant(expected: Any, key: str | None = None, other_cpu: Split | None = None) -> Any:
     """``expected`` with floats replaced by approximate values where they may move, so that
-    ``==`` compares continuous metrics within ``RELATIVE`` (``OTHER_CPU_RELATIVE`` for another
-    CPU's records), accuracies exactly (within ``OTHER_CPU_ACCURACY``) and the rest exactly."""
+    ``==`` compares continuous metrics within ``RELATIVE`` and the rest exactly; or, for
+    ``other_cpu`` (the images behind its shares), within another CPU's tolerances."""
+    if other_cpu is not None and key in CHOSEN:
+        return _ANY
     if isinstance(expected, Mapping):
         return {k: tolerant(v, k, other_cpu) for k, v in expected.items()}
     if isinstance(expected, list):
         return [tolerant(v, key, other_cpu) for v in expected]
     if isinstance(expected, float):
+        if other_cpu is not None and key in OTHER_CPU_RELATIVE:
+            return pytest.approx(expected, rel=OTHER_CPU_RELATIVE[key])
+        if other_cpu is not None and key in CONTINUOUS | ACCURACIES:
+            return pytest.approx(expected, rel=0, abs=other_cpu_margin(key, other_cpu))
         if key in CONTINUOUS:
-            return pytest.approx(expected, rel=OTHER_CPU_RELATIVE if other_cpu else RELATIVE)
-        if key in ACCURACIES and other_cpu:
-            return pytest.approx(expected, rel=0, abs=OTHER_CPU_ACCURACY)
+            return pytest.approx(expected, rel=RELATIVE)
         if key in ACCURACIES:
             return expected
         assert key in DRAWN, f"float field {key!r}: add it to CONTINUOUS, ACCURACIES or DRAWN"
     return expected
+
+
+class _Any:
+    """Equal to anything: a choice another CPU may make otherwise."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "<any: chosen from predictions>"
+
+
+_ANY = _Any()
+
+
+def other_cpu_margin(key: str, split: Split) -> float:
+    """How far another CPU may move the share or metric ``key`` (see ``OTHER_CPU``), plus the
+    float32 rounding of a share (``0.6650000214576721`` is 133 of 200)."""
+    if key in VALIDATION:
+        margin = OTHER_CPU["valid_accuracy"] / split.smallest_valid
+    elif key == "worst_class_accuracy":
+        margin = OTHER_CPU[key] / split.smallest_class
+    elif key in OTHER_CPU:
+        margin = OTHER_CPU[key] / split.test
+    else:
+        margin = OTHER_CPU_ABSOLUTE[key]
+    return margin + 1e-6
+
+
+def split_of(project: Path, manifest: dict[str, Any]) -> Split:
+    """The images behind the run's shares: its final test split, that split's smallest class,
+    and its smallest validation split."""
+    folder = project / "data/03_primary/sequences" / manifest["key"]
+    last = len(manifest["steps"]) - 1
+    with np.load(folder / f"step_{last}.npz") as step:
+        labels = step["y_test"]
+    return Split(
+        test=len(labels),
+        smallest_class=int(np.bincount(labels).min()),
+        smallest_valid=min(step["sizes"]["valid"] for step in manifest["steps"]),
+    )
 
 
 def test_the_default_run_gives_the_recorded_sequence_and_records(run_kedro, project):
@@ -100,9 +176,11 @@ def test_the_default_run_gives_the_recorded_sequence_and_records(run_kedro, proj
         budget="smoke",
         mlflow={"enabled": False},
     )
-    manifests = sorted((project / "data/03_primary/sequences").glob("*/manifest.json"))
-    hashes = {m["key"]: m["content_hash"] for m in map(json.loads, map(Path.read_text, manifests))}
-    assert hashes == golden["sequences"]
+    paths = sorted((project / "data/03_primary/sequences").glob("*/manifest.json"))
+    manifests = [json.loads(path.read_text()) for path in paths]
+    assert {m["key"]: m["content_hash"] for m in manifests} == golden["sequences"]
+    [manifest] = manifests
+    split = split_of(project, manifest)
     records = {}
     for path in (project / "data/07_model_output/results").glob("*.json"):
         record = json.loads(path.read_text())
@@ -117,7 +195,9 @@ def test_the_default_run_gives_the_recorded_sequence_and_records(run_kedro, proj
     )
     for key, expected in golden["records"].items():
         other = key not in own
-        assert records[key] == tolerant(expected, other_cpu=other), key + (hint if other else "")
+        assert records[key] == tolerant(expected, other_cpu=split if other else None), key + (
+            hint if other else ""
+        )
 
 
 def test_a_cpu_without_records_is_compared_with_the_avx2_ones(monkeypatch):
@@ -136,6 +216,11 @@ def test_a_job_missing_from_the_cpus_records_is_compared_with_the_avx2_one(monke
         assert record == (avx512 if key in own else avx2)["records"][key]
 
 
+# The default run's images: 200 test images, 20 of each class, 60 in the smallest validation
+# split (split_of on its sequence; the last test below checks it against the measured runs).
+DEFAULT_RUN = Split(test=200, smallest_class=20, smallest_valid=60)
+
+
 @pytest.fixture(scope="module")
 def golden_record() -> dict[str, Any]:
     records = golden_records()[0]["records"]
@@ -149,13 +234,57 @@ def test_float_noise_in_a_continuous_metric_passes(golden_record):
     assert moved == tolerant(golden_record)
 
 
-def test_another_cpu_may_count_a_prediction_differently_but_not_draw_differently(golden_record):
+def test_another_cpu_may_count_predictions_and_choose_differently(golden_record):
     moved = copy.deepcopy(golden_record)
-    moved["test_accuracy"] -= 1 / moved["test_size"]
-    moved["ece"] *= 1.056  # swa's ECE on AVX2 against AVX-512, one test prediction apart
-    assert moved == tolerant(golden_record, other_cpu=True)
-    moved["fits"][0]["params"]["lr"] *= 1 + 1e-9
-    assert moved != tolerant(golden_record, other_cpu=True)
+    fit = moved["fits"][0]
+    moved["test_accuracy"] -= 3 / DEFAULT_RUN.test
+    moved["worst_class_accuracy"] += 2 / DEFAULT_RUN.smallest_class
+    moved["valid_accuracy"] += 5 / DEFAULT_RUN.smallest_valid
+    moved["ece"] += 3 / DEFAULT_RUN.test
+    moved["test_nll"] *= 1.019
+    fit["best_epoch"] -= 1
+    fit["trial_summaries"][0]["valid_curve"][0] -= 5 / DEFAULT_RUN.smallest_valid
+    assert moved == tolerant(golden_record, other_cpu=DEFAULT_RUN)
+    assert moved != tolerant(golden_record)  # not on the CPU of the records
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "four more correct test predictions",
+        "three more correct predictions of the worst class",
+        "six validation images of an epoch",
+        "ECE by four test images",
+        "NLL by 2.1 %",
+        "a drawn learning rate",
+        "FT's learning rate halved",
+        "an epoch count",
+        "a job key",
+    ],
+)
+def test_what_another_cpu_cannot_explain_fails(golden_record, change):
+    moved = copy.deepcopy(golden_record)
+    fit = moved["fits"][0]
+    if change == "four more correct test predictions":
+        moved["test_accuracy"] += 4 / DEFAULT_RUN.test
+    elif change == "three more correct predictions of the worst class":
+        moved["worst_class_accuracy"] += 3 / DEFAULT_RUN.smallest_class
+    elif change == "six validation images of an epoch":
+        fit["trial_summaries"][0]["valid_curve"][1] += 6 / DEFAULT_RUN.smallest_valid
+    elif change == "ECE by four test images":
+        moved["ece"] -= 4 / DEFAULT_RUN.test
+    elif change == "NLL by 2.1 %":
+        moved["test_nll"] *= 1.021
+    elif change == "a drawn learning rate":
+        fit["trial_summaries"][0]["params"]["lr"] *= 1 + 1e-9
+    elif change == "FT's learning rate halved":
+        for params in (fit["params"], fit["trial_summaries"][0]["params"]):
+            params["lr"] /= 2
+    elif change == "an epoch count":
+        moved["epochs"] += 1
+    else:
+        moved["job_key"] += "0"
+    assert moved != tolerant(golden_record, other_cpu=DEFAULT_RUN)
 
 
 @pytest.mark.parametrize(
@@ -166,10 +295,11 @@ def test_another_cpu_may_count_a_prediction_differently_but_not_draw_differently
         "a chosen learning rate",
         "a trial's state",
         "an epoch count",
+        "a best epoch",
         "a continuous metric beyond the tolerance",
     ],
 )
-def test_a_changed_decision_fails(golden_record, change):
+def test_a_changed_decision_fails_on_the_cpu_of_the_records(golden_record, change):
     moved = copy.deepcopy(golden_record)
     fit = moved["fits"][0]
     if change == "one more correct test prediction":
@@ -182,21 +312,33 @@ def test_a_changed_decision_fails(golden_record, change):
         fit["trial_summaries"][0]["state"] = "PRUNED"
     elif change == "an epoch count":
         moved["epochs"] += 1
+    elif change == "a best epoch":
+        fit["best_epoch"] -= 1
     else:
         moved["test_nll"] *= 1 + 2e-3
     assert moved != tolerant(golden_record)
 
 
-@pytest.mark.parametrize("path", sorted(GOLDEN.glob("*.json")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted(GOLDEN.glob("**/*.json")), ids=lambda p: p.stem)
 def test_every_float_in_the_golden_records_is_classified(path):
     for record in json.loads(path.read_text())["records"].values():
         tolerant(record)  # asserts inside
+        tolerant(record, other_cpu=DEFAULT_RUN)
 
 
-def test_the_instruction_sets_records_differ_only_in_floats_and_predictions():
-    """What moves between the AVX2 and AVX-512 records is what the module's docstring says."""
-    avx2, avx512 = (json.loads((GOLDEN / f"{cpu}.json").read_text()) for cpu in ("AVX2", "AVX512"))
-    assert avx2["sequences"] == avx512["sequences"]
-    assert set(avx512["records"]) <= set(avx2["records"])  # jobs not remade there yet: AVX2's
-    for key, record in avx512["records"].items():
-        assert avx2["records"][key] == tolerant(record, other_cpu=True), key
+@pytest.mark.parametrize(
+    "path",
+    [GOLDEN / "AVX512.json", *sorted((GOLDEN / "other_cpus").glob("*.json"))],
+    ids=lambda p: p.stem,
+)
+def test_the_runs_measured_on_other_cpus_are_within_the_tolerances(path):
+    """What moved between the AVX2 records and those of another CPU (an AVX-512 Xeon's, and
+    ``other_cpus/DEFAULT.json``: this run on the AVX2 machine under
+    ``ATEN_CPU_CAPABILITY=default``) is what the module's docstring says, within its margins;
+    and it is not nothing, so the probe really is another CPU."""
+    avx2, other = (json.loads(p.read_text()) for p in (GOLDEN / "AVX2.json", path))
+    assert avx2["sequences"] == other["sequences"]
+    assert set(other["records"]) <= set(avx2["records"])  # jobs not remade there yet: AVX2's
+    for key, record in other["records"].items():
+        assert avx2["records"][key] == tolerant(record, other_cpu=DEFAULT_RUN), key
+    assert any(avx2["records"][key] != record for key, record in other["records"].items())
