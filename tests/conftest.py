@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,9 +134,34 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     end_mlflow_runs()  # a session that failed before its hooks ran may leave a run open
 
 
+def shared_project(
+    name: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    worker_id: str,
+    build: Callable[[Path], object],
+) -> Path:
+    """A project copy called ``name`` that ``build`` fills once for the whole test run: under
+    xdist the workers share it through a lock in their common temporary folder (whoever comes
+    second waits and reads it), because xdist's groups (``--dist loadgroup``) do not keep tests
+    on one worker with this pytest. Tests only read it."""
+    root = tmp_path_factory.getbasetemp()
+    shared = root if worker_id == "master" else root.parent
+    folder = shared / name
+    with FileLock(str(shared / f"{name}.lock")):
+        if not (folder / ".complete").exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a build interrupted earlier
+            copy_project(folder)
+            with pytest.MonkeyPatch.context() as patch:
+                patch.chdir(folder)
+                patch.setenv("KEDRO_DISABLE_TELEMETRY", "1")
+                build(folder)
+                end_mlflow_runs()
+            (folder / ".complete").touch()
+    return folder
+
+
 # All 18 methods on a tiny sequence with tracking on, then evaluate and visualize: the project the
-# visualize and notebook tests read. Training it is the slow part, so it is made once per worker,
-# and the tests that read it share the xdist group "tiny_results" (one worker).
+# visualize and notebook tests read.
 TINY_RESULTS_PIPELINES = [
     "build_sequences",
     "pretrain_historical",
@@ -161,23 +186,31 @@ def tiny_results_params() -> dict:
 
 @pytest.fixture(scope="session")
 def tiny_results(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
-    """A project after every pipeline on a tiny sequence, built once for the whole run: under
-    xdist the workers share it through a lock (their common temporary folder), because
-    xdist's groups (``--dist loadgroup``) do not keep tests on one worker with this pytest."""
-    root = tmp_path_factory.getbasetemp()
-    shared = root if worker_id == "master" else root.parent
-    folder = shared / "tiny_results"
-    with FileLock(str(shared / "tiny_results.lock")):
-        if not (folder / ".complete").exists():
-            shutil.rmtree(folder, ignore_errors=True)  # a build interrupted earlier
-            copy_project(folder)
-            with pytest.MonkeyPatch.context() as patch:
-                patch.chdir(folder)
-                patch.setenv("KEDRO_DISABLE_TELEMETRY", "1")
-                run_session(folder, TINY_RESULTS_PIPELINES, TINY_RESULTS)
-                end_mlflow_runs()
-            (folder / ".complete").touch()
-    return folder
+    """A project after every pipeline on a tiny sequence, built once for the whole run."""
+    return shared_project(
+        "tiny_results",
+        tmp_path_factory,
+        worker_id,
+        lambda folder: run_session(folder, TINY_RESULTS_PIPELINES, TINY_RESULTS),
+    )
+
+
+# The project's default parameters with budget smoke: every method (the plugins' too) trained
+# once, on the default sequence and architecture. The golden test compares its records with the
+# recorded ones, and the end-to-end test of the methods checks what each job stored.
+DEFAULT_SMOKE_PIPELINES = ["build_sequences", "pretrain_historical", "adapt_final"]
+DEFAULT_SMOKE = {"budget": "smoke", "mlflow": {"enabled": False}}
+
+
+@pytest.fixture(scope="session")
+def default_smoke_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """A project after the default run with ``budget: smoke``, built once for the whole run."""
+    return shared_project(
+        "default_smoke_run",
+        tmp_path_factory,
+        worker_id,
+        lambda folder: run_session(folder, DEFAULT_SMOKE_PIPELINES, DEFAULT_SMOKE),
+    )
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,7 @@ def split_of(project: Path, manifest: dict[str, Any]) -> Split:
     )
 
 
-def test_the_default_run_gives_the_recorded_sequence_and_records(run_kedro, project):
+def test_the_default_run_gives_the_recorded_sequence_and_records(default_smoke_run):
     golden, own = golden_records()
     others = sorted(set(golden["records"]) - own)
     if others:  # said in the summary, not only on failure: these tolerances let more through
@@ -171,11 +171,7 @@ def test_the_default_run_gives_the_recorded_sequence_and_records(run_kedro, proj
             "AVX2's within another CPU's tolerances; record them with benchmarks/golden_records.py",
             stacklevel=1,
         )
-    run_kedro(
-        ["build_sequences", "pretrain_historical", "adapt_final"],
-        budget="smoke",
-        mlflow={"enabled": False},
-    )
+    project = default_smoke_run  # the default parameters, budget smoke (tests/conftest.py)
     paths = sorted((project / "data/03_primary/sequences").glob("*/manifest.json"))
     manifests = [json.loads(path.read_text()) for path in paths]
     assert {m["key"]: m["content_hash"] for m in manifests} == golden["sequences"]

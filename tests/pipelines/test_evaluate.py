@@ -21,24 +21,31 @@ TINY = {
 RESULTS = "data/07_model_output/results"
 
 
-def _train(run_kedro, arch, method):
-    run_kedro(["build_sequences", "pretrain_historical", "adapt_final"], **TINY, arch=arch,
-              method=method)  # fmt: skip
+SPEC = resolve_spec(TINY["sequence"], None, None, None, 50, 120)
+
+
+def _store_result(project, arch, method, accuracy):
+    """The record a finished job of the tiny sequence leaves (``evaluate`` reads records only)."""
+    record = make_record(
+        job_key=f"{SPEC.key}.{arch}.{method}.smoke.0", sequence=SPEC.name, dataset=SPEC.dataset,
+        sequence_key=SPEC.key, seed=SPEC.seed, arch=arch, method=method, test_accuracy=accuracy,
+    )  # fmt: skip
+    (project / RESULTS).mkdir(parents=True, exist_ok=True)
+    (project / RESULTS / f"{record.job_key}.json").write_text(record.model_dump_json())
 
 
 def test_evaluate_writes_the_tables_of_every_arch_and_method(project, run_kedro, caplog):
-    for arch in ("convnet_1", "resnet_1"):
-        _train(run_kedro, arch, "baseline")
-    _train(run_kedro, "convnet_1", "oracle")
+    for arch, accuracy in (("convnet_1", 0.42), ("resnet_1", 0.36)):
+        _store_result(project, arch, "baseline", accuracy)
+    _store_result(project, "convnet_1", "oracle", 0.74)
     (project / RESULTS / "broken.json").write_text("{not json")
     run_kedro(["evaluate"], **TINY)
     # The corrupt record is named and skipped, never counted.
     store = ResultStore(project / RESULTS, project / "data/06_models/final", project / "x")
-    spec = resolve_spec(TINY["sequence"], None, None, None, 50, 120)
     logger = logging.getLogger("seq2final")  # Kedro's logging set-up detached caplog from root
     logger.addHandler(caplog.handler)
     try:
-        assert len(gather_results(spec, store)) == 3
+        assert len(gather_results(SPEC, store)) == 3
     finally:
         logger.removeHandler(caplog.handler)
     assert f"result record {project / RESULTS / 'broken.json'} cannot be read" in caplog.text
@@ -69,7 +76,7 @@ def test_evaluate_without_results_names_the_command(project, run_kedro):
 
 
 def test_records_of_another_specification_under_the_same_name_are_refused(project, run_kedro):
-    _train(run_kedro, "convnet_1", "baseline")
+    _store_result(project, "convnet_1", "baseline", 0.42)
     other = {**TINY, "build_sequences": {"test_size": 40, "oracle_size": 120}}
     with pytest.raises(Seq2FinalError, match="different specifications"):
         run_kedro(["evaluate"], **other)

@@ -46,12 +46,13 @@ def _frozen_equal(module_a, module_b):
     return all(torch.equal(a, b) for (_, a), (_, b) in pairs)
 
 
-def test_all_methods_end_to_end(project, stores_of, caplog):
-    # MLflow off: its logging of every job is tested in tests/tracking, and costs a third here.
-    arch = "convnet_1"
-    _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], arch=arch,
-         mlflow={"enabled": False})  # fmt: skip
-    stores = stores_of(project)
+def test_all_methods_end_to_end(default_smoke_run, project_parameters, stores_of):
+    """Every method of the registries (the plugins' too) on the default sequence, trained once
+    for the suite (``default_smoke_run``, MLflow off: its logging of every job is tested in
+    tests/tracking); what each job stored is what its model computes."""
+    arch = project_parameters["arch"]
+    assert arch.startswith("convnet_")  # the ConvNet-specific checks below
+    stores = stores_of(default_smoke_run)
     states, results = stores.states, stores.results
     records = [results[key] for key in results]
     by_method = {r.method: r for r in records}
@@ -100,7 +101,9 @@ def test_all_methods_end_to_end(project, stores_of, caplog):
     assert prefixes == sorted([*trained, *step0])
     assert {"erm", "irm", "dro", "sequential", "sequential_ewc", "sequential_side_b"} <= trained
     assert "sequential_side_1" not in trained  # a ConvNet's 1-layer chain is its block chain
-    studies = optuna.get_all_study_names(open_storage(None, project / "data/06_models/optuna"))
+    studies = optuna.get_all_study_names(
+        open_storage(None, default_smoke_run / "data/06_models/optuna")
+    )
     assert sum(name.endswith("/erm") for name in studies) == 1
 
     # SFT: the schedule fixes each step's learning rate (smoke runs exponential 2e-4 x 0.5^t).
@@ -135,8 +138,10 @@ def test_on_a_resnet_every_side_tuning_method_trains_its_own_modules(project, st
     """A ResNet block is two BasicBlocks, so 1-layer side modules exist there: each side-tuning
     method trains as itself (on a ConvNet, the 1-layer variants are their block versions), with
     the historical modules frozen. The other methods do not depend on the family."""
+    # resnet_3, the cheapest ResNet, on three small steps: two to chain, one to adapt to
     _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], arch="resnet_3",
-         method=SIDE_TUNING, mlflow={"enabled": False})  # fmt: skip
+         method=SIDE_TUNING, mlflow={"enabled": False}, sequence="source60:rotation40:label_flip40",
+         build_sequences={"test_size": 30, "oracle_size": 60})  # fmt: skip
     stores = stores_of(project)
     states, results = stores.states, stores.results
     by_method = {r.method: r for r in (results[k] for k in results)}
@@ -332,7 +337,9 @@ def test_every_method_trains_its_trials_fused_when_asked(project, stores_of, mon
     fusing = [name for name, r in METHODS.items() if not {r.historical, r.final} & alone]
     pair = {"sampler": "random", "trials": 2, "max_epochs": 1}
     _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], arch="convnet_1",
-         method=fusing, budget="pair", budgets={"pair": pair}, training={"fuse": 2})  # fmt: skip
+         method=fusing, budget="pair", budgets={"pair": pair}, training={"fuse": 2},
+         sequence="source60:rotation40:corruption40:label_flip40",
+         build_sequences={"test_size": 30, "oracle_size": 60})  # fmt: skip
     stores = stores_of(project)
     records = [stores.results[key] for key in stores.results]
     assert {name for r in records for name in (r.method, *r.aliases)} == set(fusing)
