@@ -52,9 +52,10 @@ def test_the_plugin_uses_public_names_only():
         assert name in importlib.import_module(package).__all__, (package, name)
 
 
-def _run_page(run: str, tmp_path_factory, copy_project_to) -> Path:
+def _run_page(run: str, tmp_path_factory, copy_project_to, extra: str = "") -> Path:
     """The page's packages in a folder of their own, the page's config in a copy of the project,
-    and the page's command ``run`` there (budget smoke, tracking off) in a fresh process."""
+    and the page's command ``run`` there (budget smoke, tracking off, then ``extra``
+    parameters) in a fresh process."""
     outside = tmp_path_factory.mktemp("outside")
     project = copy_project_to(tmp_path_factory.mktemp("project"))
     for name, text in FILES.items():
@@ -63,7 +64,7 @@ def _run_page(run: str, tmp_path_factory, copy_project_to) -> Path:
         target.write_text(text)
     command = shlex.split(run)
     command[0] = str(Path(sys.executable).with_name("kedro"))
-    command[-1] += ",budget:smoke,mlflow.enabled:false"
+    command[-1] += ",budget:smoke,mlflow.enabled:false" + extra
     path = os.pathsep.join(filter(None, [str(outside), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path, "KEDRO_DISABLE_TELEMETRY": "1"}
     result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
@@ -78,7 +79,13 @@ def plugin_run(tmp_path_factory, copy_project_to) -> Path:
 
 @pytest.fixture(scope="module")
 def methods_run(tmp_path_factory, copy_project_to) -> Path:
-    return _run_page(RUN_METHODS, tmp_path_factory, copy_project_to)
+    # on a tiny four-step sequence and the smallest ConvNet: the methods' kinds, not the data,
+    # are what the page shows
+    tiny = (
+        ",sequence:source100:rotation60:corruption100:label_flip60,arch:convnet_1,"
+        "build_sequences.test_size:50,build_sequences.oracle_size:120"
+    )
+    return _run_page(RUN_METHODS, tmp_path_factory, copy_project_to, tiny)
 
 
 def test_the_three_methods_of_three_kinds_train_end_to_end(methods_run):

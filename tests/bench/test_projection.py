@@ -13,7 +13,7 @@ from seq2final.training.engine import Engine
 from seq2final.training.search import SearchSpace
 
 
-@pytest.mark.parametrize("arch", ["convnet_1", "resnet_1"])
+@pytest.mark.parametrize("arch", ["convnet_1", "resnet_3"])  # a ConvNet and the cheapest ResNet
 def test_every_state_and_job_of_the_paper_protocol_is_counted_with_its_grid(
     source, project_parameters, arch
 ):

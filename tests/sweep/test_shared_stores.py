@@ -10,8 +10,10 @@ import optuna
 import pytest
 import sqlalchemy
 import torch
+from click.testing import CliRunner
 from mlflow import MlflowClient
 
+from seq2final.cli import cli
 from seq2final.config.parameters import MlflowOptions
 from seq2final.core.liveness import current_process
 from seq2final.sweep.services import free_port, start_mlflow_server, stop_process
@@ -168,14 +170,23 @@ def test_a_sweep_on_a_separate_scheduler_with_optuna_and_mlflow_on_postgresql(
 
 
 def test_an_unreachable_scheduler_or_database_stops_in_one_line(project, postgres):
+    """In this process (the command line's one line on stderr is tests/sweep/test_sweep.py's)."""
+
+    def sweep_here(*args):
+        return CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences",
+                                        "source100:rotation60", "--archs", "convnet_1",
+                                        "--budget", "smoke", "--methods", "baseline", *args])  # fmt: skip
+
     port = free_port()
-    done = sweep(project, "--methods", "baseline", "--scheduler", f"tcp://127.0.0.1:{port}",
-                 "--params", "build_sequences.test_size=50,mlflow.enabled=false")  # fmt: skip
-    [line] = done.stderr.strip().splitlines()
+    done = sweep_here("--scheduler", f"tcp://127.0.0.1:{port}",
+                      "--params", "build_sequences.test_size=50,mlflow.enabled=false")  # fmt: skip
+    [line] = [line for line in done.output.splitlines() if line.startswith("Error:")]
+    assert done.exit_code != 0
     assert line.startswith(f"Error: Dask scheduler tcp://127.0.0.1:{port} is unreachable")
     nowhere = postgres.url.replace(str(postgres.port), str(free_port()))
-    done = sweep(project, "--methods", "baseline", "--workers", "1", "--params",
-                 f"build_sequences.test_size=50,mlflow.enabled=false,tuning.storage={nowhere}")  # fmt: skip
-    [line] = done.stderr.strip().splitlines()
+    done = sweep_here("--workers", "1", "--params",
+                      f"build_sequences.test_size=50,mlflow.enabled=false,tuning.storage={nowhere}")  # fmt: skip
+    [line] = [line for line in done.output.splitlines() if line.startswith("Error:")]
+    assert done.exit_code != 0
     assert line.startswith("Error: parameter 'tuning.storage': cannot open"), line
     assert not (project / "data/03_primary").exists()

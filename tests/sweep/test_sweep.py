@@ -79,10 +79,11 @@ def test_a_sweep_on_two_local_workers_finishes_and_a_second_run_trains_nothing(p
     assert len(summaries) == 1
 
     stamps = {p: p.stat().st_mtime_ns for p in (project / RESULTS).glob("*.json")}
-    again = sweep(project, "--archs", "convnet_1,convnet_2", "--methods", "ft,baseline",
-                  "--workers", "2")  # fmt: skip
-    assert again.returncode == 0, again.stderr
-    assert "4 jobs (4 done)" in again.stdout and "Nothing to train" in again.stdout
+    again = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", SEQUENCE,
+                                     "--archs", "convnet_1,convnet_2", "--methods", "ft,baseline",
+                                     "--budget", "smoke", "--params", TINY, "--workers", "2"])  # fmt: skip
+    assert again.exit_code == 0, again.output
+    assert "4 jobs (4 done)" in again.output and "Nothing to train" in again.output
     assert {p: p.stat().st_mtime_ns for p in (project / RESULTS).glob("*.json")} == stamps
 
 
@@ -172,7 +173,7 @@ def _journal_trials(project):
     }
 
 
-SLOW = "budgets.slow.sampler=random,budgets.slow.trials=3,budgets.slow.max_epochs=12"
+SLOW = "budgets.slow.sampler=random,budgets.slow.trials=2,budgets.slow.max_epochs=6"
 
 
 def test_a_worker_killed_mid_trial_redoes_only_that_trial(
@@ -182,7 +183,7 @@ def test_a_worker_killed_mid_trial_redoes_only_that_trial(
     params = f"{TINY},mlflow.enabled=false,{SLOW},training.patience=100"
     args = ("--archs", "convnet_1", "--methods", "baseline", "--workers", "1", "--budget", "slow")
     running = kedro(
-        project, "sweep", "--env", "test", "--sequences", "source100:rotation600", "--params",
+        project, "sweep", "--env", "test", "--sequences", "source100:rotation400", "--params",
         params, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     victim = None
@@ -200,23 +201,23 @@ def test_a_worker_killed_mid_trial_redoes_only_that_trial(
     assert victim is not None, "no trial was seen running after a finished one"
     os.kill(victim, signal.SIGKILL)
     running.communicate(timeout=300)
-    rerun = kedro(project, "sweep", "--env", "test", "--sequences", "source100:rotation600",
+    rerun = kedro(project, "sweep", "--env", "test", "--sequences", "source100:rotation400",
                   "--params", params, *args)  # fmt: skip
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     [record] = records(project).values()
     [trials] = _journal_trials(project).values()
     states = [t.state.name for t in trials]
-    assert states.count("COMPLETE") == 3 and states.count("FAIL") == 1, states
-    assert len(trials) == 4  # the finished trials were not redone; only the killed one was
+    assert states.count("COMPLETE") == 2 and states.count("FAIL") == 1, states
+    assert len(trials) == 3  # the finished trial was not redone; only the killed one was
 
     # The same job uninterrupted, in this process (one torch thread, as the workers have).
     whole = copy_project_to(tmp_path / "whole")
     monkeypatch.chdir(whole)
     run_kedro_in(whole, ["build_sequences", "pretrain_historical", "adapt_final"], {
-        "sequence": "source100:rotation600", "method": "baseline", "arch": "convnet_1",
+        "sequence": "source100:rotation400", "method": "baseline", "arch": "convnet_1",
         "budget": "slow", "mlflow": {"enabled": False}, "training": {"patience": 100},
         "build_sequences": {"test_size": 50, "oracle_size": 120},
-        "budgets": {"slow": {"sampler": "random", "trials": 3, "max_epochs": 12}},
+        "budgets": {"slow": {"sampler": "random", "trials": 2, "max_epochs": 6}},
     })  # fmt: skip
     [expected] = records(whole).values()
     for field in ("job_key", "test_accuracy", "valid_accuracy", "test_nll", "hyperparameters"):
@@ -226,7 +227,7 @@ def test_a_worker_killed_mid_trial_redoes_only_that_trial(
 def test_a_driver_killed_mid_trial_then_rerun_finishes_without_redoing_finished_trials(project):
     params = f"{TINY},mlflow.enabled=false,{SLOW},training.patience=100"
     args = ("--archs", "convnet_1", "--methods", "baseline", "--workers", "1", "--budget", "slow")
-    command = ("sweep", "--env", "test", "--sequences", "source100:rotation600", "--params", params)
+    command = ("sweep", "--env", "test", "--sequences", "source100:rotation400", "--params", params)
     driver = kedro(project, *command, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 240
     seen = False
@@ -247,7 +248,7 @@ def test_a_driver_killed_mid_trial_then_rerun_finishes_without_redoing_finished_
     states = [t.state.name for t in trials]
     # Whether the orphaned worker finished its trial or died with the driver, every finished
     # trial was kept and at most the interrupted one was run again.
-    assert states.count("COMPLETE") == 3 and len(trials) <= 4, states
+    assert states.count("COMPLETE") == 2 and len(trials) <= 3, states
 
 
 RUN = ("run", "--env", "test", "--params")
@@ -256,8 +257,8 @@ RUN = ("run", "--env", "test", "--params")
 # Some seconds of training per state and job: longer than two processes started together take
 # to differ in reaching them.
 LONG = (
-    "sequence:source100:rotation600,budgets.slow.sampler=random,budgets.slow.trials=4,"
-    "budgets.slow.max_epochs=8,training.patience=100,budget:slow"
+    "sequence:source100:rotation400,budgets.slow.sampler=random,budgets.slow.trials=3,"
+    "budgets.slow.max_epochs=5,training.patience=100,budget:slow"
 )
 
 
@@ -290,8 +291,8 @@ def test_a_second_run_waits_for_the_first_and_fails_none_of_its_trials(project):
     assert "waiting for " in log and "exists; reusing it" in log
     assert "finished earlier; reusing it" in log  # and the job, which the other one ran
     assert len(records(project)) == 1
-    studies = _journal_trials(project)  # the state's study and the job's: 4 trials each
-    assert [[t.state.name for t in trials] for trials in studies.values()] == [["COMPLETE"] * 4] * 2
+    studies = _journal_trials(project)  # the state's study and the job's: 3 trials each
+    assert [[t.state.name for t in trials] for trials in studies.values()] == [["COMPLETE"] * 3] * 2
 
 
 def test_the_sweep_command_is_a_project_command():
