@@ -314,11 +314,11 @@ def _open_store(project: Path, barrier) -> None:
 
 
 def test_runs_started_together_on_a_fresh_store_all_open_it(tmp_path):
-    # Without the lock two or three of these processes fail in MLflow's schema migration.
+    # Both open a fresh store at once: one builds it, the other waits for it under the lock.
     context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(3)
+    barrier = context.Barrier(2)
     processes = [
-        context.Process(target=_open_store, args=(tmp_path, barrier), daemon=True) for _ in range(3)
+        context.Process(target=_open_store, args=(tmp_path, barrier), daemon=True) for _ in range(2)
     ]
     try:
         for process in processes:
@@ -328,7 +328,7 @@ def test_runs_started_together_on_a_fresh_store_all_open_it(tmp_path):
     finally:
         for process in processes:
             process.terminate()
-    assert [p.exitcode for p in processes] == [0, 0, 0]
+    assert [p.exitcode for p in processes] == [0, 0]
     assert (tmp_path / "mlflow.db.lock").exists()  # beside the database, as opened from there
     assert MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_experiments()
 
