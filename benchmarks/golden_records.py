@@ -12,9 +12,16 @@ a machine of each instruction set), and say why in the commit:
     .venv/bin/python benchmarks/golden_records.py --prune-others
 
 ``--prune-others`` (after this CPU's file is remade, where no machine of another instruction set
-is at hand) removes from the other files every record whose job key this CPU's file no longer
-has: the jobs the change re-keyed. The test compares such jobs with the AVX2 records within
-another CPU's tolerances until their own instruction set's file is remade.
+is at hand) removes from the other files, ``other_cpus/`` included, every record whose job key
+this CPU's file no longer has: the jobs the change re-keyed. The test compares such jobs with the
+AVX2 records within another CPU's tolerances until their own instruction set's file is remade.
+
+Under ``ATEN_CPU_CAPABILITY=default`` (torch's scalar kernels, the test's stand-in for another
+CPU) the records go to ``other_cpus/DEFAULT.json``, never beside the instruction sets' files: the
+suite checks them against the cross-CPU tolerances. Remake it on the AVX2 machine with the AVX2
+file after a deliberate change of results:
+
+    ATEN_CPU_CAPABILITY=default .venv/bin/python benchmarks/golden_records.py
 
 It runs in a throw-away copy of the project, in the test environment, on one CPU thread as the
 test suite does (thread counts change float reductions, so they change NLL and ECE in the last
@@ -76,7 +83,7 @@ def main(target: Path) -> None:
 def prune_others(own: Path) -> None:
     """Drop from the other instruction sets' files the records whose keys ``own`` lacks."""
     keys = set(json.loads(own.read_text())["records"])
-    for other in sorted(own.parent.glob("*.json")):
+    for other in sorted(own.parent.glob("**/*.json")):
         if other == own:
             continue
         golden = json.loads(other.read_text())
@@ -89,7 +96,8 @@ def prune_others(own: Path) -> None:
 
 if __name__ == "__main__":
     capability = torch.backends.cpu.get_cpu_capability()
-    default = PROJECT / "tests" / "golden" / "default_run_smoke" / f"{capability}.json"
+    folder = PROJECT / "tests" / "golden" / "default_run_smoke"
+    default = folder / ("other_cpus" if capability == "DEFAULT" else "") / f"{capability}.json"
     if sys.argv[1:] == ["--prune-others"]:
         prune_others(default)
     else:

@@ -90,27 +90,6 @@ def source() -> SourceData:
     return make_source()
 
 
-# Modules whose tests take the longest (real sweeps, the shared trained projects), run first: with
-# two xdist workers the last minutes are then short tests on both, not one long test on one.
-SLOW_FIRST = (
-    "tests/sweep/",
-    "tests/pipelines/test_default_run_unchanged.py",
-    "tests/test_notebook.py",
-    "tests/test_extending.py",
-    "tests/pipelines/test_protocol_pipelines.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put :data:`SLOW_FIRST`'s tests first, in their collected order (a stable sort)."""
-    root = str(PROJECT) + "/"
-
-    def late(item: pytest.Item) -> bool:
-        return not str(item.path).removeprefix(root).startswith(SLOW_FIRST)
-
-    items.sort(key=late)
-
-
 def end_mlflow_runs() -> None:
     import mlflow
 

@@ -103,6 +103,8 @@ def test_quantify_after_training_in_one_process_starts_its_workers_without_fork(
     [distances] = (project / "data/04_feature/shift_distances").glob("*.csv")
     assert len(pd.read_csv(distances)) == 1 + 2 + 3  # half split, consecutive, to final
     assert list((project / "data/06_models/historical").iterdir())  # it did train first
+    log = (project / "logs/info.log").read_text()  # what the workers logged comes back
+    assert "W2 source half 1 vs source half 2: " in log
 
 
 def test_subpopulation_sequence_draws_the_membership_figure(project):

@@ -19,11 +19,11 @@ compared as another CPU computes them. Exact stays only what comes before traini
 hash, every key, the hyper-parameters drawn, the epochs a fit runs and its compute. Accuracies
 may differ by ``OTHER_CPU`` images of the split they count (the test split, its smallest class,
 the smallest validation split), ECE by as many test images' worth, NLL, AUROC and the share of
-gates closed by the stated amounts, and the choices made from validation predictions (the best
-epoch, a trial's state, SFT's schedule) may differ. The tolerances are 1.5 to 3 times the
-largest difference measured (docs/architecture.md, "Reproducibility"): an AVX-512 Xeon against
-the AVX2 records, and this test under ``ATEN_CPU_CAPABILITY=default`` (torch's scalar kernels),
-which ``.ci/run`` runs after the suite.
+gates closed by the stated amounts, and the epoch a fit keeps may differ (chosen on validation
+predictions). The tolerances are about 1.5 to 3 times the largest difference measured
+(docs/architecture.md, "Reproducibility"): the AVX-512 records against the AVX2 ones, and this
+test under ``ATEN_CPU_CAPABILITY=default`` (torch's scalar kernels: another CPU in effect, never
+recorded as one), which ``.ci/run`` runs after the suite.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ ACCURACIES = frozenset(
 DRAWN = frozenset(
     {"lr", "weight_decay", "dropout", "adjacency", "coral", "ewc_lambda", "irm_penalty", "si_c"}
 )
-# Choices made from validation predictions: another CPU may make them otherwise.
-CHOSEN = frozenset({"best_epoch", "state", "chosen"})
+# The epoch a fit keeps, chosen on validation predictions: another CPU may choose otherwise.
+CHOSEN = frozenset({"best_epoch"})
 RELATIVE = 1e-3
 
 
@@ -73,9 +73,10 @@ class Split:
 
 
 # What another CPU may move, in images of the split a share counts, or as stated. Measured (the
-# largest of an AVX-512 Xeon and ATEN_CPU_CAPABILITY=default against the AVX2 records, 27 jobs,
-# 200 test images, 20 a class, 60 validation): test accuracy 2 images, worst class 1 image of its
-# class, validation 3 images, ECE 0.0074 (1.5 test images), NLL 0.7 %, AUROC 0.0007, gates 0.003.
+# largest of the AVX-512 records and ATEN_CPU_CAPABILITY=default's against the AVX2 records, 27
+# jobs, 200 test images, 20 a class, 60 validation): test accuracy 2 images, worst class none (one
+# image of its class is the least it can move), validation 3 images, ECE 0.0074 (1.5 test images),
+# NLL 0.7 %, AUROC 0.0007, gates 0.003.
 OTHER_CPU = {
     "test_accuracy": 3,  # test images
     "worst_class_accuracy": 2,  # images of the smallest class
@@ -83,7 +84,7 @@ OTHER_CPU = {
     "ece": 3,  # test images: one flipped prediction moves ECE by at most one image's share
 }
 OTHER_CPU_RELATIVE = {"test_nll": 0.02}
-OTHER_CPU_ABSOLUTE = {"detection_auroc": 0.005, "closed_gates": 0.01}
+OTHER_CPU_ABSOLUTE = {"detection_auroc": 0.002, "closed_gates": 0.01}
 VALIDATION = frozenset({"valid_accuracy", "value", "valid_curve"})
 
 
@@ -94,7 +95,8 @@ def golden_records() -> tuple[dict[str, Any], set[str]]:
     jobs are compared with the AVX2 records within another CPU's tolerances."""
     golden = json.loads((GOLDEN / "AVX2.json").read_text())
     path = GOLDEN / f"{CAPABILITY}.json"
-    own = json.loads(path.read_text())["records"] if path.exists() else {}
+    probe = CAPABILITY == "DEFAULT"  # torch's scalar kernels stand in for another CPU
+    own = json.loads(path.read_text())["records"] if path.exists() and not probe else {}
     return {**golden, "records": {**golden["records"], **own}}, set(own)
 
 
@@ -165,7 +167,7 @@ def split_of(project: Path, manifest: dict[str, Any]) -> Split:
 def test_the_default_run_gives_the_recorded_sequence_and_records(default_smoke_run):
     golden, own = golden_records()
     others = sorted(set(golden["records"]) - own)
-    if others:  # said in the summary, not only on failure: these tolerances let more through
+    if others and CAPABILITY != "DEFAULT":  # said in the summary: these tolerances let more through
         warnings.warn(
             f"no golden records for {CAPABILITY} CPUs of {len(others)} job(s): compared with "
             "AVX2's within another CPU's tolerances; record them with benchmarks/golden_records.py",
@@ -177,6 +179,7 @@ def test_the_default_run_gives_the_recorded_sequence_and_records(default_smoke_r
     assert {m["key"]: m["content_hash"] for m in manifests} == golden["sequences"]
     [manifest] = manifests
     split = split_of(project, manifest)
+    assert split == DEFAULT_RUN  # the images the tolerances are stated in (the hash pins them)
     records = {}
     for path in (project / "data/07_model_output/results").glob("*.json"):
         record = json.loads(path.read_text())
@@ -186,8 +189,8 @@ def test_the_default_run_gives_the_recorded_sequence_and_records(default_smoke_r
         records[record["job_key"]] = record
     assert set(golden["records"]) <= set(records)  # plugins registered by tests may add jobs
     hint = (
-        f" (no record for {CAPABILITY} CPUs yet: compared with AVX2's within another CPU's "
-        "tolerances; record them with benchmarks/golden_records.py)"
+        f" (no record for {CAPABILITY} CPUs: compared with AVX2's within another CPU's "
+        "tolerances; docs/architecture.md, 'Reproducibility')"
     )
     for key, expected in golden["records"].items():
         other = key not in own
@@ -213,7 +216,7 @@ def test_a_job_missing_from_the_cpus_records_is_compared_with_the_avx2_one(monke
 
 
 # The default run's images: 200 test images, 20 of each class, 60 in the smallest validation
-# split (split_of on its sequence; the last test below checks it against the measured runs).
+# split (split_of on its sequence; the golden test checks it).
 DEFAULT_RUN = Split(test=200, smallest_class=20, smallest_valid=60)
 
 
@@ -255,6 +258,7 @@ def test_another_cpu_may_count_predictions_and_choose_differently(golden_record)
         "a drawn learning rate",
         "FT's learning rate halved",
         "an epoch count",
+        "a trial's state",
         "a job key",
     ],
 )
@@ -278,6 +282,8 @@ def test_what_another_cpu_cannot_explain_fails(golden_record, change):
             params["lr"] /= 2
     elif change == "an epoch count":
         moved["epochs"] += 1
+    elif change == "a trial's state":
+        fit["trial_summaries"][0]["state"] = "PRUNED"
     else:
         moved["job_key"] += "0"
     assert moved != tolerant(golden_record, other_cpu=DEFAULT_RUN)

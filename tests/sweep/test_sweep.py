@@ -173,7 +173,7 @@ def _journal_trials(project):
     }
 
 
-SLOW = "budgets.slow.sampler=random,budgets.slow.trials=2,budgets.slow.max_epochs=6"
+SLOW = "budgets.slow.sampler=random,budgets.slow.trials=3,budgets.slow.max_epochs=6"
 
 
 def test_a_worker_killed_mid_trial_redoes_only_that_trial(
@@ -207,8 +207,8 @@ def test_a_worker_killed_mid_trial_redoes_only_that_trial(
     [record] = records(project).values()
     [trials] = _journal_trials(project).values()
     states = [t.state.name for t in trials]
-    assert states.count("COMPLETE") == 2 and states.count("FAIL") == 1, states
-    assert len(trials) == 3  # the finished trial was not redone; only the killed one was
+    assert states.count("COMPLETE") == 3 and states.count("FAIL") == 1, states
+    assert len(trials) == 4  # the finished trials were not redone; only the killed one was
 
     # The same job uninterrupted, in this process (one torch thread, as the workers have).
     whole = copy_project_to(tmp_path / "whole")
@@ -217,7 +217,7 @@ def test_a_worker_killed_mid_trial_redoes_only_that_trial(
         "sequence": "source100:rotation400", "method": "baseline", "arch": "convnet_1",
         "budget": "slow", "mlflow": {"enabled": False}, "training": {"patience": 100},
         "build_sequences": {"test_size": 50, "oracle_size": 120},
-        "budgets": {"slow": {"sampler": "random", "trials": 2, "max_epochs": 6}},
+        "budgets": {"slow": {"sampler": "random", "trials": 3, "max_epochs": 6}},
     })  # fmt: skip
     [expected] = records(whole).values()
     for field in ("job_key", "test_accuracy", "valid_accuracy", "test_nll", "hyperparameters"):
@@ -248,7 +248,7 @@ def test_a_driver_killed_mid_trial_then_rerun_finishes_without_redoing_finished_
     states = [t.state.name for t in trials]
     # Whether the orphaned worker finished its trial or died with the driver, every finished
     # trial was kept and at most the interrupted one was run again.
-    assert states.count("COMPLETE") == 2 and len(trials) <= 3, states
+    assert states.count("COMPLETE") == 3 and len(trials) <= 4, states
 
 
 RUN = ("run", "--env", "test", "--params")
@@ -257,8 +257,8 @@ RUN = ("run", "--env", "test", "--params")
 # Some seconds of training per state and job: longer than two processes started together take
 # to differ in reaching them.
 LONG = (
-    "sequence:source100:rotation400,budgets.slow.sampler=random,budgets.slow.trials=3,"
-    "budgets.slow.max_epochs=5,training.patience=100,budget:slow"
+    "sequence:source100:rotation400,budgets.slow.sampler=random,budgets.slow.trials=4,"
+    "budgets.slow.max_epochs=8,training.patience=100,budget:slow"
 )
 
 
@@ -291,8 +291,8 @@ def test_a_second_run_waits_for_the_first_and_fails_none_of_its_trials(project):
     assert "waiting for " in log and "exists; reusing it" in log
     assert "finished earlier; reusing it" in log  # and the job, which the other one ran
     assert len(records(project)) == 1
-    studies = _journal_trials(project)  # the state's study and the job's: 3 trials each
-    assert [[t.state.name for t in trials] for trials in studies.values()] == [["COMPLETE"] * 3] * 2
+    studies = _journal_trials(project)  # the state's study and the job's: 4 trials each
+    assert [[t.state.name for t in trials] for trials in studies.values()] == [["COMPLETE"] * 4] * 2
 
 
 def test_the_sweep_command_is_a_project_command():

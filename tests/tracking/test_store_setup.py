@@ -17,7 +17,7 @@ from mlflow.store.tracking.dbmodels.initial_models import Base as InitialBase
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import PARTIAL
-from seq2final.tracking.mlflow_io import store_setup_lock
+from seq2final.tracking.mlflow_io import _unfinished_schema, store_setup_lock
 
 TINY = {
     "sequence": "source100:rotation60",
@@ -60,7 +60,9 @@ def _database(project: Path) -> Path:
 
 
 def _opens(database: Path) -> bool:
-    return MlflowClient(f"sqlite:///{database}").search_experiments(max_results=1) is not None
+    """Whether MLflow opens ``database`` and finds it whole (its every table, its revision)."""
+    MlflowClient(f"sqlite:///{database}").search_experiments(max_results=1)
+    return _unfinished_schema(database) is None
 
 
 def test_a_run_killed_while_the_database_is_made_leaves_none_and_the_next_run_works(
@@ -112,7 +114,7 @@ def test_a_half_made_database_that_holds_no_runs_is_made_anew(project, run_kedro
     with pytest.raises(Exception, match="table spans already exists"):  # MLflow alone
         MlflowClient(f"sqlite:///{_database(project)}").search_experiments()
     run_kedro(["build_sequences"], **TINY)
-    assert "holds no runs: making it anew" in caplog.text
+    assert "holds nothing: making it anew" in caplog.text
     assert _opens(_database(project))
 
 
@@ -127,7 +129,9 @@ def test_a_database_with_runs_at_another_schema_stops_the_run_in_one_line(projec
     _with_a_run(database)
     with sqlite3.connect(database) as db:
         db.execute(f"UPDATE alembic_version SET version_num = '{BEFORE_SPANS}'")
-    with pytest.raises(Seq2FinalError, match="holds 1 run but is at schema revision") as error:
+    with pytest.raises(
+        Seq2FinalError, match="holds .*1 row of runs.* but is at schema revision"
+    ) as error:
         run_kedro(["build_sequences"], **TINY)
     assert "\n" not in str(error.value) and "mlflow db upgrade" in str(error.value)
     assert not (project / "data/03_primary").exists()  # before any work
@@ -137,7 +141,7 @@ def test_a_database_with_runs_at_another_schema_stops_the_run_in_one_line(projec
 
 def test_a_file_that_is_no_database_stops_the_run_in_one_line(project, run_kedro):
     _database(project).write_bytes(b"not a database" * 100)
-    with pytest.raises(Seq2FinalError, match="is not a database SQLite can read") as error:
+    with pytest.raises(Seq2FinalError, match="is not a SQLite database") as error:
         run_kedro(["build_sequences"], **TINY)
     assert "\n" not in str(error.value)
     assert _database(project).read_bytes() == b"not a database" * 100
@@ -150,3 +154,30 @@ def test_a_whole_database_is_opened_as_it_is(tmp_path):
     with store_setup_lock(f"sqlite:///{database}"):
         pass
     assert (database.stat().st_mtime_ns, database.stat().st_ino) == before
+
+
+def test_another_programs_database_is_never_remade(tmp_path):
+    database = tmp_path / "mine.db"
+    with sqlite3.connect(database) as db:
+        db.execute("CREATE TABLE notes (text TEXT)")  # no row: its tables alone are worth keeping
+    refused = pytest.raises(Seq2FinalError, match=r"holds tables MLflow does not make \(notes\)")
+    with refused, store_setup_lock(f"sqlite:///{database}"):
+        pass
+    with sqlite3.connect(database) as db:
+        assert db.execute("SELECT name FROM sqlite_master").fetchall() == [("notes",)]
+
+
+def test_a_database_of_a_newer_mlflow_is_never_remade(tmp_path):
+    database = tmp_path / "mlflow.db"
+    _with_a_run(database)
+    with sqlite3.connect(database) as db:
+        db.execute("DELETE FROM runs")  # nothing to lose, and still not remade: not ours to judge
+        db.execute("UPDATE alembic_version SET version_num = 'ffffffffffff'")
+    with (
+        pytest.raises(Seq2FinalError, match="ffffffffffff, which MLflow .* does not know") as error,
+        store_setup_lock(f"sqlite:///{database}"),
+    ):
+        pass
+    assert "\n" not in str(error.value)
+    with sqlite3.connect(database) as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("ffffffffffff",)

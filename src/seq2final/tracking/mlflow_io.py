@@ -6,6 +6,7 @@ import functools
 import json
 import logging
 import math
+import re
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -17,12 +18,16 @@ import mlflow
 import numpy as np
 import sqlalchemy
 import torch
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from filelock import FileLock, Timeout
 from mlflow import MlflowClient
 from mlflow.entities import Experiment, ViewType
 from mlflow.exceptions import MlflowException
+from mlflow.store.db.base_sql_model import Base
 from mlflow.store.db.utils import (
     _all_tables_exist,
+    _get_alembic_config,
     _get_latest_schema_revision,
     _get_schema_version,
     _initialize_tables,
@@ -65,10 +70,10 @@ def store_setup_lock(uri: str) -> Iterator[None]:
     SQLAlchemy opens it) makes the second wait for the first; servers and other stores need
     none, and a database in a folder that does not exist is left to MLflow's own error."""
     path = sqlite_file(uri)
-    if path is None or not path.absolute().parent.is_dir():
+    if path is None or not path.resolve().parent.is_dir():
         yield
         return
-    lock = FileLock(f"{path.absolute()}.lock")
+    lock = FileLock(f"{path.resolve()}.lock")
     try:
         lock.acquire(timeout=0)
     except Timeout:
@@ -89,34 +94,41 @@ def prepare_sqlite_store(path: Path) -> None:
     migration, so a run killed in its first seconds left a half-made ``mlflow.db`` on which every
     later run failed ("table spans already exists"). Here a new database is built under a
     temporary name beside it and renamed into place when whole (:func:`atomic_write`), so a kill
-    at any moment leaves no database or a whole one. A half-made file left by an older version,
-    or by MLflow itself, is made anew when it holds no runs and no registered models (nothing is
-    lost); one that holds some and is not whole stops the run with one line saying what to do.
-    Other stores (servers, PostgreSQL) are left to MLflow.
+    at any moment leaves no database or a whole one. A file that is not whole is made anew only
+    when it holds nothing to lose: MLflow's tables alone, with no row but those MLflow writes
+    when it makes them. Anything else (rows, tables of another program, a schema of a newer
+    MLflow, a file that is no database) stops the run with one line saying what to do. Other
+    stores (servers, PostgreSQL) are left to MLflow.
     """
-    path = path.absolute()
-    for stale in path.parent.glob(f"{PARTIAL}*-{path.name}*"):
-        stale.unlink(missing_ok=True)  # an earlier build cut short (the lock is ours)
+    path = path.resolve()
+    partial = re.compile(
+        re.escape(PARTIAL) + r"[0-9a-f]{12}-" + re.escape(path.name) + r"(-journal)?"
+    )
+    for stale in path.parent.iterdir():
+        if partial.fullmatch(stale.name):
+            stale.unlink(missing_ok=True)  # an earlier build cut short (the lock is ours)
     if path.exists():
         try:
             problem = _unfinished_schema(path)
-            kept = _kept_rows(path) if problem else None
+            held = _held(path) if problem else None
         except (sqlalchemy.exc.DatabaseError, sqlite3.DatabaseError) as error:
-            reason = str(getattr(error, "orig", None) or error).strip()
+            cause = getattr(error, "orig", error)
+            if getattr(cause, "sqlite_errorcode", None) != _SQLITE_NOTADB:
+                raise  # locked, unreadable, ...: MLflow's own words, in the hook's one line
             raise Seq2FinalError(
-                f"'{path}' is not a database SQLite can read ({reason}): move it away to start "
-                "a new one, or point mlflow.yml's mlflow_tracking_uri at another file"
+                f"'{path}' is not a SQLite database ({str(cause).strip()}): move it away to "
+                "start a new one, or point mlflow.yml's mlflow_tracking_uri at another file"
             ) from None
         if problem is None:
             return
-        if kept:
+        if held:
             raise Seq2FinalError(
-                f"the MLflow database '{path}' holds {kept} but {problem}: back it up, then run "
+                f"the MLflow database '{path}' holds {held} but {problem}: back it up, then run "
                 f"'mlflow db upgrade sqlite:///{path}' (or move it away to start a new one)"
             )
-        log.warning("the MLflow database %s %s and holds no runs: making it anew", path, problem)
-        path.unlink()
+        log.warning("the MLflow database %s %s and holds nothing: making it anew", path, problem)
         _forget_engines(path)
+        path.unlink()
 
     def build(partial: Path) -> None:
         engine = create_sqlalchemy_engine(f"{_SQLITE_PREFIX}{partial}")
@@ -128,24 +140,39 @@ def prepare_sqlite_store(path: Path) -> None:
     atomic_write(path, build)
 
 
+_SQLITE_NOTADB = 26
+"""SQLite's result code for a file that is not a database."""
+
+_WRITTEN_WITH_THE_SCHEMA = {"alembic_version", "workspaces"}
+"""Tables in which MLflow writes rows when it makes a new database."""
+
+
 def _forget_engines(path: Path) -> None:
     """Close the connections MLflow's stores keep open to ``path`` (one engine per URI for the
     process's life), so that what this process opens next is the new file, not the removed one."""
     for store in (SqlAlchemyStore, SqlAlchemyRegistryStore):
         for engine in store._engine_map.values():
             database = engine.url.database
-            if database and Path(database).absolute() == path:
+            if database and Path(database).resolve() == path:
                 engine.dispose()
 
 
 def _unfinished_schema(path: Path) -> str | None:
     """None when ``path`` is a database with every table and the schema revision this MLflow
-    makes, else what is wrong with it (in words that follow "the database ...")."""
+    makes, else what is wrong with it (in words that follow "the database ..."); a revision this
+    MLflow does not know (a newer MLflow's) stops the run, since an upgrade cannot help."""
     engine = create_sqlalchemy_engine(f"{_SQLITE_PREFIX}{path}")
     try:
+        found = _get_schema_version(engine)
+        if found is not None and not _known_revision(found):
+            raise Seq2FinalError(
+                f"the MLflow database '{path}' has schema revision {found}, which MLflow "
+                f"{mlflow.__version__} does not know (a newer MLflow made it): open it with that "
+                "MLflow, or move it away to start a new one"
+            )
         if not _all_tables_exist(engine):
             return "lacks some of MLflow's tables (a set-up that was cut short)"
-        found, head = _get_schema_version(engine), _get_latest_schema_revision()
+        head = _get_latest_schema_revision()
         if found != head:
             return f"is at schema revision {found}, where MLflow {mlflow.__version__} needs {head}"
         return None
@@ -153,17 +180,34 @@ def _unfinished_schema(path: Path) -> str | None:
         engine.dispose()
 
 
-def _kept_rows(path: Path) -> str | None:
-    """What ``path`` holds that remaking it would lose ("3 runs", "1 registered model"), None
-    when nothing."""
-    counts = {}
-    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
-        for table, noun in (("runs", "run"), ("registered_models", "registered model")):
-            if table in tables:
-                counts[noun] = db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-    held = [f"{n} {noun}{'s' if n != 1 else ''}" for noun, n in counts.items() if n]
-    return " and ".join(held) or None
+def _known_revision(revision: str) -> bool:
+    """Whether this MLflow's migrations know ``revision``."""
+    scripts = ScriptDirectory.from_config(_get_alembic_config(""))
+    try:
+        return scripts.get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
+def _held(path: Path) -> str | None:
+    """What remaking ``path`` would lose ("3 rows of runs", "tables MLflow does not make: x"),
+    or None when it holds MLflow's tables alone with only the rows MLflow writes when it makes
+    them (and its default experiment)."""
+    ours = set(Base.metadata.tables)
+    with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+        tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        foreign = sorted(tables - ours - _WRITTEN_WITH_THE_SCHEMA)
+        if foreign:
+            return f"tables MLflow does not make ({', '.join(foreign)})"
+        held = []
+        for table in sorted((tables & ours) - _WRITTEN_WITH_THE_SCHEMA):
+            where = (
+                " WHERE experiment_id != 0" if table in ("experiments", "experiment_tags") else ""
+            )
+            (rows,) = db.execute(f'SELECT COUNT(*) FROM "{table}"{where}').fetchone()
+            if rows:
+                held.append(f"{rows} row{'s' if rows != 1 else ''} of {table}")
+    return ", ".join(held) or None
 
 
 EXPERIMENT_DESCRIPTION = """\

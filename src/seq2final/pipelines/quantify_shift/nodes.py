@@ -11,7 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from seq2final.config.parameters import QuantifyOptions
-from seq2final.core.processes import process_pool
+from seq2final.core.processes import map_in_processes
 from seq2final.data.distances import (
     Embedded,
     conditional_wasserstein2,
@@ -91,8 +91,7 @@ def measure_distances(
     pairs += [("to_final", train[t], test) for t in range(len(train))]
     jobs = [(first, second, options.max_iterations) for _, first, second in pairs]
     if options.workers > 1:
-        with process_pool(options.workers) as pool:
-            results = list(pool.map(_distance, jobs))
+        results = map_in_processes(_distance, jobs, options.workers)
     else:
         results = [_distance(job) for job in jobs]
     rows = [
