@@ -28,7 +28,6 @@ from mlflow.store.db.base_sql_model import Base
 from mlflow.store.db.utils import (
     _all_tables_exist,
     _get_alembic_config,
-    _get_latest_schema_revision,
     _get_schema_version,
     _initialize_tables,
     create_sqlalchemy_engine,
@@ -160,33 +159,32 @@ def _forget_engines(path: Path) -> None:
 def _unfinished_schema(path: Path) -> str | None:
     """None when ``path`` is a database with every table and the schema revision this MLflow
     makes, else what is wrong with it (in words that follow "the database ..."); a revision this
-    MLflow does not know (a newer MLflow's) stops the run, since an upgrade cannot help."""
+    MLflow does not know (a newer MLflow's) stops the run, since an upgrade cannot help. Every
+    tracked run starts here, so MLflow's migrations are read once and a whole database answers
+    first."""
+    migrations = ScriptDirectory.from_config(_get_alembic_config(""))
+    head = migrations.get_current_head()
     engine = create_sqlalchemy_engine(f"{_SQLITE_PREFIX}{path}")
     try:
         found = _get_schema_version(engine)
-        if found is not None and not _known_revision(found):
-            raise Seq2FinalError(
-                f"the MLflow database '{path}' has schema revision {found}, which MLflow "
-                f"{mlflow.__version__} does not know (a newer MLflow made it): open it with that "
-                "MLflow, or move it away to start a new one"
-            )
-        if not _all_tables_exist(engine):
-            return "lacks some of MLflow's tables (a set-up that was cut short)"
-        head = _get_latest_schema_revision()
-        if found != head:
-            return f"is at schema revision {found}, where MLflow {mlflow.__version__} needs {head}"
-        return None
+        tables_exist = _all_tables_exist(engine)
     finally:
         engine.dispose()
-
-
-def _known_revision(revision: str) -> bool:
-    """Whether this MLflow's migrations know ``revision``."""
-    scripts = ScriptDirectory.from_config(_get_alembic_config(""))
+    if found == head and tables_exist:
+        return None
     try:
-        return scripts.get_revision(revision) is not None
+        known = found is None or migrations.get_revision(found) is not None
     except CommandError:
-        return False
+        known = False
+    if not known:
+        raise Seq2FinalError(
+            f"the MLflow database '{path}' has schema revision {found}, which MLflow "
+            f"{mlflow.__version__} does not know (a newer MLflow made it): open it with that "
+            "MLflow, or move it away to start a new one"
+        )
+    if not tables_exist:
+        return "lacks some of MLflow's tables (a set-up that was cut short)"
+    return f"is at schema revision {found}, where MLflow {mlflow.__version__} needs {head}"
 
 
 def _held(path: Path) -> str | None:
