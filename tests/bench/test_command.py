@@ -37,7 +37,7 @@ def test_bench_quick_runs_without_data_prints_each_ratio_and_writes_its_own_json
     (project / "docs").mkdir()
     (project / "docs/benchmarks.md").write_text(committed)
     assert not (project / "data/01_raw/cifar10.npz").exists()
-    done = kedro(project, "bench", "--quick", "--archs", "convnet_4", "--device", "cpu")
+    done = kedro(project, "bench", "--quick", "--archs", "convnet_1", "--device", "cpu")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert (project / "docs/benchmarks.md").read_text() == committed
     assert not (project / "benchmarks/results/bench.json").exists()
@@ -47,7 +47,7 @@ def test_bench_quick_runs_without_data_prints_each_ratio_and_writes_its_own_json
     assert entry["machine"]["device"] == "cpu" and entry["machine"]["cores"] >= 1
     assert entry["command"].startswith("kedro bench --quick")
     rows = {row["arch"]: row for row in entry["figures"]}
-    assert set(rows) == {"convnet_4"}
+    assert set(rows) == {"convnet_1"}
     ratio_lines = [line for line in done.stdout.splitlines() if "ratio" in line]
     for arch, row in rows.items():
         assert row["bare_images_per_s"] > 0 and row["fit_images_per_s"] > 0
@@ -64,7 +64,7 @@ def test_bench_quick_runs_without_data_prints_each_ratio_and_writes_its_own_json
                    for line in ratio_lines)  # fmt: skip
     page = (project / "data/08_reporting/bench/benchmarks.md").read_text()
     assert page.startswith("# Benchmarks (quick)")
-    assert "`kedro bench --quick --archs convnet_4 --device cpu`" in page
+    assert "`kedro bench --quick --archs convnet_1 --device cpu`" in page
     assert "Figures: data/08_reporting/bench/bench.json; page: data/08_reporting/bench/" in (
         done.stdout
     )

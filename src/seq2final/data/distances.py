@@ -18,9 +18,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-import ot
-from sklearn.decomposition import PCA
-from sklearn.neighbors import NearestNeighbors
 
 from seq2final.core.errors import Seq2FinalError
 
@@ -47,6 +44,8 @@ def fit_pca_features(
 
     The randomised solver is seeded, so the same sequence always gives the same distances.
     """
+    from sklearn.decomposition import PCA  # lazy: see docs/architecture.md, "Start-up"
+
     flat = [x.reshape(len(x), -1).astype(np.float32) for x, _ in train_sets]
     stacked = np.concatenate(flat)
     n_components = min(max_components, stacked.shape[0], stacked.shape[1])
@@ -67,6 +66,8 @@ def wasserstein2(a: np.ndarray, b: np.ndarray, max_iterations: int, pair: str) -
         raise Seq2FinalError(
             f"W2 of an empty set ({pair}); valid: sequences whose splits have images"
         )
+    import ot  # lazy: see docs/architecture.md, "Start-up"
+
     cost = ot.dist(a.astype(np.float64), b.astype(np.float64))
     weights_a = np.full(len(a), 1.0 / len(a))
     weights_b = np.full(len(b), 1.0 / len(b))
@@ -89,6 +90,8 @@ def nearest_neighbour_distance(reference: np.ndarray, shifted: np.ndarray, pair:
         raise Seq2FinalError(
             f"1-NN distance of an empty set ({pair}); valid: sequences whose splits have images"
         )
+    from sklearn.neighbors import NearestNeighbors  # lazy: see docs/architecture.md, "Start-up"
+
     index = NearestNeighbors(n_neighbors=1).fit(reference.astype(np.float64))
     distances, _ = index.kneighbors(shifted.astype(np.float64))
     return float(distances.mean())

@@ -23,7 +23,6 @@ sequence's manifest beside its state (docs/intensity.md).
 from __future__ import annotations
 
 import numpy as np
-from sklearn.decomposition import PCA
 
 from seq2final.core.seeds import derived_seed
 from seq2final.data.effects import SUPPORT, Support
@@ -62,6 +61,8 @@ class SupportSpace:
     @classmethod
     def of_source(cls, source: SourceData, seed: int, caps: bool, ball: bool) -> SupportSpace:
         """The space of ``source``'s pools, fitted and oriented from ``seed``."""
+        from sklearn.decomposition import PCA  # lazy: see docs/architecture.md, "Start-up"
+
         flat = source.x_train.reshape(len(source.x_train), -1).astype(np.float32)
         rng = np.random.RandomState(derived_seed(seed, SUPPORT))
         fit = flat[rng.permutation(len(flat))[:FIT_IMAGES]]

@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from sklearn.metrics import roc_auc_score
 from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
@@ -122,6 +121,8 @@ def detection_auroc(
     scores = torch.cat([min_cosine_distance(features(model, split, engine), means, present)
                         for split in (seen, shifted)])  # fmt: skip
     labels = [0] * len(seen) + [1] * len(shifted)
+    from sklearn.metrics import roc_auc_score  # lazy: see docs/architecture.md, "Start-up"
+
     return float(roc_auc_score(labels, scores.double().numpy()))
 
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import bootstrap
 
 from seq2final.core.records import ResultRecord
 
@@ -57,6 +56,8 @@ def paired_comparison(
     differences = paired_differences(list(records), method, reference, metric)
     low = high = float("nan")
     if len(differences) >= 2 and differences.nunique() > 1:
+        from scipy.stats import bootstrap  # lazy: see docs/architecture.md, "Start-up"
+
         interval = bootstrap(
             (differences.to_numpy(),),
             np.mean,

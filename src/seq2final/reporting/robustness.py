@@ -18,7 +18,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 CONFIDENCE = 0.95
 
@@ -50,6 +49,8 @@ def fit_line(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
                "r2": math.nan, "points": len(x)}  # fmt: skip
     if len(x) < 2 or np.ptp(x) == 0:
         return nothing
+    from scipy import stats  # lazy: see docs/architecture.md, "Start-up"
+
     fit = stats.linregress(x, y)
     if len(x) == 2:
         return {**nothing, "slope": fit.slope, "intercept": fit.intercept}

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from mlflow import MlflowClient
@@ -450,8 +449,5 @@ def _final_stage(record: ResultRecord) -> str:
 
 
 def _save_figure(curves: pd.DataFrame, title: str, path: Path) -> None:
-    figure = learning_curves(curves, title)
-    try:
-        figure.savefig(path, dpi=90)
-    finally:
-        plt.close(figure)
+    # a Figure of its own, not pyplot's: nothing to close, nothing kept after it is saved
+    learning_curves(curves, title).savefig(path, dpi=90)
