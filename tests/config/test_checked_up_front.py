@@ -31,3 +31,41 @@ def test_an_empty_experiment_name_is_one_line_before_any_work(run_kedro, project
         run_kedro(["build_sequences"], **{**TINY, "mlflow": {"experiment": "{seed}"[:0]}})
     assert "\n" not in str(error.value)
     assert not (project / "data/03_primary").exists()
+
+
+def test_an_unknown_key_in_a_modes_block_stops_the_run_before_any_node(project):
+    """Every key of every mode's block is checked against what the mode declares (its spaces and
+    its ``settings`` schema), with no opt-in: a typo trains nothing and stores nothing."""
+    from click.testing import CliRunner
+
+    from seq2final.cli import cli
+
+    params = "sequence=source100:rotation60,method=ft,budget=smoke,final_modes.ft.bogus=1"
+    done = CliRunner().invoke(cli, ["run", "--env", "test", "--params", params])
+    assert done.exit_code != 0
+    [line] = done.stderr.strip().splitlines()
+    assert line == "Error: final_modes.ft has unknown key(s) bogus; valid: space"
+    assert not (project / "data/03_primary").exists()
+    assert not (project / "data/07_model_output").exists()
+
+
+def test_every_registered_modes_block_holds_only_the_keys_it_declares(project_parameters):
+    """Looped over both registries (the lab plugin's modes too): the project's block of each mode
+    passes, and the same block with one key more is refused naming the keys the mode declares."""
+    from seq2final.config.checks import check_mode_configs
+    from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
+    from seq2final.methods.base import block_keys
+
+    p = project_parameters
+    blocks = {"historical_modes": p["historical_modes"], "final_modes": p["final_modes"]}
+    step0 = p["pretrain_historical"]["step0"]
+    check_mode_configs(blocks["historical_modes"], blocks["final_modes"], step0)
+    for where, registry in (("historical_modes", HISTORICAL_MODES), ("final_modes", FINAL_MODES)):
+        for name, mode in registry.items():
+            bad = {**blocks, where: {**blocks[where], name: {**(blocks[where].get(name) or {}),
+                                                             "typo": 1}}}  # fmt: skip
+            valid = ", ".join(block_keys(mode)) or "none (the mode has no settings)"
+            message = f"{where}.{name} has unknown key(s) typo; valid: {valid}"
+            with pytest.raises(Seq2FinalError) as error:
+                check_mode_configs(bad["historical_modes"], bad["final_modes"], step0)
+            assert str(error.value) == message

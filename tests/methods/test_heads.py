@@ -97,8 +97,8 @@ def test_an_unknown_ncm_metric_is_one_line_before_any_work(project_parameters):
 
     p = project_parameters
     final_modes = {**p["final_modes"], "ncm": {"metric": "manhattan"}}
-    with pytest.raises(Seq2FinalError, match=r"^final_modes.ncm.metric 'manhattan': valid: "
-                       r"euclidean, cosine$"):  # fmt: skip
+    with pytest.raises(Seq2FinalError, match=r"^final_modes.ncm 'metric' = 'manhattan': Input "
+                       r"should be 'euclidean' or 'cosine'$"):  # fmt: skip
         check_mode_configs(p["historical_modes"], final_modes, p["pretrain_historical"]["step0"])
 
 

@@ -145,11 +145,11 @@ def test_a_bad_windows_or_mix_alpha_block_is_refused_before_any_work(project_par
     params = dict(project_parameters)
     bad = {**params["final_modes"], "all_coral_t": {**params["final_modes"]["all_coral_t"],
                                                     "windows": {"count": 0}}}  # fmt: skip
-    with pytest.raises(Seq2FinalError, match=r"final_modes.all_coral_t.windows 'count' = 0"):
+    with pytest.raises(Seq2FinalError, match=r"final_modes.all_coral_t 'windows.count' = 0"):
         validate_parameters({**params, "final_modes": bad})
     bad = {**params["historical_modes"], "lisa": {**params["historical_modes"]["lisa"],
                                                   "mix_alpha": -1}}  # fmt: skip
-    with pytest.raises(Seq2FinalError, match=r"historical_modes.lisa.mix_alpha -1: valid"):
+    with pytest.raises(Seq2FinalError, match=r"historical_modes.lisa 'mix_alpha' = -1: Input sh"):
         validate_parameters({**params, "historical_modes": bad})
 
 
@@ -217,5 +217,5 @@ def test_irm_t_trains_with_the_penalty_its_dummy_names():
     with pytest.raises(Seq2FinalError) as error:
         irm_objective({"irm_dummy": "vector"}, "historical_modes.irm_t")
     assert str(error.value) == (
-        "historical_modes.irm_t.irm_dummy 'vector': valid: scalar, per_class"
+        "historical_modes.irm_t 'irm_dummy' = 'vector': Input should be 'scalar' or 'per_class'"
     )

@@ -160,3 +160,22 @@ def test_a_support_shift_reports_its_counted_intensity_beside_the_distances(proj
     )
     report = (project / f"data/08_reporting/shift_reports/{folder.name}.md").read_text()
     assert "Support intensity I" in report
+
+
+def test_a_sequence_whose_source_files_changed_names_the_folder_and_the_rebuild(monkeypatch):
+    """The folder named is the build block's ``raw_dir`` (a typed block, read by attribute) where
+    the run gives no ``data_path``."""
+    from types import SimpleNamespace
+
+    from seq2final.config.parameters import BuildOptions
+    from seq2final.data.spec import resolve_spec
+    from seq2final.pipelines.build_sequences import nodes
+
+    spec = resolve_spec("source100:rotation60")
+    monkeypatch.setattr(nodes, "source_change", lambda *args: ("a1", "b2"))
+    stored = {spec.key: SimpleNamespace(manifest={})}
+    with pytest.raises(MissingPrerequisiteError) as error:
+        nodes.select_sequence(stored, spec, BuildOptions(raw_dir="elsewhere/raw"))
+    assert "than elsewhere/raw holds now (fingerprint a1, now b2); rebuild it with: kedro run" in (
+        str(error.value)
+    )

@@ -22,6 +22,8 @@ from seq2final.data.family import is_family, members
 from seq2final.data.sources import SOURCES
 from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
+from seq2final.methods.base import block_keys
+from seq2final.methods.context import settings_of
 from seq2final.methods.requests import RequestedJob, requested_jobs, resolve_request
 from seq2final.methods.schedules import check_schedules
 from seq2final.models import build_model
@@ -215,17 +217,22 @@ def check_mode_configs(
                     f"{where} has no block for registered mode '{name}'; "
                     "add one to conf/base/parameters_*.yml"
                 )
+            block = block or {}
+            valid = block_keys(mode)
+            unknown = [key for key in block if key not in valid]
+            if unknown:
+                raise Seq2FinalError(
+                    f"{where}.{name} has unknown key(s) {', '.join(map(str, unknown))}; valid: "
+                    f"{', '.join(valid) or 'none (the mode has no settings)'}"
+                )
             for key in mode.config_keys:
                 if key not in block:
                     raise Seq2FinalError(f"{where}.{name} needs '{key}'; it has {', '.join(block)}")
                 check_space(block[key], f"{where}.{name}.{key}", mode.terms)
+            if mode.settings is not None:
+                settings_of(mode.settings, block, f"{where}.{name}")
             if mode.check is not None:
                 mode.check(block, f"{where}.{name}")
-            weight = block.get("final_weight", 1.0)
-            if not isinstance(weight, int | float) or weight <= 0:
-                raise Seq2FinalError(
-                    f"{where}.{name}.final_weight must be a positive number, got {weight!r}"
-                )
             if final_step is not None and budget is not None:
                 check_schedules(block, final_step, budget, f"{where}.{name}")
 

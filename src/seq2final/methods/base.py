@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from seq2final.core.registry import Registry
+from seq2final.core.schema import StrictModel
 from seq2final.methods.context import Context
 from seq2final.training.hyperparameters import declared
 from seq2final.training.terms import LOSS_TERMS, Anchor, AnchorPull, mode_schemas, pull_towards
@@ -108,8 +109,8 @@ class FinalOutcome:
 
 
 ConfigCheck = Callable[[Mapping[str, Any], str], None]
-"""Checks a mode's settings beyond its search spaces (its YAML block and where it is), raising one
-line on a bad value; run with every other check, before any work."""
+"""Checks what a mode's ``settings`` schema cannot say alone (a setting that depends on its
+search space), raising one line on a bad value; run with every other check, before any work."""
 StepZero = Callable[[], nn.Module]
 """Loads the shared step-0 model (for modes with ``uses_step0``)."""
 HistoricalTrainer = Callable[[Context, Mapping[str, Any], StepZero | None], dict[str, ModelChain]]
@@ -126,7 +127,10 @@ class HistoricalMode:
     ``side_module``: the kind of side module its chain adds (``one_layer``, ``block``), if any;
     ``block_equivalent``: the mode trained instead on architectures without ``one_layer`` side
     modules (a ConvNet block is one conv + BN already). ``config_keys``: the search spaces its
-    YAML block must hold. ``terms``: the registered loss terms its fits use beyond the L2 term
+    YAML block must hold; ``settings``: the schema of its other keys (their types and defaults).
+    A block holds these keys and no other: every block is checked against them before any work,
+    so a typo or a setting the mode does not read stops the run (``check`` adds what the schema
+    cannot say alone). ``terms``: the registered loss terms its fits use beyond the L2 term
     every fit has, whose hyper-parameters its spaces may name (checked before any work).
     ``wrapper``: the model wrapper its fits use, if any, whose phases are checked against a model
     of the run's architecture before any work. ``grow``: for a chain written with
@@ -144,12 +148,14 @@ class HistoricalMode:
     uses_step0: bool = False
     block_equivalent: str | None = None
     config_keys: tuple[str, ...] = ("space",)
+    settings: type[StrictModel] | None = None
     check: ConfigCheck | None = None
     terms: tuple[str, ...] = ()
     wrapper: ModelWrapper | None = None
 
     def __post_init__(self) -> None:
         _check_terms(self.name, self.terms)
+        _check_keys(self.name, self.config_keys, self.settings)
         if self.leaves not in LEAVES:
             raise ValueError(
                 f"historical mode '{self.name}': unknown leaves '{self.leaves}'; "
@@ -161,8 +167,8 @@ class HistoricalMode:
 class FinalMode:
     """A way to fit the final step; ``continues_from`` lists what historical modes it follows.
 
-    ``side_module``, ``block_equivalent``, ``terms`` and ``wrapper`` as for
-    :class:`HistoricalMode`.
+    ``side_module``, ``block_equivalent``, ``config_keys``, ``settings``, ``check``, ``terms`` and
+    ``wrapper`` as for :class:`HistoricalMode`.
     ``uses_oracle``: it trains on the final step's oracle-size draw, which only a whole sequence
     has (the views the temporal protocols train on have none). ``pooled``: it trains one fresh
     model (:meth:`Context.new_model`) on steps 0..T, which a stream may warm-start from the
@@ -177,6 +183,7 @@ class FinalMode:
     block_equivalent: str | None = None
     config_keys: tuple[str, ...] = ("space",)
     uses_oracle: bool = False
+    settings: type[StrictModel] | None = None
     check: ConfigCheck | None = None
     terms: tuple[str, ...] = ()
     wrapper: ModelWrapper | None = None
@@ -184,12 +191,27 @@ class FinalMode:
 
     def __post_init__(self) -> None:
         _check_terms(self.name, self.terms)
+        _check_keys(self.name, self.config_keys, self.settings)
         unknown = [kind for kind in self.continues_from if kind not in LEAVES]
         if unknown:
             raise ValueError(
                 f"final mode '{self.name}': unknown continues_from {', '.join(unknown)}; "
                 f"valid: {', '.join(LEAVES)}"
             )
+
+
+def block_keys(mode: HistoricalMode | FinalMode) -> tuple[str, ...]:
+    """Every key a mode's YAML block may hold: its search spaces, then its settings."""
+    return (*mode.config_keys, *(mode.settings.model_fields if mode.settings else ()))
+
+
+def _check_keys(
+    mode: str, config_keys: tuple[str, ...], settings: type[StrictModel] | None
+) -> None:
+    """A setting is not also the name of a search space: a block's key has one meaning."""
+    both = [key for key in config_keys if settings is not None and key in settings.model_fields]
+    if both:
+        raise ValueError(f"mode '{mode}': {', '.join(both)} both a search space and a setting")
 
 
 def _check_terms(mode: str, terms: tuple[str, ...]) -> None:

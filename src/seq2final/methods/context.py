@@ -199,30 +199,12 @@ def space_of(config: Mapping[str, Any], key: str, where: str) -> SearchSpace:
     return SearchSpace.parse(config[key], f"{where}.{key}")
 
 
-def settings_of(
-    model: type[S], config: Mapping[str, Any], where: str, beside: tuple[str, ...] | None = None
-) -> S:
-    """A mode's settings beside its spaces, checked (one line naming the bad key or value).
-    ``beside``, where given, lists the block's other keys (``space``): any key neither a setting
-    nor one of them (a typo) is refused too."""
-    if beside is not None:
-        unknown = [key for key in config if key not in model.model_fields and key not in beside]
-        if unknown:
-            valid = ", ".join([*model.model_fields, *beside])
-            raise Seq2FinalError(f"{where} has unknown key(s) {', '.join(unknown)}; valid: {valid}")
+def settings_of(model: type[S], config: Mapping[str, Any], where: str) -> S:
+    """A mode's settings beside its spaces (its ``settings`` schema, read from its YAML block),
+    checked: one line naming the bad value. The run's checks refuse a key that is neither a
+    setting nor a space before any work (:func:`seq2final.config.checks.check_mode_configs`)."""
     values = {key: config[key] for key in model.model_fields if key in config}
     try:
         return model.model_validate(values)
     except ValidationError as error:
         raise Seq2FinalError(one_line(error, model, where)) from None
-
-
-def settings_check(
-    model: type[StrictModel], beside: tuple[str, ...] | None = None
-) -> Callable[[Mapping[str, Any], str], None]:
-    """A mode's ``check``: its block's settings read with :func:`settings_of`, before any work."""
-
-    def check(config: Mapping[str, Any], where: str) -> None:
-        settings_of(model, config, where, beside)
-
-    return check

@@ -39,7 +39,7 @@ from seq2final.methods.base import (
     from_step0,
     method,
 )
-from seq2final.methods.context import Context, settings_check, settings_of, space_of
+from seq2final.methods.context import Context, settings_of, space_of
 from seq2final.methods.final import continue_chains, fine_tune_chain
 from seq2final.methods.historical import fine_tuned_step
 from seq2final.training.continual import (
@@ -73,7 +73,6 @@ class MemorySettings(StrictModel):
 
 
 def _check_si(config: Mapping[str, Any], where: str) -> None:
-    settings_of(SISettings, config, where)
     if "si_c" not in (config.get("space") or {}):
         raise Seq2FinalError(
             f"{where}.space has no 'si_c': SI's weight c of its pull towards the last step; "
@@ -97,6 +96,7 @@ def _si_start(
     "sequential_si",
     "a sequential chain pulled towards the last step by SI's importance (SI)",
     start=_si_start,
+    settings=SISettings,
     check=_check_si,
     terms=("si",),
 )
@@ -139,7 +139,7 @@ def episodic_memory(ctx: Context, steps: int, capacity: int) -> TensorSplit:
     "a sequential chain whose steps never point against an episodic memory's gradient (A-GEM)",
     start=from_step0,
     uses_step0=True,
-    check=settings_check(MemorySettings),
+    settings=MemorySettings,
 )
 def _sequential_agem(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
@@ -156,7 +156,7 @@ def _sequential_agem(
     "agem",
     "fine-tune on the final step with A-GEM's projection against a memory of steps 0..T−1",
     ("model",),
-    check=settings_check(MemorySettings),
+    settings=MemorySettings,
 )
 def _agem_final(
     ctx: Context, config: Mapping[str, Any], state: HistoricalState | None

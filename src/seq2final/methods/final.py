@@ -11,8 +11,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from pydantic import Field
 from torch import nn
 
+from seq2final.core.schema import StrictModel
 from seq2final.methods.base import (
     FinalOutcome,
     FinalRunner,
@@ -20,7 +22,7 @@ from seq2final.methods.base import (
     ModelChain,
     final_mode,
 )
-from seq2final.methods.context import Context, space_of
+from seq2final.methods.context import Context, settings_of, space_of
 from seq2final.methods.side_tuning import side_fit
 from seq2final.models import JointModel, build_model
 from seq2final.training.engine import accuracy
@@ -213,11 +215,18 @@ final_mode(
 )(_side_final("block"))
 
 
+class JointSettings(StrictModel):
+    """A joint model's weight of the final step's loss against each earlier step's 1."""
+
+    final_weight: float = Field(default=3.0, gt=0)
+
+
 def _joint(mode: str, side_module: str, stem_head: str) -> FinalRunner:
     def run(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
         steps = ctx.sequence.num_steps
         names = list(build_model(ctx.arch, ctx.num_classes).layer_names)
-        weights = [1.0] * (steps - 1) + [float(config.get("final_weight", 3.0))]
+        final_weight = settings_of(JointSettings, config, "final_modes").final_weight
+        weights = [1.0] * (steps - 1) + [final_weight]
         task = Task(
             [ctx.split(t, "train") for t in range(steps)],
             ctx.split(-1, "valid"),
@@ -248,6 +257,7 @@ final_mode(
     "one joint model over all steps, separate modules per step, adjacent L2 (JM)",
     ("nothing",),
     terms=("joint", "adjacency"),
+    settings=JointSettings,
 )(_joint("separate", "block", "separate"))
 final_mode(
     "joint_side_1",
@@ -256,6 +266,7 @@ final_mode(
     side_module="one_layer",
     block_equivalent="joint_side_b",
     terms=("joint", "adjacency"),
+    settings=JointSettings,
 )(_joint("side_tune", "one_layer", "summed"))
 final_mode(
     "joint_side_b",
@@ -263,4 +274,5 @@ final_mode(
     ("nothing",),
     side_module="block",
     terms=("joint", "adjacency"),
+    settings=JointSettings,
 )(_joint("side_tune", "block", "summed"))

@@ -52,7 +52,7 @@ from seq2final.methods.base import (
     from_step0,
     method,
 )
-from seq2final.methods.context import Context, settings_check, settings_of, space_of
+from seq2final.methods.context import Context, settings_of, space_of
 from seq2final.methods.final import chain_space, continue_chains, stage_name
 from seq2final.models import BasicBlock, ConvBN, DenseBlock, Stem
 from seq2final.training import ModelWrapper, SearchSpace, Task, clone_model
@@ -215,12 +215,8 @@ class GatingAdapters(ModelWrapper):
         return [(self.settings.gate_epochs, [f"{GATES}."]), (None, None)]
 
 
-_BESIDE = ("space",)  # the block's other key: the search space
-_check = settings_check(GateSettings, _BESIDE)
-
-
 def _settings(config: Mapping[str, Any], where: str) -> GateSettings:
-    return settings_of(GateSettings, config, where, _BESIDE)
+    return settings_of(GateSettings, config, where)
 
 
 def gated_fit(
@@ -251,7 +247,7 @@ _ADAPTERS = GatingAdapters()  # the default settings: what the run's checks wrap
     "(Feature Forgetting's adapters)",
     start=from_step0,
     uses_step0=True,
-    check=_check,
+    settings=GateSettings,
     wrapper=_ADAPTERS,
 )
 def _sft_gated(
@@ -268,7 +264,7 @@ def _sft_gated(
     "ft_gated",
     "fine-tune on the final step with gating adapters reset to open, folded into the model",
     ("model",),
-    check=_check,
+    settings=GateSettings,
     wrapper=_ADAPTERS,
 )
 def _ft_gated(

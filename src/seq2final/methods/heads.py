@@ -24,18 +24,18 @@ plugin would be (docs/extending.md).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.schema import StrictModel
 from seq2final.methods.base import FinalOutcome, HistoricalState, ModelChain, final_mode, method
-from seq2final.methods.context import Context, space_of
+from seq2final.methods.context import Context, settings_of, space_of
 from seq2final.methods.final import continue_chains, stage_name
 from seq2final.training import Engine, Task, TensorSplit, clone_model, predict_logits
 
-METRICS = ("euclidean", "cosine")
 ABSENT_LOGIT = -1.0e9
 """The bias of a class the final step's training split has no image of: never predicted."""
 
@@ -137,16 +137,10 @@ def nearest_mean_model(ctx: Context, chain: ModelChain, metric: str, stage: str)
     return model
 
 
-def _metric(config: Mapping[str, Any], where: str) -> str:
-    metric = config.get("metric", METRICS[0])
-    if metric not in METRICS:
-        raise Seq2FinalError(f"{where}.metric '{metric}': valid: {', '.join(METRICS)}")
-    return str(metric)
+class NcmSettings(StrictModel):
+    """``ncm``'s distance to the class means (NED: Euclidean; cosine as its detection uses)."""
 
-
-def _check_metric(config: Mapping[str, Any], where: str) -> None:
-    """The run's checks, before any work: ``ncm``'s metric is one it knows."""
-    _metric(config, where)
+    metric: Literal["euclidean", "cosine"] = "euclidean"
 
 
 @final_mode(
@@ -154,11 +148,11 @@ def _check_metric(config: Mapping[str, Any], where: str) -> None:
     "a nearest-class-mean head on the historical model's features (NED's NCM): no training",
     ("model",),
     config_keys=(),
-    check=_check_metric,
+    settings=NcmSettings,
 )
 def _ncm(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
     assert state is not None
-    metric = _metric(config, "final_modes.ncm")
+    metric = settings_of(NcmSettings, config, "final_modes.ncm").metric
     return continue_chains(
         ctx, state, lambda name, chain: nearest_mean_model(ctx, chain, metric, stage_name(name, "ncm")),
         None,

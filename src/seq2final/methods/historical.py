@@ -26,7 +26,7 @@ from seq2final.methods.base import (
 )
 from seq2final.methods.context import Context, space_of
 from seq2final.methods.final import stage_name
-from seq2final.methods.schedules import selected_schedules, step_space
+from seq2final.methods.schedules import ScheduleSettings, selected_schedules, step_space
 from seq2final.methods.side_tuning import side_fit
 from seq2final.training.loop import clone_model
 from seq2final.training.objectives import Task, fisher_information, parameters_of
@@ -99,6 +99,7 @@ def _schedule_starts(
     "a chain of models, each fine-tuned from the previous on its step (SFT)",
     start=_schedule_starts,
     uses_step0=True,
+    settings=ScheduleSettings,
 )
 def _sequential(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int

@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import Field
+
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.schema import StrictModel
 from seq2final.methods.context import space_of
 from seq2final.training.search import SearchSpace
 
@@ -30,6 +33,14 @@ def schedule_lr(schedule: Mapping[str, Any], step: int) -> float | None:
     if kind == "exponential":
         return float(schedule["start"]) * float(schedule["factor"]) ** step
     return None
+
+
+class ScheduleSettings(StrictModel):
+    """A chain's learning-rate schedules beside its search space (the paper's SFT): each by name,
+    and which of them each budget runs (all, where a budget is not listed)."""
+
+    schedules: dict[str, dict[str, Any]] = Field(default_factory=lambda: {"none": {"kind": "none"}})
+    budget_schedules: dict[str, list[str]] = Field(default_factory=dict)
 
 
 def check_schedules(config: Mapping[str, Any], final_step: int, budget: str, where: str) -> None:

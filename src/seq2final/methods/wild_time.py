@@ -30,7 +30,7 @@ from seq2final.methods.base import (
     historical_mode,
     method,
 )
-from seq2final.methods.context import Context, space_of
+from seq2final.methods.context import Context, settings_of, space_of
 from seq2final.training.mixing import BatchMixing
 from seq2final.training.objectives import Task
 from seq2final.training.tensors import TensorSplit
@@ -92,20 +92,32 @@ over the windows (``irm_v1``, the default), or the Seq-to-Final paper's original
 per-class vector, summed over them (the ``irm`` term the paper's IRM keeps)."""
 
 
+class WindowSettings(StrictModel):
+    """A ``-T`` mode's settings beside its search space: the windows its objective's domains are."""
+
+    windows: Windows = Field(default_factory=Windows)
+
+
+class IrmWindowSettings(WindowSettings):
+    """IRM-T's: its windows, and the dummy multiplier of its penalty (``IRM_DUMMIES``)."""
+
+    irm_dummy: Literal["scalar", "per_class"] = "scalar"
+
+
+class MixSettings(StrictModel):
+    """A mixing mode's Beta concentration α (Wild-Time: 2, so λ ~ Beta(2, 2))."""
+
+    mix_alpha: float = Field(default=2.0, gt=0)
+
+
 def irm_objective(config: Mapping[str, Any], where: str) -> str:
     """The loss term IRM-T trains with, from its ``irm_dummy`` key (default ``scalar``)."""
-    dummy = config.get("irm_dummy", "scalar")
-    if dummy not in IRM_DUMMIES:
-        raise Seq2FinalError(f"{where}.irm_dummy {dummy!r}: valid: {', '.join(IRM_DUMMIES)}")
-    return IRM_DUMMIES[dummy]
+    return IRM_DUMMIES[settings_of(IrmWindowSettings, config, where).irm_dummy]
 
 
 def mix_alpha(config: Mapping[str, Any], where: str) -> float:
-    """A mixing mode's Beta concentration α (Wild-Time: 2, so λ ~ Beta(2, 2))."""
-    alpha = config.get("mix_alpha", 2.0)
-    if not isinstance(alpha, int | float) or alpha <= 0:
-        raise Seq2FinalError(f"{where}.mix_alpha {alpha!r}: valid: a positive number")
-    return float(alpha)
+    """A mixing mode's Beta concentration α."""
+    return settings_of(MixSettings, config, where).mix_alpha
 
 
 def _task(
@@ -121,18 +133,6 @@ def _task(
         return Task(domains, valid, objective=objective)
     pooled = TensorSplit.concat([ctx.split(t, "train") for t in range(last + 1)])
     return Task([pooled], valid, callbacks=[BatchMixing(kind, mix_alpha(config, where))])
-
-
-def _check(kind: str):  # noqa: ANN202 - a checker of one mode's block
-    def check(config: Mapping[str, Any], where: str) -> None:
-        if kind in ("coral", "irm", "dro"):
-            windows_of(config, where)
-            if kind == "irm":
-                irm_objective(config, where)
-        else:
-            mix_alpha(config, where)
-
-    return check
 
 
 def _final(kind: str) -> FinalRunner:
@@ -160,6 +160,10 @@ def _historical(kind: str) -> HistoricalTrainer:
     return train
 
 
+_SETTINGS: dict[str, type[StrictModel]] = {
+    "coral": WindowSettings, "irm": IrmWindowSettings, "dro": WindowSettings,
+    "mixup": MixSettings, "lisa": MixSettings,
+}  # fmt: skip
 _NAMES = {"coral": "coral_t", "irm": "irm_t", "dro": "dro_t", "mixup": "mixup", "lisa": "lisa"}
 _TEXTS = {
     "coral": ("CORAL between time windows", "CORAL-T", "Sun & Saenko 2016; over time, Yao et al. 2022"),
@@ -172,11 +176,11 @@ _TEXTS = {
 for _kind, (_text, _column, _citation) in _TEXTS.items():
     _name = _NAMES[_kind]
     _terms = (_kind,) if _kind in ("coral", "irm", "dro") else ()
-    historical_mode(_name, f"{_text}, on steps 0..T−1", check=_check(_kind), terms=_terms)(
+    historical_mode(_name, f"{_text}, on steps 0..T−1", settings=_SETTINGS[_kind], terms=_terms)(
         _historical(_kind)
     )
     final_mode(
-        f"all_{_name}", f"{_text}, on all steps 0..T", ("nothing",), check=_check(_kind),
+        f"all_{_name}", f"{_text}, on all steps 0..T", ("nothing",), settings=_SETTINGS[_kind],
         terms=_terms, pooled=True,
     )(_final(_kind))  # fmt: skip
     method(_name, "none", f"all_{_name}", _column, None, _citation)

@@ -70,7 +70,7 @@ def select_sequence(
         recorded, current = changed
         raise MissingPrerequisiteError(
             f"sequence '{spec.key}' was drawn from other {spec.dataset} data than "
-            f"{spec.data_path or options['raw_dir']} holds now (fingerprint {recorded}, now "
+            f"{spec.data_path or options.raw_dir} holds now (fingerprint {recorded}, now "
             f"{current}); rebuild it with: {_command(spec)}"
         )
     return sequence
