@@ -27,6 +27,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/lint-imports
+	$(BIN)/mypy src/seq2final
 
 viz: $(STAMP)
 	$(BIN)/kedro viz build

@@ -66,14 +66,23 @@ class EvaluateOptions(StrictModel):
     confidence: float = Field(default=0.95, gt=0, lt=1)
 
 
+Measure = Literal["intensity", "w2_covariate", "nn1", "support_intensity"]
+CurveKind = Literal["ft", "lp"]
+
+
+def _every_measure() -> list[Measure]:
+    return ["intensity", "w2_covariate", "nn1", "support_intensity"]
+
+
+def _both_kinds() -> list[CurveKind]:
+    return ["ft", "lp"]
+
+
 class RobustnessOptions(StrictModel):
     """``robustness`` block: the shift measures the slopes are fitted on, and the method history's
     value is measured against (docs/intensity.md)."""
 
-    measures: list[Literal["intensity", "w2_covariate", "nn1", "support_intensity"]] = Field(
-        default_factory=lambda: ["intensity", "w2_covariate", "nn1", "support_intensity"],
-        min_length=1,
-    )
+    measures: list[Measure] = Field(default_factory=_every_measure, min_length=1)
     reference: MethodName = "baseline"
 
 
@@ -84,7 +93,7 @@ class CurveOptions(StrictModel):
     step a temporal protocol's view is tested on: its own (``view``) or the whole sequence's
     (``sequence``: states that saw 1, 2, … steps, all on one step)."""
 
-    kinds: list[Literal["ft", "lp"]] = Field(default_factory=lambda: ["ft", "lp"], min_length=1)
+    kinds: list[CurveKind] = Field(default_factory=_both_kinds, min_length=1)
     sizes: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1)
     first_size: int = Field(default=50, ge=1)
     max_epochs: int = Field(default=30, ge=1)

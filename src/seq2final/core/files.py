@@ -26,7 +26,7 @@ def partial_path(path: Path) -> Path:
     return path.with_name(f"{PARTIAL}{uuid.uuid4().hex[:12]}-{path.name}")
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     """Write through a temporary name in the same folder, fsync it, then rename into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = partial_path(path)

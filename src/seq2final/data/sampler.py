@@ -65,7 +65,7 @@ def plan_units(
         )
     ):
         if subpopulations is None:
-            parts = [(None, n, n_test)]
+            parts: list[tuple[int | None, int, int]] = [(None, n, n_test)]
         else:
             parts = list(
                 zip(

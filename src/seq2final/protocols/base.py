@@ -13,7 +13,7 @@ model on every step of the whole sequence (:data:`STEP_SPLITS`), so scoring need
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,7 +205,7 @@ def sequence_options(protocol: str) -> dict[str, Any]:
 
 
 def runnable(
-    wanted: list[RequestedJob], protocol: str, named: str | list[str] | None
+    wanted: Sequence[RequestedJob], protocol: str, named: str | list[str] | None
 ) -> list[RequestedJob]:
     """The requested jobs a temporal protocol's views can train: a final mode that needs the
     oracle draw cannot. Asked for by name (``named``), such a job is refused in one line; among

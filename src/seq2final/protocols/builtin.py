@@ -102,7 +102,8 @@ def _stream_views(num_steps: int, options: ProtocolOptions) -> list[View]:
 def _eval_stream(
     accuracies: Mapping[str, StepAccuracies], num_steps: int, options: ProtocolOptions
 ) -> dict[str, Any]:
-    per_time = []
+    assert options.window is not None, "options_for resolves the window first"
+    per_time: list[dict[str, Any]] = []
     times = stream_times(num_steps, options)
     for t in times:
         window = later_steps(accuracies[prefix(t).name], t, t + options.window)
@@ -111,8 +112,8 @@ def _eval_stream(
                          **continual_scores(accuracies, times, t)})  # fmt: skip
     return {
         "window": options.window,
-        "average": statistics.mean(row["average"] for row in per_time),
-        "worst": statistics.mean(row["worst"] for row in per_time),
+        "average": statistics.mean(float(row["average"]) for row in per_time),
+        "worst": statistics.mean(float(row["worst"]) for row in per_time),
         "p_cl": per_time[-1]["p_cl"],
         "p_forget": per_time[-1]["p_forget"],
         "per_time": per_time,

@@ -41,8 +41,9 @@ LABELS = {
 
 
 def step_table(record: ResultRecord) -> StepAccuracies:
-    """A record's per-step accuracies with integer step keys (JSON keeps them as strings)."""
-    return {int(step): row for step, row in record.step_accuracies.items()}
+    """A record's per-step accuracies with integer step keys (JSON keeps them as strings); none
+    for a record made under the final protocol."""
+    return {int(step): row for step, row in (record.step_accuracies or {}).items()}
 
 
 def protocol_scores(
@@ -55,24 +56,25 @@ def protocol_scores(
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     first: dict[tuple[Any, ...], ResultRecord] = {}  # time 0's model, one for every method
     for record in records:
-        if record.view is None:
+        view_of = record.view
+        if view_of is None:
             continue
-        if len(record.view.steps) == 1:  # protocols.FIRST_MODEL
+        if len(view_of.steps) == 1:  # protocols.FIRST_MODEL
             first[(record.budget, record.arch, record.seed)] = record
             continue
         cell = (record.budget, record.arch, shown_name(record), record.seed)
         if cell not in groups:
             groups[cell] = {
-                "views": {}, "records": {}, "num_steps": len(record.step_accuracies),
+                "views": {}, "records": {}, "num_steps": len(record.step_accuracies or {}),
                 "options": options_for(options, record.sequence, record.dataset),
             }  # fmt: skip
-        view = record.view.name
+        view = view_of.name
         groups[cell]["views"][view] = step_table(record)
         groups[cell]["records"][view] = record
     rows = []
     for (budget, arch, method, seed), group in sorted(groups.items(), key=str):
         shared = first.get((budget, arch, seed))
-        if shared is not None:
+        if shared is not None and shared.view is not None:
             group["views"].setdefault(shared.view.name, step_table(shared))
             group["records"].setdefault(shared.view.name, shared)
         wanted = [view.name for view in chosen.views(group["num_steps"], group["options"])]

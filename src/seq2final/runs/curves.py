@@ -65,7 +65,10 @@ class CurveSource:
 
 def _final_splits(sequence: ShiftSequence) -> tuple[TensorSplit, TensorSplit, TensorSplit]:
     final = sequence.step(-1)
-    return tuple(TensorSplit.from_arrays(*final.split(name)) for name in ("train", "valid", "test"))
+    train, valid, test = (
+        TensorSplit.from_arrays(*final.split(n)) for n in ("train", "valid", "test")
+    )
+    return train, valid, test
 
 
 def curve_sizes(options: CurveOptions, available: int) -> list[int]:

@@ -9,6 +9,7 @@ work is reused and an interrupted run resumes where it stopped. A key is trained
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -336,7 +337,7 @@ def each_missing(
         for key, label in items:
             trained = False
             if not (stored(key) and not force):
-                with claim(root, key, done=lambda key=key: stored(key)) as claimed:
+                with claim(root, key, done=functools.partial(stored, key)) as claimed:
                     if claimed and not (stored(key) and not force):
                         with progress.item(label) as shown:
                             shown.note = train(key)
@@ -399,7 +400,7 @@ def train_jobs(
         try:
             start = None if job.warm_start is None else store.model(job.warm_start)
             outcome, ctx = fit_job(plan, job, sequence, states.get(job.state_key or ""),
-                                   costs.get(job.state_key, {}), start)  # fmt: skip
+                                   costs.get(job.state_key or "", {}), start)  # fmt: skip
             store.put(key, outcome.record, outcome.model, outcome.curves)
         except BaseException as error:  # the study and its checkpoint stay, so a rerun resumes
             if tracker is not None and run_id is not None:

@@ -9,6 +9,7 @@ settled. The driver only plans and waits; its own time per job is measured and r
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections import Counter
@@ -209,7 +210,7 @@ class Sweep:
                 done, _ = wait(list(self._tasks), timeout=5, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 done = set()
-            self._drive(lambda done=done: self._follow(done, started))
+            self._drive(functools.partial(self._follow, done, started))
             line = self._line
             if line != last_line or time.monotonic() - last_time > 60:
                 self.say(line)

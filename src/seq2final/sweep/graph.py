@@ -75,7 +75,7 @@ def parse_request(
     if methods and pairs:
         raise Seq2FinalError("give --methods or --pairs, not both")
     method_list = parse_list(methods, "methods", list(METHODS)) if methods else ()
-    pair_list = ()
+    pair_list: tuple[tuple[str, str], ...] = ()
     if pairs:
         pair_list = tuple(_pair(p) for p in parse_list(pairs, "pairs"))
     seed_list: tuple[int | None, ...] = (None,)

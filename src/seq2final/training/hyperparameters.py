@@ -38,11 +38,11 @@ RESERVED = frozenset(dir(Mapping)) | {"_values"}
 
 def default_space(schema: type[BaseModel]) -> dict[str, dict[str, Any]]:
     """Each hyper-parameter's default search-space entry, where its schema declares one."""
-    spaces = {}
+    spaces: dict[str, dict[str, Any]] = {}
     for name, field in schema.model_fields.items():
         extra = field.json_schema_extra
         if isinstance(extra, dict) and "space" in extra:
-            spaces[name] = extra["space"]
+            spaces[name] = dict(extra["space"])  # type: ignore[arg-type]  # JSON, a mapping
     return spaces
 
 
@@ -114,7 +114,8 @@ def declared(schemas: Iterable[tuple[str, type[BaseModel]]]) -> dict[str, str]:
     """Each hyper-parameter name and who declares it, the fit's own first; a name declared twice
     is refused (two parts reading one value would silently share it)."""
     owners: dict[str, str] = {}
-    for owner, schema in (("the fit", FitHyperParameters), *schemas):
+    every: list[tuple[str, type[BaseModel]]] = [("the fit", FitHyperParameters), *schemas]
+    for owner, schema in every:
         for name in schema.model_fields:
             if name in owners:
                 raise Seq2FinalError(

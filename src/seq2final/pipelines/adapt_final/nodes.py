@@ -85,7 +85,7 @@ def _marks(
     order = {name: i for i, name in enumerate(paper_columns())}
     names = sorted(scores, key=lambda n: (-scores[n], order.get(n, len(order)), n))
     best = next((n for n in names if n != ORACLE), None)
-    marks = {name: [] for name in names}
+    marks: dict[str, list[str]] = {name: [] for name in names}
     if best is not None:
         marks[best].append("best")
     if reference in marks:

@@ -69,7 +69,7 @@ def sequence_records(spec: SequenceSpec, results: Mapping[str, ResultRecord]) ->
             record = results[key]
             ours = (record.sequence, record.dataset) == (spec.name, spec.dataset)
             expected = dataclasses.replace(spec, seed=record.seed).key if ours else None
-            cell = (record.budget, record.arch, record.method, record.seed)
+            cell: tuple[Any, ...] = (record.budget, record.arch, record.method, record.seed)
         except Seq2FinalError as error:  # unreadable, or not a record
             where = results.record_path(key) if isinstance(results, ResultStore) else key
             log.warning(
@@ -152,7 +152,7 @@ def compare_methods(
     """
     reference = options.reference
     pairs = [(m, reference) for m in methods if m != reference]
-    pairs += [tuple(p) for p in options.pairs if tuple(p) not in pairs]
+    pairs += [(m, r) for m, r in options.pairs if (m, r) not in pairs]
     rows = [
         paired_comparison(
             records, method, ref, resamples=options.resamples,
