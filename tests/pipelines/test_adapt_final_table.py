@@ -2,15 +2,18 @@
 
 from result_records import make_record
 
+from seq2final.config.parameters import TuningOptions
 from seq2final.core.records import ResultRecord
 from seq2final.pipelines.adapt_final.nodes import run_table
 from seq2final.runs.plans import JobPlan, RunPlan
+from seq2final.training.engine import Engine
+from seq2final.training.search import Budget
 
 
 def _plan(jobs: list[JobPlan]) -> RunPlan:
     return RunPlan(
-        "sequence-key", "digits_clr", "digits", None, "convnet_4", 1007, "tour", {}, {}, {},
-        False, [], jobs,
+        "sequence-key", "digits_clr", "digits", None, "convnet_4", 1007, "tour",
+        Budget(sampler="grid", max_epochs=1), Engine(), TuningOptions(), False, [], jobs,
     )  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from mlflow import MlflowClient
 from mlflow.entities import ViewType
 from result_records import make_record
 
-from seq2final.config.parameters import MlflowOptions
+from seq2final.config.parameters import MlflowOptions, TuningOptions
 from seq2final.core.errors import Seq2FinalError
 from seq2final.runs import training
 from seq2final.runs.plans import JobPlan, RunPlan
@@ -33,6 +33,7 @@ from seq2final.tracking.names import render_name, safe_name
 from seq2final.tracking.pyfunc import ImageClassifier, predict_probabilities
 from seq2final.tracking.summary import SequenceSummary
 from seq2final.training.engine import Engine
+from seq2final.training.search import Budget
 
 TINY = {
     "sequence": "source100:rotation60:corruption100:label_flip60",
@@ -366,8 +367,8 @@ def test_each_trial_is_a_child_run_whose_status_says_how_the_trial_ended(tmp_pat
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     plan = RunPlan(
         sequence_key="s-digits-seed1-0", sequence_name="s", dataset="digits", data_path=None,
-        arch="convnet_1", seed=1, budget_name="smoke", budget={"sampler": "random"},
-        engine=Engine().model_dump(), tuning={}, force=False, states=[], jobs=[],
+        arch="convnet_1", seed=1, budget_name="smoke", budget=Budget(sampler="random", trials=2, max_epochs=1),
+        engine=Engine(), tuning=TuningOptions(), force=False, states=[], jobs=[],
     )  # fmt: skip
     job = JobPlan("job", "ft", ("ft",), "erm", "ft", None, {})
     example = np.zeros((1, 3, 8, 8), np.uint8)

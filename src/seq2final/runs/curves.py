@@ -126,7 +126,7 @@ def curve_key(
     the sequence's data, architecture and seed; the fit's engine options that change what it
     computes (not the device, as for states and jobs); the view it is tested on, the chain, kind,
     size and settings; and the versions of the training code and of the curves' own protocol."""
-    engine = {k: v for k, v in plan.engine_options().results_key().items() if k != "patience"}
+    engine = {k: v for k, v in plan.engine.results_key().items() if k != "patience"}
     settings = {
         "state": source.state_key or {"sequence": plan.sequence_key, "data": data,
                                       "arch": plan.arch, "seed": plan.seed},
@@ -199,7 +199,7 @@ def _maker(
     def make() -> pd.DataFrame:
         if source.state_key is None:  # the reference's initial weights: one draw for every size
             torch.manual_seed(derived_seed(plan.seed, "curves", SCRATCH))
-        point = curve_point(source.make(), kind, *splits, plan.engine_options(),
+        point = curve_point(source.make(), kind, *splits, plan.engine,
                             options.max_epochs, derived_seed(plan.seed, key), options.patience)  # fmt: skip
         return pd.DataFrame([{
             "sequence": plan.sequence_name, "dataset": plan.dataset,

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from seq2final.config.checks import check_mode_configs
+from seq2final.config.parameters import TuningOptions
 from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
 from seq2final.core.records import StepView
 from seq2final.core.schema import one_line
@@ -65,7 +66,8 @@ def plan_run(
     are trained once, and the step-0 model is shared by every view that starts at step 0 as it is.
     """
     budget_name = request["budget"]
-    budget = get_budget(budgets, budget_name).results_key()
+    chosen_budget = get_budget(budgets, budget_name)
+    budget = chosen_budget.results_key()
     engine = Engine(**training)
     try:
         engine.torch_device()  # the device and precision exist here, before anything trains
@@ -168,9 +170,9 @@ def plan_run(
         arch=arch,
         seed=spec.seed,
         budget_name=budget_name,
-        budget=budget,
-        engine=engine.recorded(),
-        tuning=dict(tuning),
+        budget=chosen_budget,
+        engine=engine,
+        tuning=TuningOptions.model_validate(tuning),
         force=bool(request.get("force", False)),
         states=list(states.values()),
         jobs=list(jobs.values()),

@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from seq2final.config.parameters import TuningOptions
 from seq2final.core.records import StepView
 from seq2final.methods import METHODS, job_name
 from seq2final.training.engine import Engine
+from seq2final.training.search import Budget
 
 STEP0 = "step0"
 """The mode name of the step-0 model every sequential mode starts from."""
@@ -76,7 +78,9 @@ class JobPlan:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """Everything one ``kedro run`` trains, resolved and validated before any work."""
+    """Everything one ``kedro run`` trains, resolved and validated before any work. The engine,
+    budget and tuning options are the validated models themselves: what trains reads them as
+    they were checked, never a dict rebuilt into a model again."""
 
     sequence_key: str
     sequence_name: str
@@ -85,19 +89,15 @@ class RunPlan:
     arch: str
     seed: int
     budget_name: str
-    budget: dict[str, Any]
-    engine: dict[str, Any]
-    tuning: dict[str, Any]
+    budget: Budget
+    engine: Engine
+    tuning: TuningOptions
     force: bool
     states: list[StatePlan]
     jobs: list[JobPlan]
     requested: list[tuple[str, str]] = field(default_factory=list)
     protocol: str = "final"
     protocol_options: dict[str, Any] = field(default_factory=dict)
-
-    def engine_options(self) -> Engine:
-        """The engine the plan's fits run with."""
-        return Engine(**self.engine)
 
     def job_params(self, job: JobPlan) -> dict[str, Any]:
         """The run parameters that ask for exactly ``job`` (and the states it needs)."""

@@ -43,7 +43,7 @@ from seq2final.runs.state_store import HistoricalStore
 from seq2final.training.engine import Engine, predict_logits
 from seq2final.training.flops import image_flops
 from seq2final.training.metrics import classification_metrics
-from seq2final.training.search import SearchSpace, get_budget
+from seq2final.training.search import SearchSpace
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.tuner import Tuner
 
@@ -130,19 +130,16 @@ def _split(sequence: ShiftSequence, step: int, split: str) -> TensorSplit:
 
 
 def _context(plan: RunPlan, sequence: ShiftSequence, owner_key: str) -> Context:
-    engine = plan.engine_options()
-    budget = get_budget({plan.budget_name: plan.budget}, plan.budget_name)
-    root = Path(plan.tuning.get("root", "data/06_models/optuna"))
     return Context(
         sequence=sequence,
         arch=plan.arch,
         seed=plan.seed,
-        engine=engine,
-        budget=budget,
+        engine=plan.engine,
+        budget=plan.budget,
         budget_name=plan.budget_name,
-        tuner=Tuner(budget, plan.tuning.get("storage"), root, plan.seed),
+        tuner=Tuner(plan.budget, plan.tuning.storage, Path(plan.tuning.root), plan.seed),
         owner_key=owner_key,
-        device=engine.torch_device(),
+        device=plan.engine.torch_device(),
     )
 
 
@@ -282,7 +279,7 @@ def fit_job(
         "chosen": outcome.chosen,
         "chains": chains,
         "eval_step": outcome.step,
-        "engine": plan.engine,
+        "engine": plan.engine.recorded(),
         "fits": [{k: v for k, v in f.items() if k != "history"} for f in ctx.fits],
         # compute: this job's own fits, every trial included; the historical state and the
         # step-0 model it continues are shared by the methods that continue them, so they are

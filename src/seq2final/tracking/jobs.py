@@ -270,8 +270,8 @@ class JobTracker:
             "final": job.final,
             "historical_state": job.state_key,
             "budget": self.plan.budget_name,
-            **{f"budget.{k}": v for k, v in self.plan.budget.items()},
-            **{f"training.{k}": v for k, v in self.plan.engine.items()},
+            **{f"budget.{k}": v for k, v in self.plan.budget.results_key().items()},
+            **{f"training.{k}": v for k, v in self.plan.engine.recorded().items()},
         }
         self._batch(run_id, params=params)
 
