@@ -33,16 +33,17 @@ def test_wild_times_yearbook_setting_is_the_default_and_bad_blocks_are_one_line(
     assert time_windows(40, Windows())[0] == (36, 37, 38, 39, 40)
     assert len(time_windows(40, Windows())) == 37 and time_windows(40, Windows())[-1][0] == 0
     assert len(time_windows(40, Windows(scheme="sliding"))) == 10
-    with pytest.raises(Seq2FinalError, match=r"final_modes.all_coral_t.windows 'length' = 0"):
+    with pytest.raises(Seq2FinalError, match=r"final_modes.all_coral_t 'windows.length' = 0"):
         windows_of({"windows": {"length": 0}}, "final_modes.all_coral_t")
-    with pytest.raises(Seq2FinalError, match=r"windows 'count' = 0: .*greater than or equal to 1"):
+    with pytest.raises(Seq2FinalError, match=r"'windows.count' = 0: .*greater than or equal to 1"):
         windows_of({"windows": {"count": 0, "scheme": "sliding"}}, "final_modes.all_coral_t")
     with pytest.raises(
-        Seq2FinalError, match=r"windows 'scheme' = 'rolling': .*'nested' or 'sliding'"
+        Seq2FinalError, match=r"'windows.scheme' = 'rolling': .*'nested' or 'sliding'"
     ):
         windows_of({"windows": {"scheme": "rolling"}}, "final_modes.all_coral_t")
     with pytest.raises(
-        Seq2FinalError, match=r"unknown key 'size'; valid: count, length, overlapping, scheme"
+        Seq2FinalError,
+        match=r"unknown key 'windows.size'; valid: count, length, overlapping, scheme",
     ):
         windows_of({"windows": {"size": 3}}, "final_modes.all_coral_t")
 

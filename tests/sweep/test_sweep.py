@@ -178,24 +178,27 @@ def _journal_trials(project):
 SLOW = "budgets.slow.sampler=random,budgets.slow.trials=4,budgets.slow.max_epochs=6"
 
 
-def _running_after(project, finished):
-    """The worker of a trial running once ``finished`` trials of the study are complete."""
+def _running_after(project, finished, after):
+    """(number, worker) of a trial numbered above ``after`` running once ``finished`` trials of
+    the study are complete."""
     if not (project / "data/06_models/optuna/journal.log").exists():
         return None
     for trials in _journal_trials(project).values():
         done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
         live = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
-        if len(done) >= finished and live:
-            return live[0].user_attrs.get("worker")  # set just after the trial starts
+        for trial in live if len(done) >= finished else []:
+            worker = trial.user_attrs.get("worker")  # set just after the trial starts
+            if worker and trial.number > after:
+                return trial.number, worker
     return None
 
 
-def _wait_for_trial_after(project, finished, process):
+def _wait_for_trial_after(project, finished, process, after=-1):
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.1)
-        if worker := _running_after(project, finished):
-            return worker
+        if running := _running_after(project, finished, after):
+            return running
     return None
 
 
@@ -210,11 +213,15 @@ def test_a_killed_worker_then_a_killed_driver_redo_only_their_trials(
     args = ("--archs", "convnet_1", "--methods", "baseline", "--workers", "1", "--budget", "slow")
     command = ("sweep", "--env", "test", "--sequences", "source100:rotation400", "--params", params)
     driver = kedro(project, *command, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    worker = _wait_for_trial_after(project, 1, driver)
-    assert worker is not None, "no trial was seen running after a finished one"
+    running = _wait_for_trial_after(project, 1, driver)
+    assert running is not None, "no trial was seen running after a finished one"
+    killed, worker = running
     os.kill(int(worker.split(":")[-2]), signal.SIGKILL)
-    again = _wait_for_trial_after(project, 2, driver)  # on the worker that replaced it
-    assert again is not None and again != worker, "no trial ran after the worker was replaced"
+    again = _wait_for_trial_after(project, 2, driver, after=killed)  # on the worker replacing it
+    assert again is not None and again[1] != worker, "no trial ran after the worker was replaced"
+    # the new worker failed the killed trial, and only that one, before it went on
+    [trials] = _journal_trials(project).values()
+    assert [t.number for t in trials if t.state.name == "FAIL"] == [killed]
     driver.kill()
     driver.communicate(timeout=60)
     rerun = kedro(project, *command, *args)

@@ -221,11 +221,11 @@ class JointSettings(StrictModel):
     final_weight: float = Field(default=3.0, gt=0)
 
 
-def _joint(mode: str, side_module: str, stem_head: str) -> FinalRunner:
+def _joint(name: str, mode: str, side_module: str, stem_head: str) -> FinalRunner:
     def run(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
         steps = ctx.sequence.num_steps
         names = list(build_model(ctx.arch, ctx.num_classes).layer_names)
-        final_weight = settings_of(JointSettings, config, "final_modes").final_weight
+        final_weight = settings_of(JointSettings, config, f"final_modes.{name}").final_weight
         weights = [1.0] * (steps - 1) + [final_weight]
         task = Task(
             [ctx.split(t, "train") for t in range(steps)],
@@ -258,7 +258,7 @@ final_mode(
     ("nothing",),
     terms=("joint", "adjacency"),
     settings=JointSettings,
-)(_joint("separate", "block", "separate"))
+)(_joint("joint", "separate", "block", "separate"))
 final_mode(
     "joint_side_1",
     "one joint model over all steps with 1-layer side modules (JST-1)",
@@ -267,7 +267,7 @@ final_mode(
     block_equivalent="joint_side_b",
     terms=("joint", "adjacency"),
     settings=JointSettings,
-)(_joint("side_tune", "one_layer", "summed"))
+)(_joint("joint_side_1", "side_tune", "one_layer", "summed"))
 final_mode(
     "joint_side_b",
     "one joint model over all steps with block side modules (JST-B)",
@@ -275,4 +275,4 @@ final_mode(
     side_module="block",
     terms=("joint", "adjacency"),
     settings=JointSettings,
-)(_joint("side_tune", "block", "summed"))
+)(_joint("joint_side_b", "side_tune", "block", "summed"))

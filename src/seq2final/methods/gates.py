@@ -206,17 +206,13 @@ class GatingAdapters(ModelWrapper):
         self.settings = settings or GateSettings()
 
     def configured(self, config: Mapping[str, Any]) -> GatingAdapters:
-        return GatingAdapters(_settings(config, "the gated mode's block"))
+        return GatingAdapters(settings_of(GateSettings, config, "the gated mode's block"))
 
     def wrap(self, model: nn.Module) -> nn.Module:
         return add_gates(model, self.settings.tau, self.settings.gate_scale)
 
     def phases(self) -> list[Phase]:
         return [(self.settings.gate_epochs, [f"{GATES}."]), (None, None)]
-
-
-def _settings(config: Mapping[str, Any], where: str) -> GateSettings:
-    return settings_of(GateSettings, config, where)
 
 
 def gated_fit(
@@ -253,7 +249,7 @@ _ADAPTERS = GatingAdapters()  # the default settings: what the run's checks wrap
 def _sft_gated(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
 ) -> ModelChain:
-    adapters = GatingAdapters(_settings(config, "historical_modes.sft_gated"))
+    adapters = GatingAdapters(settings_of(GateSettings, config, "historical_modes.sft_gated"))
     space = space_of(config, "space", "historical_modes.sft_gated")
     task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), terms=[chain.pull()])
     model = gated_fit(ctx, stage_name(name, f"step{t}"), adapters, space, chain.last, task, False)
@@ -271,7 +267,7 @@ def _ft_gated(
     ctx: Context, config: Mapping[str, Any], state: HistoricalState | None
 ) -> FinalOutcome:
     assert state is not None
-    adapters = GatingAdapters(_settings(config, "final_modes.ft_gated"))
+    adapters = GatingAdapters(settings_of(GateSettings, config, "final_modes.ft_gated"))
     train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
 
     def fit_chain(name: str, chain: ModelChain) -> nn.Module:

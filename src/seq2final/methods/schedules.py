@@ -64,8 +64,11 @@ def check_schedules(config: Mapping[str, Any], final_step: int, budget: str, whe
 
 def selected_schedules(config: Mapping[str, Any], budget_name: str) -> dict[str, Mapping[str, Any]]:
     """The schedules a budget runs: ``budget_schedules[budget]`` or, if not listed, all of them."""
-    schedules = config.get("schedules", {"none": {"kind": "none"}})
-    names = config.get("budget_schedules", {}).get(budget_name, list(schedules))
+    settings = ScheduleSettings.model_validate(
+        {key: config[key] for key in ScheduleSettings.model_fields if key in config}
+    )
+    schedules = settings.schedules
+    names = settings.budget_schedules.get(budget_name, list(schedules))
     unknown = [n for n in names if n not in schedules]
     if unknown:
         raise Seq2FinalError(

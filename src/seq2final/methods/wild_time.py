@@ -15,10 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from seq2final.core.errors import Seq2FinalError
-from seq2final.core.schema import StrictModel, one_line
+from seq2final.core.schema import StrictModel
 from seq2final.methods.base import (
     FinalOutcome,
     FinalRunner,
@@ -79,11 +78,8 @@ def time_windows(present: int, windows: Windows) -> list[tuple[int, ...]]:
 
 
 def windows_of(config: Mapping[str, Any], where: str) -> Windows:
-    """A mode's ``windows`` block, checked (one line naming the bad key or value)."""
-    try:
-        return Windows.model_validate(config.get("windows", {}))
-    except ValidationError as error:
-        raise Seq2FinalError(one_line(error, Windows, f"{where}.windows")) from None
+    """A ``-T`` mode's windows, read through its settings (one line naming a bad value)."""
+    return settings_of(WindowSettings, config, where).windows
 
 
 IRM_DUMMIES = {"scalar": "irm_v1", "per_class": "irm"}

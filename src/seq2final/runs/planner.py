@@ -172,7 +172,7 @@ def plan_run(
         budget_name=budget_name,
         budget=chosen_budget,
         engine=engine,
-        tuning=TuningOptions.model_validate(tuning),
+        tuning=_tuning(tuning),
         force=bool(request.get("force", False)),
         states=list(states.values()),
         jobs=list(jobs.values()),
@@ -180,6 +180,15 @@ def plan_run(
         protocol=name,
         protocol_options=options,
     )
+
+
+def _tuning(raw: Mapping[str, Any]) -> TuningOptions:
+    """The ``tuning`` block, in one line if bad (a run checked it already; the sweep and the
+    benchmarks plan from raw parameters)."""
+    try:
+        return TuningOptions.model_validate(raw)
+    except ValidationError as error:
+        raise Seq2FinalError(one_line(error, TuningOptions, "tuning")) from None
 
 
 def _grown(
