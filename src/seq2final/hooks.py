@@ -138,7 +138,9 @@ class RunSummaryHook:
                 experiment = mlflow.MlflowClient().get_experiment_by_name(names.experiment)
             except MlflowException:  # the server went away after the run: the UI's front page
                 experiment = None
-            where = ui_url(mlflow.get_tracking_uri(), experiment and experiment.experiment_id)
+            where = ui_url(
+                mlflow.get_tracking_uri(), experiment.experiment_id if experiment else None
+            )
             lines.append(
                 f"MLflow: experiment '{names.experiment}' at {where}"
                 + ("" if where.startswith(mlflow.get_tracking_uri()) else " (`make mlflow`)")

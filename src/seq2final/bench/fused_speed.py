@@ -68,7 +68,7 @@ def measure_fused_speed(
         synchronize(device)
         return time.perf_counter() - start
 
-    rows = []
+    rows: list[dict[str, float | int | str]] = []
     for arch in archs:
         sides = {"sequential": sequential, "fused": fused}
         for run in sides.values():  # warm-up: allocator, kernels, lazy initialisations

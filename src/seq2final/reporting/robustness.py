@@ -44,19 +44,19 @@ def fit_line(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
     """The least-squares line of ``y`` on ``x``: slope, its two-sided 95 % interval (Student's t
     with n − 2 degrees of freedom), intercept and R². With two points the interval and R² say
     nothing, so they are NaN; with fewer, or no spread in ``x``, everything is."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     nothing = {"slope": math.nan, "low": math.nan, "high": math.nan, "intercept": math.nan,
-               "r2": math.nan, "points": len(x)}  # fmt: skip
-    if len(x) < 2 or np.ptp(x) == 0:
+               "r2": math.nan, "points": len(xs)}  # fmt: skip
+    if len(xs) < 2 or np.ptp(xs) == 0:
         return nothing
     from scipy import stats  # lazy: see docs/architecture.md, "Start-up"
 
-    fit = stats.linregress(x, y)
-    if len(x) == 2:
+    fit = stats.linregress(xs, ys)
+    if len(xs) == 2:
         return {**nothing, "slope": fit.slope, "intercept": fit.intercept}
-    half = stats.t.ppf(0.5 + CONFIDENCE / 2, len(x) - 2) * fit.stderr
+    half = stats.t.ppf(0.5 + CONFIDENCE / 2, len(xs) - 2) * fit.stderr
     return {"slope": fit.slope, "low": fit.slope - half, "high": fit.slope + half,
-            "intercept": fit.intercept, "r2": fit.rvalue**2, "points": len(x)}  # fmt: skip
+            "intercept": fit.intercept, "r2": fit.rvalue**2, "points": len(xs)}  # fmt: skip
 
 
 def robustness_slopes(deltas: pd.DataFrame, measures: Sequence[str]) -> pd.DataFrame:

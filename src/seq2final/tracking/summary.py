@@ -65,6 +65,7 @@ class SequenceSummary:
                 self.client.set_terminated(run.info.run_id, "FINISHED")
                 # Workers racing here each create one; all keep the oldest, the others go.
                 winner = self._settled_oldest(experiment, tags)
+                assert winner is not None, "the run made here is one of them"
                 if winner != run.info.run_id:
                     self.client.delete_run(run.info.run_id)
             self._run_id = winner

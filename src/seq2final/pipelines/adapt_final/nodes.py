@@ -111,7 +111,7 @@ def result_rows(
     scores = {name: results[job.key].test_accuracy for name, job in jobs.items()}
     reference = _row_name(plan, reference)
     names, notes, best, shown_reference = _marks(scores, reference)
-    rows = {}
+    rows: dict[str, tuple[str, ...]] = {}
     for name in names:
         record = results[jobs[name].key]
         rows[name] = (
