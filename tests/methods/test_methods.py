@@ -62,7 +62,7 @@ def test_paper_budget_evaluates_exactly_the_papers_grids(project_parameters):
     assert {finals[f"all_{n}"] for n in wild_time} == {_grid(h[n]) for n in wild_time} == {8}
     assert _grid(f["lp_ft"], "head_space") == 8
     # SFT: all six schedules; `none` tunes lr (8 per step), the others fix it (4 per step).
-    schedules = selected_schedules(h["sequential"], "paper")
+    schedules = selected_schedules(h["sequential"], "paper", "historical_modes.sequential")
     assert len(schedules) == 6
     space = SearchSpace.parse(h["sequential"]["space"], "s")
     sizes = [
@@ -98,7 +98,9 @@ def test_no_method_and_no_modes_means_every_method():
     assert resolve_request(None, None, "scratch") == [("baseline", "none", "scratch")]
     with pytest.raises(Seq2FinalError, match="unknown schedule"):
         selected_schedules(
-            {"schedules": {"none": {"kind": "none"}}, "budget_schedules": {"x": ["cosine"]}}, "x"
+            {"schedules": {"none": {"kind": "none"}}, "budget_schedules": {"x": ["cosine"]}},
+            "x",
+            "historical_modes.sequential",
         )
 
 

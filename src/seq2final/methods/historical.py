@@ -90,7 +90,7 @@ def _schedule_starts(
     assert step0 is not None
     return {
         name: ModelChain([step0()], step_space(config, schedule, 1, _SFT).describe())
-        for name, schedule in selected_schedules(config, ctx.budget_name).items()
+        for name, schedule in selected_schedules(config, ctx.budget_name, _SFT).items()
     }
 
 
@@ -104,7 +104,7 @@ def _schedule_starts(
 def _sequential(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
 ) -> ModelChain:
-    schedule = selected_schedules(config, ctx.budget_name)[name]
+    schedule = selected_schedules(config, ctx.budget_name, _SFT)[name]
     task = Task([ctx.split(t, "train")], ctx.split(t, "valid"))
     grown = fine_tuned_step(ctx, name, chain, t, step_space(config, schedule, t, _SFT), task)
     # the continuation of the chain (the final step, or the next time's) gets the next step's rate

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel
-from seq2final.methods.context import space_of
+from seq2final.methods.context import settings_of, space_of
 from seq2final.training.search import SearchSpace
 
 SCHEDULE_FIELDS = {"none": (), "linear": ("start", "decrement"), "exponential": ("start", "factor")}
@@ -47,9 +47,10 @@ def check_schedules(config: Mapping[str, Any], final_step: int, budget: str, whe
     """The budget's schedules are well formed and keep a positive rate up to the final step."""
     if "schedules" not in config:
         return
-    if not selected_schedules(config, budget):
+    selected = selected_schedules(config, budget, where)
+    if not selected:
         raise Seq2FinalError(f"{where}.budget_schedules.{budget} lists no schedule")
-    for name, schedule in selected_schedules(config, budget).items():
+    for name, schedule in selected.items():
         for step in range(1, final_step + 1):
             try:
                 lr = schedule_lr(schedule, step)
@@ -62,11 +63,11 @@ def check_schedules(config: Mapping[str, Any], final_step: int, budget: str, whe
                 )
 
 
-def selected_schedules(config: Mapping[str, Any], budget_name: str) -> dict[str, Mapping[str, Any]]:
+def selected_schedules(
+    config: Mapping[str, Any], budget_name: str, where: str
+) -> dict[str, Mapping[str, Any]]:
     """The schedules a budget runs: ``budget_schedules[budget]`` or, if not listed, all of them."""
-    settings = ScheduleSettings.model_validate(
-        {key: config[key] for key in ScheduleSettings.model_fields if key in config}
-    )
+    settings = settings_of(ScheduleSettings, config, where)
     schedules = settings.schedules
     names = settings.budget_schedules.get(budget_name, list(schedules))
     unknown = [n for n in names if n not in schedules]

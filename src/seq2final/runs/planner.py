@@ -66,8 +66,8 @@ def plan_run(
     are trained once, and the step-0 model is shared by every view that starts at step 0 as it is.
     """
     budget_name = request["budget"]
-    chosen_budget = get_budget(budgets, budget_name)
-    budget = chosen_budget.results_key()
+    budget = get_budget(budgets, budget_name)
+    budget_key = budget.results_key()  # what the keys hold of it
     engine = Engine(**training)
     try:
         engine.torch_device()  # the device and precision exist here, before anything trains
@@ -100,13 +100,13 @@ def plan_run(
     states: dict[str, StatePlan] = {}
     jobs: dict[str, JobPlan] = {}
     requested = []
-    whole = key_base(spec, arch, budget, engine.results_key(), data)
+    whole = key_base(spec, arch, budget_key, engine.results_key(), data)
     previous: dict[str, str] = {}  # each requested job's key at the previous time (warm starts)
     for problem, view in problems:
         check_mode_configs(
             historical_modes, final_modes, step0_space, problem.num_targets, budget_name
         )
-        base = key_base(problem, arch, budget, engine.results_key(), data)
+        base = key_base(problem, arch, budget_key, engine.results_key(), data)
         # what a state is keyed by: the sequence, or its history alone (the final step unseen)
         held = base if history is None else {**base, "sequence": None, "data": history}
         # step 0 of a view is the sequence's own unless the view mixes its training images
@@ -170,7 +170,7 @@ def plan_run(
         arch=arch,
         seed=spec.seed,
         budget_name=budget_name,
-        budget=chosen_budget,
+        budget=budget,
         engine=engine,
         tuning=_tuning(tuning),
         force=bool(request.get("force", False)),
