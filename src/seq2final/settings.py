@@ -6,9 +6,8 @@ from seq2final.core.known_warnings import silence_known_warnings
 silence_known_warnings()  # before the imports below, which set some of them off
 plain_when_piped()  # Kedro has configured logging by now: one line per record in a log file
 
-from kedro.config import OmegaConfigLoader  # noqa: E402
-
 from seq2final.config.checks import CheckedParameters  # noqa: E402
+from seq2final.config.loader import CachedConfigLoader  # noqa: E402
 from seq2final.hooks import RunSummaryHook, ValidateParametersHook  # noqa: E402
 from seq2final.tracking.kedro_hook import TrackingHook  # noqa: E402
 
@@ -21,7 +20,7 @@ DISABLE_HOOKS_FOR_PLUGINS = (
     "kedro-mlflow",
 )  # the name as installed, either spelling
 
-CONFIG_LOADER_CLASS = OmegaConfigLoader
+CONFIG_LOADER_CLASS = CachedConfigLoader
 CONFIG_LOADER_ARGS = {
     "base_env": "base",
     "default_run_env": "local",

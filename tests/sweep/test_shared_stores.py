@@ -115,26 +115,6 @@ def test_racing_workers_create_one_experiment_and_one_summary_run(mlflow_server)
     assert [r.info.run_id for r in alive] == list(runs)
 
 
-@pytest.fixture
-def dask_cluster(tmp_path):
-    """A Dask scheduler and one worker, started as separate processes as on a real cluster."""
-    port = free_port()
-    scheduler = subprocess.Popen(
-        [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
-         "--dashboard-address", ":0"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    worker = subprocess.Popen(
-        [str(BIN / "dask"), "worker", f"tcp://127.0.0.1:{port}", "--nthreads", "1",
-         "--nworkers", "1", "--dashboard-address", ":0", "--local-directory", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    yield f"tcp://127.0.0.1:{port}"
-    for process in (worker, scheduler):
-        process.terminate()
-        process.wait(timeout=30)
-
-
 def sweep(project, *args):
     return subprocess.run(
         [str(BIN / "kedro"), "sweep", "--env", "test", "--sequences", "source100:rotation60",

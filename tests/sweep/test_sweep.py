@@ -50,11 +50,14 @@ def test_a_sweep_on_two_local_workers_finishes_and_a_second_run_trains_nothing(p
     assert dry.exit_code == 0, dry.output
     assert "1 sequences (0 done), 2 states (0 done), 4 jobs (0 done)" in dry.output
     assert not (project / "data/03_primary").exists()  # a dry run builds and trains nothing
-    done = sweep(project, "--archs", "convnet_1,convnet_2", "--methods", "ft,baseline",
-                 "--workers", "2")  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "Sweep: 1 sequences (0 done), 2 states (0 done), 4 jobs (0 done)" in done.stdout
-    assert "ran 1 sequence, 2 state, 4 job, 1 evaluate" in done.stdout
+    # the driver in this process (the command line's own start is tested below and in
+    # test_shared_stores.py), its two workers started by Dask
+    done = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", SEQUENCE,
+                                    "--archs", "convnet_1,convnet_2", "--methods", "ft,baseline",
+                                    "--budget", "smoke", "--params", TINY, "--workers", "2"])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert "Sweep: 1 sequences (0 done), 2 states (0 done), 4 jobs (0 done)" in done.output
+    assert "ran 1 sequence, 2 state, 4 job, 1 evaluate" in done.output
     found = records(project)
     assert len(found) == 4
     assert {(r["arch"], r["method"]) for r in found.values()} == {
@@ -63,7 +66,7 @@ def test_a_sweep_on_two_local_workers_finishes_and_a_second_run_trains_nothing(p
     tables = project / "data/08_reporting/result_tables/source100-rotation60-digits"
     assert (tables / "smoke-per_arch.csv").exists()
     assert "Tables: data/08_reporting/result_table_reports/source100-rotation60-digits/" in (
-        done.stdout
+        done.output
     )
     # Every job logged once, over HTTP, with its sequence as the run's dataset input.
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
@@ -88,22 +91,14 @@ def test_a_sweep_on_two_local_workers_finishes_and_a_second_run_trains_nothing(p
     assert {p: p.stat().st_mtime_ns for p in (project / RESULTS).glob("*.json")} == stamps
 
 
-PLUGIN = """
-from seq2final.methods import final_mode
-
-
-@final_mode("explode", "always fails", continues_from=("nothing",), config_keys=())
-def explode(ctx, config, state):
-    raise RuntimeError("this final mode always fails")
-"""
-
-
-def test_a_failing_job_is_reported_with_its_log_while_the_others_finish(project, tmp_path):
-    (tmp_path / "boom_plugin.py").write_text(PLUGIN)
+def test_a_failing_job_is_reported_with_its_log_while_the_others_finish(
+    project, dask_cluster, plugin_folder
+):
+    """On a running cluster (``--scheduler``), with a plugin mode that always fails."""
     done = sweep(
-        project, "--archs", "convnet_1", "--pairs", "none:scratch,none:explode", "--workers", "1",
-        params=f"{TINY},mlflow.enabled=false,plugins=[boom_plugin]",
-        extra_env={"PYTHONPATH": str(tmp_path)},
+        project, "--archs", "convnet_1", "--pairs", "none:scratch,none:explode",
+        "--scheduler", dask_cluster, params=f"{TINY},mlflow.enabled=false,plugins=[boom_plugin]",
+        extra_env={"PYTHONPATH": str(plugin_folder)},
     )  # fmt: skip
     assert done.returncode == 1
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
@@ -302,9 +297,10 @@ def test_the_sweep_command_is_a_project_command():
         assert option in shown.output
 
 
-def test_a_family_sweeps_as_its_members_then_reads_them_together(project):
+def test_a_family_sweeps_as_its_members_then_reads_them_together(project, dask_cluster):
     """``--sequences`` with ``@*`` and ``intensities`` in ``--params``: each member a sequence of
-    the graph, then the ``robustness`` pipeline over them (docs/intensity.md)."""
+    the graph, then the ``robustness`` pipeline over them (docs/intensity.md). The driver runs
+    in this process, on a running cluster."""
     family = "source100:rotation@*/60"
     params = f"{TINY},intensities=[0,90],mlflow.enabled=false"
     dry = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", family,
@@ -314,9 +310,11 @@ def test_a_family_sweeps_as_its_members_then_reads_them_together(project):
     assert f"Families: {family} at intensities [0, 90]" in dry.output
     assert "2 sequences (0 done), 2 states (0 done), 4 jobs (0 done)" in dry.output
     # with shared history, the members' one history trains one state: FT's ERM model
-    done = sweep(project, "--methods", "baseline,ft", "--workers", "1", sequences=family,
-                 params=f"{params},pretrain_historical.shared_history=true")  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", family,
+                                    "--budget", "smoke", "--methods", "baseline,ft",
+                                    "--scheduler", dask_cluster, "--params",
+                                    f"{params},pretrain_historical.shared_history=true"])  # fmt: skip
+    assert done.exit_code == 0, done.output
     assert {r["sequence"] for r in records(project).values()} == {
         "source100:rotation@0/60",
         "source100:rotation@90/60",
@@ -324,7 +322,7 @@ def test_a_family_sweeps_as_its_members_then_reads_them_together(project):
     ft = [r for r in records(project).values() if r["method"] == "ft"]
     assert len(ft) == 2 and len({r["historical_state"] for r in ft}) == 1
     folder = "data/08_reporting/robustness_reports/source100-rotation@I-60-digits/"
-    assert f"Robustness: {folder}" in done.stdout
+    assert f"Robustness: {folder}" in done.output
     assert (project / folder / "smoke-slopes.md").exists()
     # each member was measured before the family was read: its slopes are on the 1-NN distance too
     assert len(list((project / "data/04_feature/shift_distances").glob("*.csv"))) == 2

@@ -17,6 +17,7 @@ from mlflow.store.tracking.dbmodels.initial_models import Base as InitialBase
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import PARTIAL
+from seq2final.tracking import mlflow_io
 from seq2final.tracking.mlflow_io import _unfinished_schema, store_setup_lock
 
 TINY = {
@@ -181,3 +182,25 @@ def test_a_database_of_a_newer_mlflow_is_never_remade(tmp_path):
     assert "\n" not in str(error.value)
     with sqlite3.connect(database) as db:
         assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("ffffffffffff",)
+
+
+def test_a_process_migrates_its_first_new_database_and_copies_it_for_the_next(
+    tmp_path, monkeypatch
+):
+    """The second new database is the first one's bytes, made without MLflow's migrations, and
+    is as whole: runs go into it as into a migrated one."""
+    monkeypatch.setattr(mlflow_io, "_EMPTY_DATABASES", {})
+    migrations = []
+    migrate = mlflow_io._initialize_tables
+    monkeypatch.setattr(mlflow_io, "_initialize_tables", lambda e: migrations.append(migrate(e)))
+    first, second = tmp_path / "a" / "mlflow.db", tmp_path / "b" / "mlflow.db"
+    for database in (first, second):
+        database.parent.mkdir()
+        with store_setup_lock(f"sqlite:///{database}"):
+            pass
+    assert len(migrations) == 1
+    assert second.read_bytes() == first.read_bytes()
+    assert _unfinished_schema(second) is None
+    _with_a_run(second)
+    with sqlite3.connect(second) as db:
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone() == (1,)

@@ -57,10 +57,18 @@ def assert_same_fits(singles, fused):
     assert any(result.best_epoch > 0 for _, result in singles)
 
 
-@pytest.mark.parametrize("arch", ["convnet_4", "resnet_3", "densenet_1"])
-def test_fused_equals_single_fits_at_dropout_zero(arch, learnable):
+@pytest.mark.parametrize(
+    ("arch", "trials", "epochs"),
+    [("convnet_4", 3, EPOCHS), ("resnet_3", 2, 2), ("densenet_1", 2, 2)],
+)
+def test_fused_equals_single_fits_at_dropout_zero(arch, trials, epochs, learnable):
+    """Three trials on a ConvNet; two, for two epochs, on the ResNet and DenseNet, whose float64
+    convolutions are slow on a CPU (a stack of two already tests the batched layers)."""
     task = Task([learnable(60)], learnable(30, seed=1))
-    assert_same_fits(*single_and_fused(lambda: build_model(arch, 10), task))
+    fits = single_and_fused(
+        lambda: build_model(arch, 10), task, HPS[:trials], SEEDS[:trials], epochs=epochs
+    )
+    assert_same_fits(*fits)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

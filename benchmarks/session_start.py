@@ -1,0 +1,72 @@
+"""What a Kedro session of this project costs before its first node, and what the two
+per-process caches save (docs/architecture.md, "Start-up"): the configuration read through
+``CachedConfigLoader`` against Kedro's ``OmegaConfigLoader``, and a new MLflow database copied
+against one made by MLflow's migrations. CPU seconds of this process, like with like in one run.
+
+    .venv/bin/python benchmarks/session_start.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from kedro.config import OmegaConfigLoader
+
+from seq2final.config.loader import CachedConfigLoader
+from seq2final.settings import CONFIG_LOADER_ARGS
+from seq2final.tracking import mlflow_io
+
+PROJECT = Path(__file__).resolve().parents[1]
+KEYS = ("parameters", "catalog", "mlflow")
+
+
+def read_configuration(loader_class: type[OmegaConfigLoader], conf: Path) -> float:
+    """CPU seconds to read the keys a session reads, with a new loader as each session makes."""
+    started = time.process_time()
+    loader = loader_class(str(conf), **CONFIG_LOADER_ARGS)
+    loader.config_patterns.setdefault("mlflow", ["mlflow*", "mlflow*/**"])
+    for key in KEYS:
+        loader[key]
+    return time.process_time() - started
+
+
+def new_database(folder: Path) -> float:
+    started = time.process_time()
+    mlflow_io.prepare_sqlite_store(folder / "mlflow.db")
+    return time.process_time() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    repeats = parser.parse_args().repeats
+    with tempfile.TemporaryDirectory() as temporary:
+        root = Path(temporary)
+        confs = []
+        for i in range(repeats + 1):  # a copy per session, as every test project and sweep has
+            conf = root / f"project{i}" / "conf"
+            shutil.copytree(PROJECT / "conf", conf, ignore=shutil.ignore_patterns("local"))
+            (conf / "local").mkdir()
+            confs.append(conf)
+        rows = {}
+        for loader_class in (OmegaConfigLoader, CachedConfigLoader):
+            read_configuration(loader_class, confs[0])  # the first: imports and a cold cache
+            times = [read_configuration(loader_class, conf) for conf in confs[1:]]
+            rows[loader_class.__name__] = min(times)
+        databases = [new_database(root / f"project{i}") for i in range(repeats + 1)]
+        rows["new MLflow database, migrated"] = databases[0]
+        rows["new MLflow database, copied"] = min(databases[1:])
+    for name, seconds in rows.items():
+        print(f"{name:32s} {seconds:8.3f} s")
+    plain, cached = rows["OmegaConfigLoader"], rows["CachedConfigLoader"]
+    print(f"configuration of a session: {plain / cached:.0f}x less CPU with the cache")
+    migrated, copied = rows["new MLflow database, migrated"], rows["new MLflow database, copied"]
+    print(f"a new MLflow database: {migrated / copied:.0f}x less CPU copied")
+
+
+if __name__ == "__main__":
+    main()
