@@ -12,6 +12,7 @@ from seq2final.methods import (
     HISTORICAL_MODES,
     METHODS,
     HistoricalState,
+    JobNames,
     ModelChain,
     continue_chains,
 )
@@ -142,3 +143,14 @@ def test_sft_keeps_the_best_schedule_on_validation_and_the_first_of_a_tie():
 def test_one_chain_is_no_choice():
     outcome, models = _chain_choice({"main": 0.4})
     assert outcome.chosen == {} and outcome.candidates == {} and outcome.model is models["main"]
+
+
+def test_a_job_is_named_by_its_first_name_in_the_papers_order_wherever_it_is_shown():
+    """One decision for the plan, the records, MLflow and the tables: the ConvNet job asked for
+    as ``st_b`` and ``st_1`` is ``st_1``, whichever was asked first; a plugin's method keeps its
+    own name; a temporal protocol's view is a model of its own in MLflow."""
+    assert JobNames.of("st_b", ["st_b", "st_1"]) == JobNames("st_1", ("st_b",))
+    assert JobNames.of("st_1", ["st_b"]) == JobNames("st_1", ("st_b",))
+    assert JobNames.of("my_method") == JobNames("my_method", ())
+    assert JobNames.of("ft").in_view("0-2") == "ft.0-2"
+    assert JobNames.of("ft").in_view(None) == "ft"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from seq2final.methods.base import METHODS, method
 
@@ -38,13 +39,29 @@ def paper_columns() -> tuple[str, ...]:
     return (*(name for name in METHODS if name != ORACLE), ORACLE)
 
 
-def job_name(method: str, aliases: Iterable[str] = ()) -> str:
-    """The one name a job has in every view (terminal, MLflow, tables, figures, files): its first
-    name in :func:`paper_columns` order, else its method.
+@dataclass(frozen=True)
+class JobNames:
+    """The names a job goes by: the one it has in every view (terminal, MLflow, tables, figures,
+    files) and the other names it answers to. Made only by :meth:`of`, the one place a job's
+    name is decided; plans (``JobPlan.names``) and records (``names_of``) both read it here.
 
     A job can answer to several names: on ConvNets ``st_1`` and ``st_b`` train the same model, so
     the plan keeps one job for both. The paper's tables show it as ST-1 and leave ST-B empty;
     every other view follows, and lists the other names as the job's aliases.
     """
-    names = [method, *aliases]
-    return next((name for name in paper_columns() if name in names), method)
+
+    name: str
+    others: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, method: str, asked: Iterable[str] = ()) -> JobNames:
+        """The names of a job training ``method`` that was asked for as ``asked`` too: its first
+        name in :func:`paper_columns` order, else its method; the others in the order given."""
+        names = list(dict.fromkeys([method, *asked]))
+        name = next((n for n in paper_columns() if n in names), method)
+        return cls(name, tuple(n for n in names if n != name))
+
+    def in_view(self, view: str | None) -> str:
+        """The name of one view's model under a temporal protocol (``ft.0-2``): each view is a
+        model of its own in MLflow."""
+        return self.name if view is None else f"{self.name}.{view}"

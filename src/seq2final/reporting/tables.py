@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from seq2final.core.records import ResultRecord
-from seq2final.methods import ORACLE, job_name, paper_columns
+from seq2final.methods import ORACLE, JobNames, paper_columns
 from seq2final.models import ARCHITECTURES
 
 Style = Literal["", "bold", "italic", "bold_italic"]
@@ -65,10 +65,15 @@ def report_folder(sequence: str, dataset: str) -> str:
     return f"{sequence}-{dataset}".replace(":", "-").replace("/", "-").replace("*", "I")
 
 
+def names_of(record: ResultRecord) -> JobNames:
+    """A finished job's names, read from its record (:class:`seq2final.methods.JobNames`)."""
+    return JobNames.of(record.method, record.aliases)
+
+
 def shown_name(record: ResultRecord) -> str:
-    """The one name a job has everywhere (:func:`seq2final.methods.job_name`): ``st_1`` for the
-    ConvNet job that also answers to ``st_b``."""
-    return job_name(record.method, record.aliases)
+    """The one name a job has everywhere: ``st_1`` for the ConvNet job that also answers to
+    ``st_b``."""
+    return names_of(record).name
 
 
 def total_train_flops(record: ResultRecord) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 
 from seq2final.config.parameters import TuningOptions
 from seq2final.core.records import StepView
-from seq2final.methods import METHODS, job_name
+from seq2final.methods import METHODS, JobNames
 from seq2final.training.engine import Engine
 from seq2final.training.search import Budget
 
@@ -61,19 +61,24 @@ class JobPlan:
     warm_start: str | None = None  # the previous time's job whose model this one starts from
 
     @property
+    def names(self) -> JobNames:
+        """The job's one name in every view and its other names (``st_b`` for the ConvNet job
+        named ``st_1``)."""
+        return JobNames.of(self.method, self.requested)
+
+    @property
     def name(self) -> str:
-        """The job's one name in every view (:func:`seq2final.methods.job_name`)."""
-        return job_name(self.method, self.requested)
+        return self.names.name
+
+    @property
+    def aliases(self) -> list[str]:
+        """The names asked for besides the method trained, as its record keeps them."""
+        return [n for n in self.requested if n != self.method]
 
     @property
     def label(self) -> str:
         """The job as progress lines show it: its one name, and its view under a protocol."""
         return _in_view(self.name, self.view)
-
-    @property
-    def other_names(self) -> list[str]:
-        """The job's other names (``st_b`` for the ConvNet job named ``st_1``)."""
-        return [n for n in dict.fromkeys((self.method, *self.requested)) if n != self.name]
 
 
 @dataclass(frozen=True)

@@ -37,10 +37,10 @@ from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunT
 
 from seq2final.config.parameters import MlflowOptions
 from seq2final.core.records import ResultRecord
-from seq2final.methods import METHODS, job_name
+from seq2final.methods import METHODS, JobNames
 from seq2final.protocols import STEP_SPLITS
 from seq2final.reporting.plots import learning_curves
-from seq2final.reporting.tables import shown_name
+from seq2final.reporting.tables import names_of, shown_name
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.result_store import ResultStore
 from seq2final.tracking.mlflow_io import (
@@ -109,11 +109,11 @@ class JobTracker:
         )
 
     def names(self, job: JobPlan, record: ResultRecord | None = None) -> MlflowNames:
-        """The job's experiment and registered-model names (``record``: see :func:`method_names`)."""
-        method = method_names(job, record)[0]
-        # a temporal protocol's view is a model of its own: its name says which view
-        method = method if job.view is None else f"{method}.{job.view.name}"
-        return MlflowNames.of(self.options, **plan_fields(self.plan, method))
+        """The job's experiment and registered-model names (``record``: see :func:`shown_names`)."""
+        view = job.view.name if job.view is not None else None
+        return MlflowNames.of(
+            self.options, **plan_fields(self.plan, shown_names(job, record).in_view(view))
+        )
 
     def _experiment_id(self, job: JobPlan) -> str:
         name = self.names(job).experiment
@@ -142,7 +142,7 @@ class JobTracker:
             self.client.set_terminated(run_id, "KILLED")
         run = self.client.create_run(
             self._experiment_id(job),
-            run_name=_run_name(self.plan, job, method_names(job, record)[0]),
+            run_name=_run_name(self.plan, job, shown_names(job, record).name),
             tags={**self._tags(job, record), NOTE: self._description(job, record)},
         )
         self._log_params(run.info.run_id, job, record)
@@ -213,7 +213,7 @@ class JobTracker:
             self.client.set_tag(old, "superseded_by", run_id)
         log.info(
             "MLflow: %s logged (%.1f s of tracking in this run so far)",
-            method_names(job, None)[0], self.seconds,
+            job.name, self.seconds,
         )  # fmt: skip
 
     # -- what a job run holds ----------------------------------------------------------------
@@ -221,7 +221,8 @@ class JobTracker:
     def _description(self, job: JobPlan, record: ResultRecord | None) -> str:
         """The run's description (the UI's *Description*): the job in words, and where the rest
         of it is, for a user who opens the run from a list of names."""
-        method, aliases = method_names(job, record)
+        shown = shown_names(job, record)
+        method, aliases = shown.name, shown.others
         paper = METHODS[method].paper_name if method in METHODS else method
         also = f", also `{'`, `'.join(aliases)}`" if aliases else ""
         view = f", steps {job.view.name} of the sequence" if job.view is not None else ""
@@ -234,7 +235,8 @@ class JobTracker:
         )
 
     def _tags(self, job: JobPlan, record: ResultRecord | None = None) -> dict[str, str]:
-        method, aliases = method_names(job, record)
+        shown = shown_names(job, record)
+        method, aliases = shown.name, shown.others
         family = METHODS[job.method].family if job.method in METHODS else "custom"
         tags = {
             "kind": "job",
@@ -265,7 +267,7 @@ class JobTracker:
             "data_path": self.plan.data_path,
             "seed": self.plan.seed,
             "arch": self.plan.arch,
-            "method": method_names(job, record)[0],
+            "method": shown_names(job, record).name,
             "historical": job.historical,
             "final": job.final,
             "historical_state": job.state_key,
@@ -416,22 +418,12 @@ def plan_fields(plan: RunPlan, method: str) -> dict[str, Any]:
     }
 
 
-def method_names(job: JobPlan, record: ResultRecord | None) -> tuple[str, list[str]]:
-    """The name a job goes by in MLflow, and its other names (the tag ``aliases``).
-
-    The name is the one the tables, figures and terminal give the job
-    (:func:`~seq2final.reporting.tables.shown_name`), so a method is found under one name
-    everywhere. A job trained now has no record yet: its names are those the run asked for, which
-    its record will keep. A job trained earlier and logged now goes by its record's names, as in
-    the tables.
-    """
-    if record is None:
-        method, aliases = job.method, [n for n in job.requested if n != job.method]
-    else:
-        method, aliases = record.method, record.aliases
-    shown = job_name(method, aliases)
-    names = dict.fromkeys([method, *aliases])
-    return shown, [name for name in names if name != shown]
+def shown_names(job: JobPlan, record: ResultRecord | None) -> JobNames:
+    """The names a job goes by in MLflow: those the tables, figures and terminal give it, so a
+    method is found under one name everywhere. A job trained now has no record yet: its names
+    are those the run asked for, which its record will keep. A job trained earlier and logged now
+    goes by its record's names, as in the tables."""
+    return job.names if record is None else names_of(record)
 
 
 def _run_name(plan: RunPlan, job: JobPlan, method: str) -> str:

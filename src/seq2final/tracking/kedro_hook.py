@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from seq2final.config.checks import CheckedParameters, sequence_spec
 from seq2final.config.parameters import RunParameters
 from seq2final.core.errors import Seq2FinalError
-from seq2final.methods import job_name, requested_jobs
+from seq2final.methods import JobNames, requested_jobs
 from seq2final.tracking.mlflow_io import store_setup_lock, trash_empty_default_experiment
 from seq2final.tracking.names import (
     MlflowNames,
@@ -205,7 +205,7 @@ def _job_names(run: RunParameters) -> list[MlflowNames]:
     """The names this run's jobs will use, as the tracker will render them (templates checked).
 
     A job asked for under several names (``st_1`` and ``st_b`` on a ConvNet) is one job with one
-    name, the tables' (:func:`~seq2final.methods.job_name`).
+    name, the tables' (:class:`~seq2final.methods.JobNames`).
     """
     spec = sequence_spec(run)
     asked: dict[str, list[str]] = {}
@@ -217,7 +217,7 @@ def _job_names(run: RunParameters) -> list[MlflowNames]:
             sequence=spec.name,
             dataset=spec.dataset,
             arch=run.arch,
-            method=job_name(method, [n for n in names if n != method]),
+            method=JobNames.of(method, names).name,
             budget=run.budget,
             seed=spec.seed,
         )

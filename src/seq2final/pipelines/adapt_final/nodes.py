@@ -72,8 +72,8 @@ def result_title(plan: RunPlan) -> str:
 
 def _method_label(job: JobPlan) -> str:
     """A job's one name, with the other names it answers to (``st_1 (also st_b)``)."""
-    others = job.other_names
-    return job.name + (f" (also {', '.join(others)})" if others else "")
+    names = job.names
+    return names.name + (f" (also {', '.join(names.others)})" if names.others else "")
 
 
 def _marks(
@@ -99,7 +99,7 @@ def _marks(
 def _row_name(plan: RunPlan, name: str) -> str:
     """The row a method appears under: a reference given by an alias (``st_b`` on a ConvNet,
     whose job is ``st_1``) marks its job's row."""
-    return next((job.name for job in plan.jobs if name in job.other_names), name)
+    return next((job.name for job in plan.jobs if name in job.names.others), name)
 
 
 def result_rows(
