@@ -28,7 +28,7 @@ def read_configuration(loader_class: type[OmegaConfigLoader], conf: Path) -> flo
     """CPU seconds to read the keys a session reads, with a new loader as each session makes."""
     started = time.process_time()
     loader = loader_class(str(conf), **CONFIG_LOADER_ARGS)
-    loader.config_patterns.setdefault("mlflow", ["mlflow*", "mlflow*/**"])
+    loader.config_patterns.setdefault("mlflow", ["mlflow*", "mlflow*/**", "**/mlflow*"])
     for key in KEYS:
         loader[key]
     return time.process_time() - started

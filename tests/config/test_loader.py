@@ -1,6 +1,10 @@
 """The configuration loader's cache: one parse per content, and never a stale answer."""
 
+import shutil
+
 import pytest
+from kedro.config import MissingConfigException
+from omegaconf import OmegaConf
 
 from seq2final.config import loader
 from seq2final.config.loader import CachedConfigLoader
@@ -68,3 +72,39 @@ def test_credentials_are_always_read_afresh(tmp_path, parses):
     for _ in range(2):
         assert _loader(conf)["credentials"] == {"db": {"user": "me"}}
     assert parses.count("credentials") == 2
+
+
+def test_globals_given_to_a_loader_are_read_as_it_holds_them(tmp_path, parses):
+    conf = _conf(tmp_path, parameters="lr: ${globals:rate}\n", globals_="rate: 1\n")
+    assert _loader(conf)["parameters"] == {"lr": 1}
+    other = _loader(conf)
+    other["globals"] = {"rate": 2}
+    assert other["parameters"] == {"lr": 2}
+
+
+def test_the_runtime_parameters_type_guard_is_never_skipped(tmp_path, parses):
+    conf = _conf(tmp_path)
+    (conf / "base" / "catalog.yml").write_text('ds: {type: "${runtime_params:t}", filepath: x}\n')
+    params = {"t": "pickle.PickleDataset"}
+    assert _loader(conf, runtime_params=params)["catalog"]["ds"]["type"] == "pickle.PickleDataset"
+    guarded = _loader(conf, runtime_params=params, restrict_runtime_params_type_selection=True)
+    with pytest.raises(Exception, match="runtime_params"):
+        guarded["catalog"]
+
+
+def test_a_missing_environment_folder_is_still_refused(tmp_path, parses):
+    whole, partial = _conf(tmp_path / "whole"), _conf(tmp_path / "partial")
+    shutil.rmtree(partial / "local")
+    assert _loader(whole)["parameters"]
+    with pytest.raises(MissingConfigException):
+        _loader(partial)["parameters"]
+
+
+def test_nothing_is_cached_while_a_resolver_of_unknown_purity_is_registered(tmp_path, parses):
+    conf = _conf(tmp_path, parameters="lr: ${draw:}\n")
+    draws = iter(range(10))
+    OmegaConf.register_new_resolver("draw", lambda: next(draws))
+    try:
+        assert [_loader(conf)["parameters"]["lr"] for _ in range(2)] == [0, 1]
+    finally:
+        OmegaConf.clear_resolver("draw")

@@ -152,5 +152,5 @@ def test_a_job_is_named_by_its_first_name_in_the_papers_order_wherever_it_is_sho
     assert JobNames.of("st_b", ["st_b", "st_1"]) == JobNames("st_1", ("st_b",))
     assert JobNames.of("st_1", ["st_b"]) == JobNames("st_1", ("st_b",))
     assert JobNames.of("my_method") == JobNames("my_method", ())
-    assert JobNames.of("ft").in_view("0-2") == "ft.0-2"
-    assert JobNames.of("ft").in_view(None) == "ft"
+    assert JobNames.of("ft").model_name("0-2") == "ft.0-2"
+    assert JobNames.of("ft").model_name(None) == "ft"

@@ -91,14 +91,23 @@ def test_a_sweep_on_two_local_workers_finishes_and_a_second_run_trains_nothing(p
     assert {p: p.stat().st_mtime_ns for p in (project / RESULTS).glob("*.json")} == stamps
 
 
-def test_a_failing_job_is_reported_with_its_log_while_the_others_finish(
-    project, dask_cluster, plugin_folder
-):
-    """On a running cluster (``--scheduler``), with a plugin mode that always fails."""
+PLUGIN = """
+from seq2final.methods import final_mode
+
+
+@final_mode("explode", "always fails", continues_from=("nothing",), config_keys=())
+def explode(ctx, config, state):
+    raise RuntimeError("this final mode always fails")
+"""
+
+
+def test_a_failing_job_is_reported_with_its_log_while_the_others_finish(project, tmp_path):
+    """On a worker the sweep starts, which imports the plugin from its PYTHONPATH."""
+    (tmp_path / "boom_plugin.py").write_text(PLUGIN)
     done = sweep(
-        project, "--archs", "convnet_1", "--pairs", "none:scratch,none:explode",
-        "--scheduler", dask_cluster, params=f"{TINY},mlflow.enabled=false,plugins=[boom_plugin]",
-        extra_env={"PYTHONPATH": str(plugin_folder)},
+        project, "--archs", "convnet_1", "--pairs", "none:scratch,none:explode", "--workers", "1",
+        params=f"{TINY},mlflow.enabled=false,plugins=[boom_plugin]",
+        extra_env={"PYTHONPATH": str(tmp_path)},
     )  # fmt: skip
     assert done.returncode == 1
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]

@@ -42,8 +42,8 @@ def paper_columns() -> tuple[str, ...]:
 @dataclass(frozen=True)
 class JobNames:
     """The names a job goes by: the one it has in every view (terminal, MLflow, tables, figures,
-    files) and the other names it answers to. Made only by :meth:`of`, the one place a job's
-    name is decided; plans (``JobPlan.names``) and records (``names_of``) both read it here.
+    files) and the other names it answers to. :meth:`of` is the one place a job's name is
+    decided; plans (``JobPlan.names``) and records (``names_of``) both read it here.
 
     A job can answer to several names: on ConvNets ``st_1`` and ``st_b`` train the same model, so
     the plan keeps one job for both. The paper's tables show it as ST-1 and leave ST-B empty;
@@ -61,7 +61,7 @@ class JobNames:
         name = next((n for n in paper_columns() if n in names), method)
         return cls(name, tuple(n for n in names if n != name))
 
-    def in_view(self, view: str | None) -> str:
+    def model_name(self, view: str | None) -> str:
         """The name of one view's model under a temporal protocol (``ft.0-2``): each view is a
         model of its own in MLflow."""
         return self.name if view is None else f"{self.name}.{view}"

@@ -68,12 +68,19 @@ class JobPlan:
 
     @property
     def name(self) -> str:
+        """The job's one name (``names.name``)."""
         return self.names.name
 
     @property
-    def aliases(self) -> list[str]:
-        """The names asked for besides the method trained, as its record keeps them."""
+    def record_aliases(self) -> list[str]:
+        """The names asked for besides the method trained, as its record's ``aliases`` keeps
+        them (the record's names are read back with ``JobNames.of(method, aliases)``)."""
         return [n for n in self.requested if n != self.method]
+
+    @property
+    def model_name(self) -> str:
+        """The job's name in MLflow, where a temporal protocol's view is a model of its own."""
+        return self.names.model_name(self.view.name if self.view is not None else None)
 
     @property
     def label(self) -> str:

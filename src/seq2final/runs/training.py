@@ -258,7 +258,7 @@ def fit_job(
         "method": job.method,
         "paper_name": method.paper_name if method else job.method,
         "paper_class": method.paper_class if method else None,
-        "aliases": job.aliases,
+        "aliases": job.record_aliases,
         "historical": job.historical,
         "final": job.final,
         "historical_state": job.state_key,

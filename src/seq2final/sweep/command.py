@@ -167,7 +167,7 @@ def check_names(graph: SweepGraph, options: MlflowOptions) -> None:
     names = {
         MlflowNames.of(
             options, sequence=plan.sequence_name, dataset=plan.dataset, arch=plan.arch,
-            method=job.method, budget=plan.budget_name, seed=plan.seed,
+            method=job.model_name, budget=plan.budget_name, seed=plan.seed,
         )
         for work in graph.sequences
         for plan in work.plans

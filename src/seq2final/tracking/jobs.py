@@ -112,7 +112,7 @@ class JobTracker:
         """The job's experiment and registered-model names (``record``: see :func:`shown_names`)."""
         view = job.view.name if job.view is not None else None
         return MlflowNames.of(
-            self.options, **plan_fields(self.plan, shown_names(job, record).in_view(view))
+            self.options, **plan_fields(self.plan, shown_names(job, record).model_name(view))
         )
 
     def _experiment_id(self, job: JobPlan) -> str:
