@@ -267,10 +267,11 @@ def source_factory():
 def run_session(project: Path, pipelines: list[str], runtime: dict) -> dict:
     """Run ``pipelines`` of the copied project in a fresh Kedro session (env ``test``)."""
     from kedro.framework.session import KedroSession
-    from kedro.framework.startup import bootstrap_project
+
+    from seq2final.core.startup import bootstrap_once
 
     end_mlflow_runs()  # a failed session may leave a run open; each test starts clean
-    bootstrap_project(project)
+    bootstrap_once(project)
     with KedroSession.create(project_path=project, env="test", runtime_params=runtime) as session:
         return session.run(pipeline_names=pipelines)
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from kedro.framework.startup import bootstrap_project
 
 from seq2final.cli import _FailureReport, _user_error, cli, parse_params
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.startup import bootstrap_once
 from seq2final.methods import paper_columns
 
 
@@ -45,7 +45,7 @@ def test_parse_params_accepts_both_syntaxes_and_keeps_later_separators():
     ],
 )
 def test_run_accepts_old_and_new_syntax(project, args):
-    bootstrap_project(project)
+    bootstrap_once(project)
     result = CliRunner().invoke(cli, ["run", "--env", "test", *args])
     assert result.exit_code == 0, result.output
     [folder] = list((project / "data/03_primary/sequences").iterdir())
@@ -54,7 +54,7 @@ def test_run_accepts_old_and_new_syntax(project, args):
 
 
 def test_run_reports_bad_input_in_one_line(project):
-    bootstrap_project(project)
+    bootstrap_once(project)
     result = CliRunner().invoke(cli, ["run", "--env", "test", "--params", "dataset:cifar11"])
     assert result.exit_code != 0
     assert (

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kedro.framework.startup import bootstrap_project
+from seq2final.core.startup import bootstrap_once
 
 
 def test_kedro_viz_build_shows_every_pipeline_with_layers_and_named_nodes(project):
@@ -18,7 +18,7 @@ def test_kedro_viz_build_shows_every_pipeline_with_layers_and_named_nodes(projec
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     api = project / "build" / "api"
-    bootstrap_project(project)
+    bootstrap_once(project)
     from kedro.framework.project import pipelines
 
     assert {p.name for p in (api / "pipelines").iterdir()} == set(pipelines)

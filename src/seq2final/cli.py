@@ -20,9 +20,9 @@ import click
 import yaml
 from kedro.framework.cli.project import run as kedro_run
 from kedro.framework.project import settings
-from kedro.framework.startup import bootstrap_project
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.startup import bootstrap_once
 from seq2final.data.family import Member, is_family, members
 
 _SEPARATORS = (":", "=")
@@ -210,7 +210,7 @@ def _family(kwargs: dict[str, Any]) -> tuple[Member, ...]:
     # lazy: the checks import torch and every registry, which `kedro --help` need not load
     from seq2final.config.checks import validate_parameters
 
-    bootstrap_project(Path.cwd())
+    bootstrap_once(Path.cwd())
     loader = settings.CONFIG_LOADER_CLASS(
         conf_source=kwargs.get("conf_source") or str(Path.cwd() / settings.CONF_SOURCE),
         env=kwargs.get("env"),

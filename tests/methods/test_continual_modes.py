@@ -4,9 +4,9 @@ import mlflow
 import pytest
 import torch
 from kedro.framework.session import KedroSession
-from kedro.framework.startup import bootstrap_project
 from torch import nn
 
+from seq2final.core.startup import bootstrap_once
 from seq2final.methods import continual
 from seq2final.methods.continual import averaged_model, episodic_memory
 from seq2final.training import Engine, TensorSplit
@@ -24,7 +24,7 @@ RUN = {
 def _run(project, **params):
     while mlflow.active_run():
         mlflow.end_run()
-    bootstrap_project(project)
+    bootstrap_once(project)
     runtime = {**RUN, **params}
     with KedroSession.create(project_path=project, env="test", runtime_params=runtime) as session:
         session.run(pipeline_names=["build_sequences", "pretrain_historical", "adapt_final"])

@@ -188,8 +188,8 @@ def test_sft_gated_end_to_end_stores_plain_models_scored_as_gated(project, store
     epoch the fit keeps (smoke's fits on tiny data may keep epoch 0)."""
     import mlflow
     from kedro.framework.session import KedroSession
-    from kedro.framework.startup import bootstrap_project
 
+    from seq2final.core.startup import bootstrap_once
     from seq2final.training import TensorSplit
     from seq2final.training.engine import accuracy
 
@@ -205,7 +205,7 @@ def test_sft_gated_end_to_end_stores_plain_models_scored_as_gated(project, store
     monkeypatch.setattr(GatingAdapters, "wrap", half_shut)
     while mlflow.active_run():
         mlflow.end_run()
-    bootstrap_project(project)
+    bootstrap_once(project)
     runtime = {
         "sequence": "source100:rotation60:corruption100",
         "budget": "smoke",

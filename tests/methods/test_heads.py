@@ -102,18 +102,28 @@ def test_an_unknown_ncm_metric_is_one_line_before_any_work(project_parameters):
         check_mode_configs(p["historical_modes"], final_modes, p["pretrain_historical"]["step0"])
 
 
-def test_ncm_and_prototype_tuning_end_to_end(project, stores_of):
+def test_ncm_and_prototype_tuning_end_to_end(project, stores_of, monkeypatch):
     """NCM's model is the ERM state's with its head set from the final step's class means, its
-    cost one forward pass per training image; Prototype Tuning then tunes that head alone."""
+    cost one forward pass per training image; Prototype Tuning then tunes that head alone. Both
+    continue one ERM state, whose detection score is computed once for the two."""
     import mlflow
     from kedro.framework.session import KedroSession
-    from kedro.framework.startup import bootstrap_project
 
+    from seq2final.core.startup import bootstrap_once
+    from seq2final.runs import detection
     from seq2final.training.flops import image_flops
 
+    scored = []
+    real_detection_auroc = detection.detection_auroc
+
+    def counted(*args):
+        scored.append(args[0])
+        return real_detection_auroc(*args)
+
+    monkeypatch.setattr(detection, "detection_auroc", counted)
     while mlflow.active_run():
         mlflow.end_run()
-    bootstrap_project(project)
+    bootstrap_once(project)
     runtime = {"sequence": "source100:rotation60:corruption100", "budget": "smoke",
                "arch": "convnet_1", "method": ["ncm", "proto_tune"], "mlflow": {"enabled": False},
                "build_sequences": {"test_size": 50, "oracle_size": 120}}  # fmt: skip
@@ -140,6 +150,7 @@ def test_ncm_and_prototype_tuning_end_to_end(project, stores_of):
         len(sequence.class_names),
     )  # fmt: skip
     assert ncm.detection_auroc == proto.detection_auroc == pytest.approx(expected, abs=1e-12)
+    assert len(scored) == 1
     assert 0.0 <= expected <= 1.0
     imprint(erm, *class_means(features(erm, train, engine), train.y, len(sequence.class_names)),
             "euclidean")  # fmt: skip

@@ -7,10 +7,10 @@ import re
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from kedro.framework.startup import bootstrap_project
 
 from seq2final.cli import cli
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.startup import bootstrap_once
 from seq2final.reporting.robustness import fit_line
 
 FAMILY = "source60:rotation@*/60:rotation@*/60"
@@ -27,7 +27,7 @@ def family_run(tmp_path_factory, copy_project_to):
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(project)
         patch.setenv("KEDRO_DISABLE_TELEMETRY", "1")
-        bootstrap_project(project)
+        bootstrap_once(project)
         result = CliRunner().invoke(cli, ["run", "--env", "test", "--params", PARAMS])
     assert result.exit_code == 0, result.output
     return project
@@ -88,7 +88,7 @@ def test_the_robustness_tables_hold_the_members_accuracies_and_their_lines(famil
     ],
 )
 def test_a_bad_family_is_one_line_before_any_member_trains(project, params, needle):
-    bootstrap_project(project)
+    bootstrap_once(project)
     base = "sequence:source60:rotation@*/60,mlflow.enabled:false"
     result = CliRunner().invoke(cli, ["run", "--env", "test", "--params", f"{base},{params}"])
     assert result.exit_code != 0

@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
 from kedro.framework.session import KedroSession
-from kedro.framework.startup import bootstrap_project
 
 from seq2final.cli import cli
 from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
 from seq2final.core.records import SharedFlops
+from seq2final.core.startup import bootstrap_once
 from seq2final.methods import HISTORICAL_MODES, METHODS, requested_jobs
 from seq2final.models import forward_macs
 from seq2final.training import Engine, TensorSplit, predict_logits
@@ -35,7 +35,7 @@ FIELDS = {
 def _run(project, pipelines, **params):
     while mlflow.active_run():  # kedro-mlflow keeps its run open across sessions of one process
         mlflow.end_run()
-    bootstrap_project(project)
+    bootstrap_once(project)
     runtime = {**TINY, **params}
     with KedroSession.create(project_path=project, env="test", runtime_params=runtime) as session:
         return session.run(pipeline_names=pipelines)
@@ -239,7 +239,7 @@ def test_a_corrupt_or_foreign_historical_state_stops_before_training(project, st
     states = stores.states
     [key] = list(states)
     # The same state file under the key another architecture's ERM state would have.
-    bootstrap_project(project)
+    bootstrap_once(project)
     with KedroSession.create(
         project_path=project,
         env="test",
@@ -269,7 +269,7 @@ def test_a_corrupt_or_foreign_historical_state_stops_before_training(project, st
 
 
 def test_old_and_new_cli_syntax_run_the_same_job(project, stores_of):
-    bootstrap_project(project)
+    bootstrap_once(project)
     tiny = "sequence=source100:rotation60:corruption100:label_flip60,build_sequences.test_size=50,build_sequences.oracle_size=120,budget=smoke"
     runner = CliRunner()
     new = runner.invoke(
@@ -306,7 +306,7 @@ def test_old_and_new_cli_syntax_run_the_same_job(project, stores_of):
 
 
 def test_a_method_contradicting_its_modes_is_refused_in_one_line(project):
-    bootstrap_project(project)
+    bootstrap_once(project)
     result = CliRunner().invoke(cli, ["run", "--env", "test", "--params", "method:st_b,final:ft"])
     assert result.exit_code != 0
     last = result.output.strip().splitlines()[-1]

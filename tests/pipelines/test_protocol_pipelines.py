@@ -4,10 +4,10 @@ import mlflow
 import pytest
 import torch
 from kedro.framework.session import KedroSession
-from kedro.framework.startup import bootstrap_project
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.records import StepView
+from seq2final.core.startup import bootstrap_once
 from seq2final.methods.context import Context
 from seq2final.training import Engine, TensorSplit, predict_logits
 
@@ -23,7 +23,7 @@ PIPELINES = ["build_sequences", "pretrain_historical", "adapt_final"]
 def _run(project, pipelines=PIPELINES, **params):
     while mlflow.active_run():
         mlflow.end_run()
-    bootstrap_project(project)
+    bootstrap_once(project)
     runtime = {**TINY, **params}
     with KedroSession.create(project_path=project, env="test", runtime_params=runtime) as session:
         return session.run(pipeline_names=pipelines)

@@ -132,10 +132,13 @@ def test_a_sweep_on_a_separate_scheduler_with_optuna_and_mlflow_on_postgresql(
         "build_sequences.test_size=50,build_sequences.oracle_size=120,"
         f"tuning.storage={storage},mlflow.tracking_uri={mlflow_server}"
     )
-    done = sweep(project, "--methods", "ft,baseline", "--scheduler", dask_cluster,
-                 "--params", params)  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "ran 1 sequence, 1 state, 2 job, 1 evaluate" in done.stdout
+    # the driver in this process (the command line's own start: test_sweep.py)
+    done = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", "source100:rotation60",
+                                    "--archs", "convnet_1", "--budget", "smoke", "--methods",
+                                    "ft,baseline", "--scheduler", dask_cluster, "--params",
+                                    params])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert "ran 1 sequence, 1 state, 2 job, 1 evaluate" in done.output
     keys = {p.stem for p in (project / "data/07_model_output/results").glob("*.json")}
     assert len(keys) == 2
     assert not (project / "data/06_models/optuna/journal.log").exists()

@@ -191,9 +191,10 @@ def test_sessions_open_no_run_of_their_own_and_leave_no_empty_default_experiment
     ``Default`` goes to the trash. Sessions one after another in one process (a script running
     several protocols) leave no run active."""
     from kedro.framework.session import KedroSession
-    from kedro.framework.startup import bootstrap_project
 
-    bootstrap_project(project)
+    from seq2final.core.startup import bootstrap_once
+
+    bootstrap_once(project)
     for protocol in ("final", "eval_fix"):
         runtime = {**TINY, "method": "baseline", "protocol": protocol}
         with KedroSession.create(project_path=project, env="test", runtime_params=runtime) as s:

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from kedro.framework.session import KedroSession
-from kedro.framework.startup import bootstrap_project
 
 from seq2final.bench.fit_speed import measure_fit_speed
 from seq2final.bench.fused_speed import measure_fused_speed
@@ -37,6 +36,7 @@ from seq2final.bench.projection import (
 )
 from seq2final.bench.search import measure_search
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.startup import bootstrap_once
 from seq2final.data.sampler import build_sequence
 from seq2final.data.sources import load_source
 from seq2final.data.spec import resolve_spec
@@ -117,7 +117,7 @@ def bench(options: BenchOptions, say: Callable[[str], None]) -> None:
         raise Seq2FinalError(f"--seeds {options.seeds}: needs at least 1 seed")
     results_path, page = destinations(options)
     project = Path.cwd()
-    bootstrap_project(project)
+    bootstrap_once(project)
     with KedroSession.create(project_path=project, env=options.env) as session:
         params = session.load_context().params
     engine = Engine.model_validate({**params["training"], "device": options.device})

@@ -395,20 +395,52 @@ def _show(axis: Axes, image: np.ndarray | None) -> None:
         axis.imshow(image.transpose(1, 2, 0), interpolation="nearest")
 
 
-def example_grid(
-    images: np.ndarray, labels: np.ndarray, class_names: list[str], title: str, columns: int
+def sequence_examples(
+    steps: list[tuple[str, np.ndarray, np.ndarray]],
+    class_names: list[str],
+    title: str,
+    subtitle: str,
+    columns: int,
 ) -> Figure:
-    """The first image of up to ``columns`` classes, titled with the (possibly flipped) label.
+    """The first training image of up to ``columns`` classes, one row per step, under the
+    (possibly flipped) label it carries: down a column the same class shows the shift, as in
+    the paper's Figs. 5-6. ``steps`` holds each step's name, images (N, C, H, W) and labels.
 
-    One grid per step, as in the paper's Figs. 5-6: the same classes across steps show the shift.
-    """
-    shown = [c for c in range(len(class_names)) if np.any(labels == c)][:columns]
-    figure = _figure(1.3 * max(len(shown), 1), 1.8)
-    axes = figure.subplots(1, max(len(shown), 1), squeeze=False)
-    for axis, label in zip(axes[0], shown, strict=False):
-        _show(axis, images[np.flatnonzero(labels == label)[0]])
-        axis.set_title(class_names[label], fontsize=7)
+    Drawn as one picture on one axes: a grid of axes costs about a second per step to lay out
+    and save, and every run that builds a sequence draws this figure."""
+    present = set().union(*(np.unique(labels).tolist() for _, _, labels in steps))
+    shown = [c for c in range(len(class_names)) if c in present][:columns] or [0]
+    height, width = steps[0][1].shape[2:]
+    gap = max(2, height // 10)
+    montage = np.ones(
+        (len(steps) * (height + gap) - gap, len(shown) * (width + gap) - gap, 3), np.float32
+    )
+    for row, (_, images, labels) in enumerate(steps):
+        for column, label in enumerate(shown):
+            found = np.flatnonzero(labels == label)
+            if not len(found):
+                continue  # this step has no image of the class: the cell stays white
+            image = images[found[0]].transpose(1, 2, 0).astype(np.float32)
+            image = image / 255.0 if images.dtype == np.uint8 else image
+            top, left = row * (height + gap), column * (width + gap)
+            montage[top : top + height, left : left + width] = image  # (H, W, 1) broadcasts
+    figure = _figure(0.5 + 0.55 * len(shown), 0.75 + 0.55 * len(steps))
+    axis = figure.add_subplot()
+    axis.imshow(montage, interpolation="nearest")
+    axis.set_xticks([c * (width + gap) + width / 2 for c in range(len(shown))])
+    axis.set_xticklabels([class_names[c] for c in shown], fontsize=LABEL_FONTSIZE)
+    axis.xaxis.tick_top()
+    axis.set_xlabel("label", fontsize=LABEL_FONTSIZE)
+    axis.xaxis.set_label_position("top")
+    axis.set_yticks([r * (height + gap) + height / 2 for r in range(len(steps))])
+    axis.set_yticklabels(
+        [f"step {i}: {name}" for i, (name, _, _) in enumerate(steps)], fontsize=LABEL_FONTSIZE
+    )
+    axis.tick_params(length=0)
+    for spine in axis.spines.values():
+        spine.set_visible(False)
     figure.suptitle(title, fontsize=9)
+    axis.set_title(subtitle, fontsize=6, color="0.4", pad=18)
     return figure
 
 

@@ -32,10 +32,10 @@ from seq2final.methods import (
     HistoricalState,
     ModelChain,
 )
-from seq2final.methods.heads import detection_auroc, has_linear_head
 from seq2final.methods.historical import train_step0
 from seq2final.models import count_parameters
 from seq2final.protocols import STEP_SPLITS
+from seq2final.runs.detection import Detections, shared_detection
 from seq2final.runs.leases import claim
 from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan
 from seq2final.runs.result_store import ResultStore
@@ -96,37 +96,6 @@ def step_accuracies(
                 row["test_size"] = len(data)
         table[str(index)] = row
     return table
-
-
-def history_detection(
-    state: HistoricalState | None, chosen: Mapping[str, Any], sequence: ShiftSequence,
-    engine: Engine,
-) -> float | None:  # fmt: skip
-    """NED's minimum-distance detection, as a model-based shift score of the job's final step
-    (docs/representations.md): the AUROC of telling the final step's test images from the
-    historical steps' held-out ones (their test splits where they have them, else validation)
-    by the minimum cosine distance to the class means of the historical training images, in
-    the features of the historical model the job continues (its chosen chain's). ``None`` for a
-    job without one, or whose model has no linear head to read features at (a joint model)."""
-    if state is None or not state.chains:
-        return None
-    chain = state.chains.get(chosen.get("chain", "main")) or next(iter(state.chains.values()))
-    if not has_linear_head(chain.last):
-        return None
-    history = range(sequence.num_steps - 1)
-    held_out = ["test" if "test" in sequence.step(t).splits else "valid" for t in history]
-    return detection_auroc(
-        chain.last,
-        TensorSplit.concat([_split(sequence, t, "train") for t in history]),
-        TensorSplit.concat([_split(sequence, t, held_out[t]) for t in history]),
-        _split(sequence, -1, "test"),
-        engine,
-        len(sequence.class_names),
-    )
-
-
-def _split(sequence: ShiftSequence, step: int, split: str) -> TensorSplit:
-    return TensorSplit.from_arrays(*sequence.step(step).split(split))
 
 
 def _context(plan: RunPlan, sequence: ShiftSequence, owner_key: str) -> Context:
@@ -225,6 +194,7 @@ def fit_job(
     state: HistoricalState | None,
     costs: Mapping[str, int],
     warm_start: nn.Module | None = None,
+    detections: Detections | None = None,
 ) -> tuple[JobOutcome, Context]:
     """Runs one job's final mode on its historical state and evaluates it on the test set; the
     context its fits ran in comes with it.
@@ -232,6 +202,8 @@ def fit_job(
     ``costs`` are the training FLOPs of that state and of the states it continues, by key
     (:func:`historical_costs`), which the job's record carries as shared. ``warm_start``: the
     previous time's model a warm-started pooled job starts from (``job.warm_start``'s).
+    ``detections``: shared by a run's jobs, so that each historical model (the ERM one of FT,
+    LP-FT, ST-1, ...) is scored once per sequence view (:func:`shared_detection`).
     """
     started = time.perf_counter()
     problem = problem_sequence(sequence, job.view)
@@ -288,7 +260,9 @@ def fit_job(
         "eval_flops": sum(f["eval_flops"] for f in ctx.fits),
         "inference_flops_per_image": image_flops(outcome.model, test, ctx.engine, outcome.step),
         "historical_flops": {"shared": True, "states": dict(costs)} if costs else None,
-        "detection_auroc": history_detection(state, outcome.chosen, problem, ctx.engine),
+        "detection_auroc": shared_detection(
+            state, job.state_key, outcome.chosen, problem, ctx.engine, detections
+        ),
     }
     if job.view is not None:  # scored by a temporal protocol: every step's accuracy
         record["view"] = job.view.model_dump()
@@ -390,6 +364,7 @@ def train_jobs(
     """
     jobs = {job.key: job for job in plan.jobs}
     runs: dict[str, str | None] = {}
+    detections: Detections = {}
 
     def train(key: str) -> str:
         job = jobs[key]
@@ -397,7 +372,8 @@ def train_jobs(
         try:
             start = None if job.warm_start is None else store.model(job.warm_start)
             outcome, ctx = fit_job(plan, job, sequence, states.get(job.state_key or ""),
-                                   costs.get(job.state_key or "", {}), start)  # fmt: skip
+                                   costs.get(job.state_key or "", {}), start,
+                                   detections)  # fmt: skip
             store.put(key, outcome.record, outcome.model, outcome.curves)
         except BaseException as error:  # the study and its checkpoint stay, so a rerun resumes
             if tracker is not None and run_id is not None:

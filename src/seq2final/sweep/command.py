@@ -15,7 +15,6 @@ from typing import Any
 import mlflow
 from kedro.config import MissingConfigException
 from kedro.framework.session import KedroSession
-from kedro.framework.startup import bootstrap_project
 from mlflow import MlflowClient
 from pydantic import ValidationError
 
@@ -23,6 +22,7 @@ from seq2final.config.checks import sequence_spec, validate_parameters
 from seq2final.config.parameters import MlflowOptions
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import one_line
+from seq2final.core.startup import bootstrap_once
 from seq2final.data.family import expand_sequences, members
 from seq2final.data.spec import resolve_spec
 from seq2final.reporting.tables import report_folder
@@ -70,7 +70,7 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
     if options.threads is not None and options.threads < 1:
         raise Seq2FinalError(f"--threads {options.threads}: needs at least 1 thread")
     project = Path.cwd()
-    bootstrap_project(project)
+    bootstrap_once(project)
     base = options.run_params()
     # --sequences replaces the run parameter's sequence, so a family's intensities are checked
     # with the families they belong to (below), not with that sequence

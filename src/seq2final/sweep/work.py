@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from distributed import WorkerPlugin, get_worker
 from kedro.framework.session import KedroSession
-from kedro.framework.startup import bootstrap_project
+
+from seq2final.core.startup import bootstrap_once
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def run_task(project: str, env: str | None, task: PipelineRun, *after: Any) -> d
     started = time.perf_counter()
     _announce_start()
     os.chdir(project)  # relative paths in the catalog and logs are the project's (one task a time)
-    bootstrap_project(Path(project))  # (re)applies the project's logging set-up: first
+    bootstrap_once(Path(project))
     try:
         with (
             task_log(Path(task.log_path)),

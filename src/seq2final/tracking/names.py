@@ -103,9 +103,17 @@ def check_experiment_names(names: list[str]) -> None:
             )
 
 
+# (tracking URI, name) pairs MLflow accepted in this process: whether a server takes a name does
+# not change while it runs, and a session asks about every job's names (one query each).
+_ACCEPTED_NAMES: set[tuple[str, str]] = set()
+
+
 def check_registry_names(client: MlflowClient, names: list[str]) -> None:
-    """Ask MLflow itself whether it accepts each registered-model name, before any training."""
-    for name in names:
+    """Ask MLflow itself whether it accepts each registered-model name, before any training;
+    each name once per tracking URI and process."""
+    for name in dict.fromkeys(names):
+        if (client.tracking_uri, name) in _ACCEPTED_NAMES:
+            continue
         try:
             client.get_registered_model(name)
         except MlflowException as error:
@@ -119,3 +127,4 @@ def check_registry_names(client: MlflowClient, names: list[str]) -> None:
                     f"could not check the registered model name '{name}' with MLflow: "
                     f"{str(error).splitlines()[0]}"
                 ) from None
+        _ACCEPTED_NAMES.add((client.tracking_uri, name))

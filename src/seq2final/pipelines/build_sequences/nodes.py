@@ -77,14 +77,16 @@ def select_sequence(
 
 
 def plot_examples(sequence: ShiftSequence, options: BuildOptions) -> dict[str, Figure]:
-    """One example grid per step, plus the sub-class membership figure for sub-population shifts."""
-    figures = {}
-    for index, step in enumerate(sequence.steps()):
-        images, labels = step.split("train")
-        title = f"{sequence.key}: step {index} ({step.name})"
-        figures[f"{sequence.key}/step_{index}.png"] = plots.example_grid(
-            images, labels, sequence.class_names, title, options.example_columns
+    """The examples of every step in one figure, plus the sub-class membership figure for
+    sub-population shifts."""
+    spec = sequence.manifest["spec"]
+    title = f"{spec['name']} on {spec['dataset']}, seed {spec['seed']}"
+    steps = [(step.name, *step.split("train")) for step in sequence.steps()]
+    figures = {
+        f"{sequence.key}/examples.png": plots.sequence_examples(
+            steps, sequence.class_names, title, sequence.key, options.example_columns
         )
+    }
     subclass_names = sequence.manifest["subclass_names"]
     if subclass_names and "sub_train" in sequence.step(0).arrays:
         steps = [

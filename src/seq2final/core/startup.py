@@ -1,0 +1,23 @@
+"""Kedro's project start-up, done once per process."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from kedro.framework import project as kedro_project
+from kedro.framework.startup import bootstrap_project
+
+
+def bootstrap_once(project: Path) -> None:
+    """Kedro's ``bootstrap_project`` for ``project``, unless this process has configured the
+    project's package already.
+
+    Configuring reads the package's ``settings`` again through dynaconf, which walks the whole
+    call stack (``inspect.stack``) for each environment-named settings module it does not find:
+    about a second a call once many modules are loaded, paid by every task a sweep worker runs
+    and by every command that starts a session of its own. The settings belong to the package,
+    not to the folder: a process serves one project package, from the first project's source."""
+    metadata = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf8"))
+    if metadata["tool"]["kedro"]["package_name"] != kedro_project.PACKAGE_NAME:
+        bootstrap_project(project)
