@@ -81,10 +81,10 @@ def plot_examples(sequence: ShiftSequence, options: BuildOptions) -> dict[str, F
     sub-population shifts."""
     spec = sequence.manifest["spec"]
     title = f"{spec['name']} on {spec['dataset']}, seed {spec['seed']}"
-    steps = [(step.name, *step.split("train")) for step in sequence.steps()]
+    examples = [(step.name, *step.split("train")) for step in sequence.steps()]
     figures = {
         f"{sequence.key}/examples.png": plots.sequence_examples(
-            steps, sequence.class_names, title, sequence.key, options.example_columns
+            examples, sequence.class_names, title, sequence.key, options.example_columns
         )
     }
     subclass_names = sequence.manifest["subclass_names"]
