@@ -15,7 +15,6 @@ from matplotlib.text import Annotation, Text
 from seq2final.methods import paper_columns
 from seq2final.reporting import plots
 from seq2final.reporting.plots import (
-    _palette,
     compute_pareto,
     interpolation_panels,
     learning_curve_overview,
@@ -24,6 +23,7 @@ from seq2final.reporting.plots import (
     protocol_figure,
     svcca_panels,
 )
+from seq2final.reporting.plots.look import _palette
 
 METHODS = list(paper_columns())
 

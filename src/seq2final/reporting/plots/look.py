@@ -1,0 +1,158 @@
+"""How every figure looks: fonts, a figure without pyplot, one look per method, panels and
+legends (the rules are in the package docstring)."""
+
+from __future__ import annotations
+
+import textwrap
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.legend import Legend
+from matplotlib.lines import Line2D
+
+from seq2final.methods import paper_columns
+
+LEGEND_FONTSIZE = 8.0
+LABEL_FONTSIZE = 7.0
+
+
+def _figure(width: float, height: float, layout: str | None = "constrained") -> Figure:
+    """A figure pyplot does not know: nothing has to close it (pyplot keeps every figure it made
+    until ``close``, and warns past 20), it is freed with its last reference, and its Agg canvas
+    draws, measures text and saves to any format (PNG, PDF) as a pyplot figure would. Constrained
+    layout keeps titles, tick labels and outside legends inside the saved image (``layout=None``
+    for a figure that sets its own margins)."""
+    figure = Figure(figsize=(width, height), layout=layout)
+    FigureCanvasAgg(figure)
+    return figure
+
+
+# One look per method
+
+
+# tab10, its grey (the Pareto front's and the reference lines' colour here) swapped for black.
+_COLOURS = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#000000", "#bcbd22", "#17becf",
+)  # fmt: skip
+# Seven markers: 7 and 10 are coprime, so method i's (colour i % 10, marker i % 7) repeats only
+# after 70 methods, and methods that share a colour (10 apart) never share a marker.
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+_LINESTYLES = ("-", "--", "-.", ":")
+STYLES = len(_COLOURS) * len(_MARKERS) * len(_LINESTYLES)  # distinct looks: 280
+
+
+@dataclass(frozen=True)
+class MethodStyle:
+    """How one method is drawn in every figure: a colour, a marker and, past 70 methods, a line
+    style, so no two methods look alike even where their colours are hard to tell apart."""
+
+    colour: str
+    marker: str
+    linestyle: str
+
+    def line(self) -> dict[str, str]:
+        """Keyword arguments for ``Axes.plot``."""
+        return {"color": self.colour, "marker": self.marker, "linestyle": self.linestyle}
+
+
+def _style_of(index: int) -> MethodStyle:
+    index %= STYLES
+    return MethodStyle(
+        _COLOURS[index % len(_COLOURS)],
+        _MARKERS[index % len(_MARKERS)],
+        _LINESTYLES[index // (len(_COLOURS) * len(_MARKERS))],
+    )
+
+
+@lru_cache(maxsize=8)
+def _palette(columns: tuple[str, ...]) -> dict[str, MethodStyle]:
+    """Built once per registry (a plugin registering methods makes a new one)."""
+    return {method: _style_of(index) for index, method in enumerate(columns)}
+
+
+def method_style(method: str) -> MethodStyle:
+    """The look of ``method`` in every figure, from its place in the registry (the tables'
+    column order), so the same method has the same colour and marker in the interpolation,
+    projection, SVCCA, compute and protocol figures. A name the registry does not know (a
+    plugin not loaded, a pair of modes such as ``erm+as_is``) gets a look after the registered
+    ones, fixed by a hash of its name, and never a solid line: its colour may be a registered
+    method's (there are ten), so its line style tells them apart in a figure that has both."""
+    columns = paper_columns()
+    palette = _palette(columns)
+    if method in palette:
+        return palette[method]
+    first = max(len(columns), len(_COLOURS) * len(_MARKERS))  # past the solid-line looks
+    spare = max(STYLES - first, 1)
+    return _style_of(first + zlib.crc32(method.encode()) % spare)
+
+
+def _method_handle(method: str) -> Line2D:
+    style = method_style(method)
+    return Line2D([], [], **style.line(), markersize=6)
+
+
+def _by_registry(methods: Sequence[str]) -> list[str]:
+    """The registry's order (the tables'), names it does not know after, as first seen."""
+    columns = paper_columns()
+    known = [m for m in columns if m in methods]
+    return known + [m for m in dict.fromkeys(methods) if m not in columns]
+
+
+# Layout helpers
+
+
+def _wrapped(text: str, width: int = 70) -> str:
+    """Sequence names can be long (``source100:rotation60:...``): titles wrap instead of clipping."""
+    return textwrap.fill(text, width)
+
+
+def _grid(count: int) -> tuple[int, int]:
+    """Rows and columns for ``count`` panels: as square as three columns allow (four panels are
+    2 × 2, not 3 + 1 beside two empty slots)."""
+    columns = count if count <= 3 else 2 if count == 4 else 3
+    return -(-count // columns), columns
+
+
+def _panels(
+    count: int, width: float = 3.6, height: float = 3.0, extra: float = 0.0
+) -> tuple[Figure, list[Axes]]:
+    """``count`` axes and no more: a grid's unused slots stay blank, with no empty axes in them.
+    ``extra`` inches of width are for a legend outside the panels."""
+    rows, columns = _grid(count)
+    figure = _figure(max(width * columns, 4.5) + extra, height * rows + 0.6)
+    grid = figure.add_gridspec(rows, columns)
+    axes = [figure.add_subplot(grid[index // columns, index % columns]) for index in range(count)]
+    return figure, axes
+
+
+def _legend_outside(
+    figure: Figure, handles: Sequence[Line2D], labels: Sequence[str]
+) -> Legend | None:
+    """A figure legend right of the panels, in as many columns as it needs to fit the figure's
+    height (a 26-method legend in one column would run off a short figure and be cut). The
+    rows that fit are reckoned from the font size (a row is 1.5 em with the default spacing),
+    not measured: measuring means a layout pass, which costs seconds on a many-panel figure."""
+    if not handles:
+        return None
+    room = figure.get_figheight() * 72 * 0.9 - 2 * LEGEND_FONTSIZE  # points
+    rows = max(int(room // (1.5 * LEGEND_FONTSIZE)), 1)
+    return figure.legend(
+        handles, labels, loc="outside right upper", fontsize=LEGEND_FONTSIZE,
+        ncol=-(-len(handles) // rows), frameon=False, handlelength=2.2,
+    )  # fmt: skip
+
+
+def _method_legend(
+    figure: Figure, methods: Sequence[str], extra: Sequence[tuple[Line2D, str]] = ()
+) -> Legend | None:
+    """The methods drawn, in the registry's order, with their look, then ``extra`` entries."""
+    ordered = _by_registry(methods)
+    handles = [_method_handle(m) for m in ordered] + [h for h, _ in extra]
+    labels = ordered + [label for _, label in extra]
+    return _legend_outside(figure, handles, labels)

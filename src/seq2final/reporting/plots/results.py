@@ -1,0 +1,360 @@
+"""Figures of finished jobs: learning curves and the paper's figures (interpolation, projection,
+SVCCA, adjacency, heat maps, protocols, forgetting, compute)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
+from matplotlib.lines import Line2D
+from matplotlib.textpath import TextPath
+from matplotlib.ticker import (
+    EngFormatter,
+    FuncFormatter,
+    LogLocator,
+    MaxNLocator,
+    NullFormatter,
+)
+
+from seq2final.reporting.plots.labels import _place_labels
+from seq2final.reporting.plots.look import (
+    _MARKERS,
+    LEGEND_FONTSIZE,
+    _by_registry,
+    _figure,
+    _legend_outside,
+    _method_legend,
+    _panels,
+    _wrapped,
+    method_style,
+)
+
+# Learning curves
+
+
+def learning_curves(curves: pd.DataFrame, title: str) -> Figure:
+    """Loss and accuracy per epoch, train and valid, one line style per fit stage.
+
+    Epoch 0 is the model before any update (validation only), so a fine-tuned model's curve starts
+    where its historical state stood on the final step.
+    """
+    figure = _figure(9, 3.4)
+    loss_axis, accuracy_axis = figure.subplots(1, 2)
+    stages = list(dict.fromkeys(curves["stage"]))
+    for index, stage in enumerate(stages):
+        rows = curves[curves["stage"] == stage]
+        suffix = f" ({stage})" if len(stages) > 1 else ""
+        for axis, metric in ((loss_axis, "loss"), (accuracy_axis, "accuracy")):
+            for split, style in (("train", "--"), ("valid", "-")):
+                axis.plot(
+                    rows["epoch"],
+                    rows[f"{split}_{metric}"],
+                    style,
+                    color=f"C{index % 10}",
+                    label=f"{split}{suffix}",
+                )
+    for axis in (loss_axis, accuracy_axis):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    loss_axis.set(xlabel="epoch", ylabel="cross-entropy", title="loss")
+    accuracy_axis.set(xlabel="epoch", ylabel="accuracy", title="accuracy", ylim=(0, 1))
+    if stages:  # a job that stored no epoch has nothing to name
+        accuracy_axis.legend(fontsize="small", ncol=1 + len(stages) // 4)
+    figure.suptitle(title)
+    return figure
+
+
+def learning_curve_overview(jobs: Sequence[tuple[str, pd.DataFrame]], title: str) -> Figure:
+    """Every job's accuracy per epoch on one page, a small panel per job (train dashed, valid
+    solid, a colour per fit stage), so a run of 26 methods can be checked at a glance instead of
+    opening 26 files; the per-job figures keep the loss and the detail. ``jobs``: (panel title,
+    curves) in the order to show; a job without curves gets no panel.
+
+    The margins are fixed in inches rather than left to constrained layout, whose cost grows
+    with the panels (seconds per save for 26, and a protocol's views make hundreds)."""
+    jobs = [(name, curves) for name, curves in jobs if len(curves)]
+    stages = list(dict.fromkeys(s for _, curves in jobs for s in curves["stage"]))
+    colour = {stage: f"C{index % 10}" for index, stage in enumerate(stages)}
+    handles = [Line2D([], [], color="black", linestyle=s) for s in ("--", "-")]
+    labels = ["train", "valid"]
+    if len(stages) > 1:
+        handles += [Line2D([], [], color=colour[s]) for s in stages]
+        labels += [f"stage {s}" for s in stages]
+    columns = min(len(jobs), 6) or 1
+    rows = -(-len(jobs) // columns) or 1
+    # the legend's column: its longest entry (stage names run long: exponential_2e-4_0.5/final)
+    # after a handle and the padding (3.6 em), measured as glyph outlines, not estimated
+    font = FontProperties(size=LEGEND_FONTSIZE)
+    text = max(TextPath((0, 0), label, prop=font).get_extents().width for label in labels)
+    left, top, bottom = 0.6, 0.6, 0.5  # tick labels, title, axis label
+    right = (text + 3.6 * LEGEND_FONTSIZE) / 72 + 0.15
+    width, height = 2.15 * columns + left + right, 1.6 * rows + top + bottom
+    figure = _figure(width, height, layout=None)
+    grid = figure.add_gridspec(
+        rows, columns, left=left / width, right=1 - right / width, top=1 - top / height,
+        bottom=bottom / height, wspace=0.1, hspace=0.42,
+    )  # fmt: skip
+    first = None
+    for index, (name, curves) in enumerate(jobs):
+        axis = figure.add_subplot(grid[index // columns, index % columns], sharey=first)
+        first = first or axis
+        for stage in dict.fromkeys(curves["stage"]):
+            part = curves[curves["stage"] == stage]
+            for split, style in (("train", "--"), ("valid", "-")):
+                axis.plot(part["epoch"], part[f"{split}_accuracy"], style, color=colour[stage],
+                          linewidth=1)  # fmt: skip
+        axis.set_title(name, fontsize=8, pad=2)
+        axis.set_ylim(0, 1)
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
+        axis.tick_params(labelsize=6, pad=1)
+        if index % columns:
+            axis.tick_params(labelleft=False)
+    figure.legend(handles, labels, loc="upper left", fontsize=LEGEND_FONTSIZE, frameon=False,
+                  bbox_to_anchor=(1 - (right - 0.05) / width, 1 - top / height))  # fmt: skip
+    figure.suptitle(_wrapped(f"{title}: accuracy per epoch", int(width * 12)), fontsize=10,
+                    y=1 - 0.12 / height, va="top")  # fmt: skip
+    figure.supxlabel("epoch", fontsize=8, y=0.08 / height, va="bottom")
+    figure.supylabel("accuracy", fontsize=8, x=0.08 / width, ha="left")
+    return figure
+
+
+# The paper's figures of finished jobs
+
+
+def interpolation_panels(paths: dict[str, dict[str, pd.DataFrame]], title: str) -> Figure:
+    """Paper Fig. 1: test accuracy along each method's path, one panel per architecture, the
+    methods named once in a legend beside the panels (they look the same in every panel)."""
+    figure, axes = _panels(len(paths), width=4.4, height=3.6, extra=1.6)
+    for axis, (arch, methods) in zip(axes, paths.items(), strict=True):
+        for method in _by_registry(list(methods)):
+            path = methods[method]
+            axis.plot(path["s"], path["test_accuracy"], **method_style(method).line(),
+                      markevery=0.12, markersize=4.5, linewidth=1.3, label=method, gid=method)  # fmt: skip
+        axis.set(title=arch, xlabel="s (start → final model)", ylabel="test accuracy", xlim=(0, 1))
+    figure.suptitle(_wrapped(title), fontsize=9)
+    _method_legend(figure, [m for methods in paths.values() for m in methods])
+    return figure
+
+
+def shown_layers(layers: list[str]) -> list[str]:
+    """The paper's panels: the input conv, the second block, the head, and the whole model."""
+    wanted = ["conv1", "layer2" if "layer2" in layers else "layer1", "fc", "model"]
+    return [layer for layer in dict.fromkeys(wanted) if layer in layers]
+
+
+def _drawn_layers(frame: pd.DataFrame, x: str, y: str) -> list[str]:
+    """The shown layers that have a finite point to draw: a layer with none gets no panel."""
+    if frame.empty:
+        return []
+    finite = frame[np.isfinite(frame[x].astype(float)) & np.isfinite(frame[y].astype(float))]
+    layers = shown_layers(list(dict.fromkeys(frame["layer"])))
+    return [layer for layer in layers if (finite["layer"] == layer).any()]
+
+
+def _layer_panels(
+    frame: pd.DataFrame, x: str, y: str, oracle: tuple[float, float], labels: tuple[str, str],
+    title: str,
+) -> Figure | None:  # fmt: skip
+    """One panel per shown layer with something to draw: each job's trajectory in (x, y), its
+    end marked with the method's look and named beside it, the oracle marked. None when no
+    layer has a point."""
+    layers = _drawn_layers(frame, x, y)
+    if not layers:
+        return None
+    figure, axes = _panels(len(layers), width=3.9, height=3.4, extra=1.4)
+    ends: dict[Axes, list[tuple[float, float, str]]] = {}
+    for axis, layer in zip(axes, layers, strict=True):
+        mine = frame[frame["layer"] == layer]
+        ends[axis] = [(*oracle, "oracle")]
+        for label in _by_registry([str(n) for n in dict.fromkeys(mine["label"])]):
+            rows = mine[mine["label"] == label].sort_values("point")
+            style = method_style(label)
+            axis.plot(rows[x], rows[y], color=style.colour, linestyle=style.linestyle,
+                      alpha=0.5, linewidth=1, marker=".", markersize=3)  # fmt: skip
+            end = (float(rows[x].iloc[-1]), float(rows[y].iloc[-1]))
+            axis.plot(*end, marker=style.marker, color=style.colour, markersize=6, linestyle="",
+                      gid=label)  # fmt: skip
+            ends[axis].append((*end, label))
+        oracle_style = method_style("oracle")
+        axis.plot(*oracle, marker=oracle_style.marker, color=oracle_style.colour, markersize=9,
+                  markeredgecolor="black", linestyle="", gid="oracle")  # fmt: skip
+        axis.set(title=layer, xlabel=labels[0], ylabel=labels[1])
+        axis.margins(0.1)
+    figure.suptitle(_wrapped(title), fontsize=9)
+    _method_legend(figure, ["oracle", *(str(n) for n in dict.fromkeys(frame["label"]))])
+    _place_labels(list(ends.items()))
+    return figure
+
+
+def projection_panels(frame: pd.DataFrame, title: str) -> Figure | None:
+    """Paper Fig. 16: each model's weights in the oracle-centred plane, per layer and overall;
+    None when there is nothing to draw."""
+    labels = ("toward ERM on history", "toward final-step-only")
+    return _layer_panels(frame, "x", "y", (0, 0), labels, title)
+
+
+def svcca_panels(frame: pd.DataFrame, title: str) -> Figure | None:
+    """Paper Fig. 17: SVCCA with the oracle keeping 50 % (x) and 90 % (y) of the variance; None
+    when there is nothing to draw."""
+    labels = ("SVCCA, 50 % variance", "SVCCA, 90 % variance")
+    return _layer_panels(frame, "svcca_50", "svcca_90", (1, 1), labels, title)
+
+
+_REFERENCES = {"baseline": "ERM on the final step (baseline)", "erm": "ERM on all steps"}
+
+
+def adjacency_sweep(trials: pd.DataFrame, references: Mapping[str, float], title: str) -> Figure:
+    """Paper Fig. 9: the joint model's final-step validation accuracy against λ_adj, with the
+    validation accuracy of the reference methods in ``references`` (method → value) as
+    lines in their own colours."""
+    figure = _figure(7.0, 3.6)
+    axis = figure.add_subplot()
+    jm = method_style("jm")
+    for index, (state, rows) in enumerate(trials.groupby("state")):
+        axis.plot(rows["adjacency"], rows["valid_accuracy"], _MARKERS[index % len(_MARKERS)],
+                  color=jm.colour, alpha=0.8, label=f"JM trial ({state})")  # fmt: skip
+    for method, value in references.items():
+        axis.axhline(value, color=method_style(method).colour, linestyle="--", linewidth=1,
+                     label=_REFERENCES.get(method, method))  # fmt: skip
+    axis.set_xscale("log")
+    # 1, 2 and 5 per decade, as plain numbers: matplotlib's default labels every minor tick of a
+    # log axis spanning under a decade, in overlapping "2 × 10⁰ 3 × 10⁰" form
+    axis.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.xaxis.set_minor_formatter(NullFormatter())
+    axis.set(xlabel="λ_adj (adjacent-step L2)", ylabel="final-step validation accuracy")
+    axis.set_title(_wrapped(title, 55), fontsize=8)
+    handles, labels = axis.get_legend_handles_labels()
+    _legend_outside(figure, handles, labels)
+    return figure
+
+
+def result_heatmap(means: pd.DataFrame, title: str) -> Figure:
+    """Test accuracy, methods (rows, the paper's order) × architectures; empty where missing."""
+    table = means.T
+    figure = _figure(max(3.5 + 0.9 * len(table.columns), 5.0), 1.2 + 0.32 * len(table.index))
+    axis = figure.add_subplot()
+    image = axis.imshow(table.to_numpy(dtype=float), cmap="viridis", aspect="auto")
+    for (row, column), value in np.ndenumerate(table.to_numpy(dtype=float)):
+        if not np.isnan(value):
+            axis.text(column, row, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                      color="white" if value < np.nanmean(table.to_numpy(dtype=float)) else "black")  # fmt: skip
+    axis.set_xticks(range(len(table.columns)), list(table.columns), rotation=30, fontsize=7)
+    axis.set_yticks(range(len(table.index)), list(table.index), fontsize=7)
+    figure.colorbar(image, ax=axis, label="test accuracy")
+    axis.set_title(_wrapped(title, 55), fontsize=8)
+    return figure
+
+
+def protocol_figure(rows: list[dict], protocol: str, title: str) -> Figure:
+    """One line per method over time, means over seeds: for ``eval_stream`` each time's window
+    average with the band down to its worst step shaded; for ``test_then_train`` the accuracy on
+    each step before training on it; for ``eval_fix`` and ``mixed_split`` the accuracy on each
+    later step."""
+    figure = _figure(8.0, 4.2)
+    axis = figure.add_subplot()
+    methods = _by_registry([r["method"] for r in rows])
+    for method in methods:
+        mine = [r for r in rows if r["method"] == method]
+        style = method_style(method)
+        if protocol == "eval_stream":
+            frame = pd.DataFrame([t for r in mine for t in r["per_time"]])
+            means = frame.groupby("time")[["average", "worst"]].mean()
+            x, y = means.index, means["average"]
+            axis.fill_between(x, means["worst"], y, color=style.colour, alpha=0.12)
+        else:
+            column = "curve" if protocol == "test_then_train" else "ood_per_step"
+            frame = pd.DataFrame([{"step": int(s), "accuracy": a} for r in mine
+                                  for s, a in r[column].items()])  # fmt: skip
+            means = frame.groupby("step")["accuracy"].mean()
+            x, y = means.index, means
+        axis.plot(x, y, **style.line(), markersize=4, linewidth=1.2, label=method, gid=method)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    xlabel = {"eval_stream": "time t (model of steps 0..t)",
+              "test_then_train": "step t (predicted by the model of steps 0..t-1)"}  # fmt: skip
+    axis.set(xlabel=xlabel.get(protocol, "later step"), ylabel="accuracy")
+    low, high = axis.get_ylim()  # the data's range: methods a few points apart stay apart
+    axis.set_ylim(max(0.0, low - 0.02), min(1.0, high + 0.02))
+    if protocol == "eval_stream":
+        axis.set_title("window average (line) down to the window's worst step (band)", fontsize=8)
+    figure.suptitle(_wrapped(title), fontsize=10)
+    _method_legend(figure, methods)
+    return figure
+
+
+def forgetting_figure(rows: list[dict], title: str) -> Figure:
+    """Feature Forgetting's two curves over an Eval-Stream, one line per method, means over
+    seeds: P_CL, the model of time t's mean accuracy on the steps 0..t it has seen, and
+    P_forget, how far it has fallen on the earlier steps below the best an earlier time scored
+    (docs/representations.md)."""
+    figure = _figure(9.0, 4.0)
+    axes = figure.subplots(1, 2)
+    methods = _by_registry([r["method"] for r in rows])
+    for method in methods:
+        frame = pd.DataFrame([t for r in rows if r["method"] == method for t in r["per_time"]])
+        means = frame.groupby("time")[["p_cl", "p_forget"]].mean()
+        for axis, column in zip(axes, ("p_cl", "p_forget"), strict=True):
+            curve = means[column].dropna()
+            axis.plot(curve.index, curve, **method_style(method).line(), markersize=4,
+                      linewidth=1.2, label=method, gid=method)  # fmt: skip
+    labels = ("P_CL: accuracy on steps 0..t", "P_forget: best earlier − now, steps before t")
+    for axis, label, ylabel in zip(axes, labels, ("test accuracy", "accuracy lost"), strict=True):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.set(xlabel="time t (model of steps 0..t)", ylabel=ylabel)
+        axis.set_title(label, fontsize=8)
+    axes[1].axhline(0.0, color="grey", linewidth=0.8)
+    figure.suptitle(_wrapped(title), fontsize=10)
+    _method_legend(figure, methods)
+    return figure
+
+
+def _label_flops(axis: Axes, flops: pd.Series) -> None:
+    """Ticks of a log FLOPs axis in engineering units (``50 TFLOP``): at 1, 2 and 5 times each
+    power of ten when the points span under two decades (a decade alone can leave the axis
+    without a labelled tick), at the powers of ten otherwise; minor ticks unlabelled."""
+    span = np.log10(flops.max() / flops.min()) if len(flops) and flops.min() > 0 else 0.0
+    axis.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if span < 2 else (1.0,)))
+    axis.xaxis.set_major_formatter(EngFormatter(unit="FLOP"))
+    axis.xaxis.set_minor_formatter(NullFormatter())
+
+
+def compute_pareto(
+    points: pd.DataFrame,
+    title: str,
+    accuracy: str = "test accuracy",
+    compute: str = "training FLOPs (historical state included, every trial)",
+) -> Figure:
+    """Test accuracy against total training FLOPs (log scale), one point per method in its own
+    look, named beside it where the name has room (points on one spot share a name), with the
+    Pareto front (no other method both cheaper and more accurate) joined by a line and ringed
+    (a front of one point shows too), as NED plots accuracy against compute. ``points``: method,
+    train_flops, test_accuracy; ``accuracy`` and ``compute`` label the axes (a protocol's score,
+    the FLOPs of all its views)."""
+    figure = _figure(8.2, 4.8)
+    axis = figure.add_subplot()
+    for row in points.itertuples():
+        style = method_style(row.method)
+        axis.plot(row.train_flops, row.test_accuracy, marker=style.marker, color=style.colour,
+                  markersize=6, linestyle="", gid=row.method)  # fmt: skip
+    ordered = points.sort_values(["train_flops", "test_accuracy"], ascending=[True, False])
+    front, best = [], -np.inf
+    for row in ordered.itertuples():
+        if row.test_accuracy > best:
+            front.append((row.train_flops, row.test_accuracy))
+            best = row.test_accuracy
+    extra = []
+    if front:
+        (line,) = axis.plot(*zip(*front, strict=True), "--o", color="grey", linewidth=1,
+                            markersize=11, markerfacecolor="none", label="Pareto front")  # fmt: skip
+        extra.append((line, "Pareto front"))
+    axis.set(xscale="log", xlabel=compute, ylabel=accuracy)
+    axis.margins(x=0.08, y=0.1)
+    _label_flops(axis, points["train_flops"])
+    figure.suptitle(_wrapped(title), fontsize=10)
+    _method_legend(figure, [str(m) for m in points["method"]], extra)
+    named = [(r.train_flops, r.test_accuracy, str(r.method)) for r in points.itertuples()]
+    _place_labels([(axis, named)], lines={axis: front})
+    return figure

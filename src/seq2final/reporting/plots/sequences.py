@@ -1,0 +1,111 @@
+"""Figures of sequences and their shifts: example images, sub-population membership, shift
+distances."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from seq2final.reporting.plots.look import LABEL_FONTSIZE, _figure
+
+# Sequences and shifts
+
+
+def _show(axis: Axes, image: np.ndarray | None) -> None:
+    axis.set_xticks([])
+    axis.set_yticks([])
+    if image is not None:
+        axis.imshow(image.transpose(1, 2, 0), interpolation="nearest")
+
+
+def sequence_examples(
+    steps: list[tuple[str, np.ndarray, np.ndarray]],
+    class_names: list[str],
+    title: str,
+    subtitle: str,
+    columns: int,
+) -> Figure:
+    """The first training image of up to ``columns`` classes, one row per step, under the
+    (possibly flipped) label it carries: down a column the same class shows the shift, as in
+    the paper's Figs. 5-6. ``steps`` holds each step's name, images (N, C, H, W) and labels.
+
+    Drawn as one picture on one axes: a grid of axes costs about a second per step to lay out
+    and save, and every run that builds a sequence draws this figure."""
+    present = set().union(*(np.unique(labels).tolist() for _, _, labels in steps))
+    shown = [c for c in range(len(class_names)) if c in present][:columns] or [0]
+    height, width = steps[0][1].shape[2:]
+    gap = max(2, height // 10)
+    montage = np.ones(
+        (len(steps) * (height + gap) - gap, len(shown) * (width + gap) - gap, 3), np.float32
+    )
+    for row, (_, images, labels) in enumerate(steps):
+        for column, label in enumerate(shown):
+            found = np.flatnonzero(labels == label)
+            if not len(found):
+                continue  # this step has no image of the class: the cell stays white
+            image = images[found[0]].transpose(1, 2, 0).astype(np.float32)
+            image = image / 255.0 if images.dtype == np.uint8 else image
+            top, left = row * (height + gap), column * (width + gap)
+            montage[top : top + height, left : left + width] = image  # (H, W, 1) broadcasts
+    figure = _figure(0.5 + 0.55 * len(shown), 0.75 + 0.55 * len(steps))
+    axis = figure.add_subplot()
+    axis.imshow(montage, interpolation="nearest")
+    axis.set_xticks([c * (width + gap) + width / 2 for c in range(len(shown))])
+    axis.set_xticklabels([class_names[c] for c in shown], fontsize=LABEL_FONTSIZE)
+    axis.xaxis.tick_top()
+    axis.set_xlabel("label", fontsize=LABEL_FONTSIZE)
+    axis.xaxis.set_label_position("top")
+    axis.set_yticks([r * (height + gap) + height / 2 for r in range(len(steps))])
+    axis.set_yticklabels(
+        [f"step {i}: {name}" for i, (name, _, _) in enumerate(steps)], fontsize=LABEL_FONTSIZE
+    )
+    axis.tick_params(length=0)
+    for spine in axis.spines.values():
+        spine.set_visible(False)
+    figure.suptitle(title, fontsize=9)
+    axis.set_title(subtitle, fontsize=6, color="0.4", pad=18)
+    return figure
+
+
+def subpopulation_grid(
+    steps: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]],
+    class_names: list[str],
+    subclass_names: list[list[str]],
+    super_classes: list[int],
+) -> Figure:
+    """Which sub-classes each step draws, for a few super-classes (paper Figs. 3-4).
+
+    Rows are (super-class, step); the five columns are the sub-classes in shift order, showing an
+    example image where the step has that sub-class and an empty cell where it has none.
+    """
+    n_sub = len(subclass_names[0])
+    rows = [(c, step) for c in super_classes for step in steps]
+    figure = _figure(1.2 * n_sub + 1.5, 1.1 * len(rows))
+    axes = figure.subplots(len(rows), n_sub, squeeze=False)
+    for row, (label, (step_name, images, labels, subs)) in enumerate(rows):
+        for sub in range(n_sub):
+            members = np.flatnonzero((labels == label) & (subs == sub))
+            _show(axes[row, sub], images[members[0]] if len(members) else None)
+            if row % len(steps) == 0:
+                axes[row, sub].set_title(subclass_names[label][sub], fontsize=7)
+        axes[row, 0].set_ylabel(
+            f"{class_names[label]}\n{step_name}", fontsize=6, rotation=0, ha="right", va="center"
+        )
+    return figure
+
+
+def shift_profile(table: pd.DataFrame, title: str) -> Figure:
+    """Normalised distance to the final step, per earlier step: covariate and conditional W2 and
+    the 1-NN distance."""
+    figure = _figure(4.5, 3)
+    axis = figure.add_subplot()
+    for metric, row in table.iterrows():
+        axis.plot(range(len(row)), row.to_numpy(dtype=float), marker="o", label=str(metric))
+    axis.axhline(1.0, color="grey", linestyle=":", linewidth=1)
+    axis.set_xticks(range(len(table.columns)), [str(c) for c in table.columns], fontsize=7)
+    axis.set_ylabel("distance to final ÷ final train-vs-test")
+    axis.set_title(title, fontsize=9)
+    axis.legend(fontsize=7)
+    return figure
