@@ -16,13 +16,13 @@ import pandas as pd
 import plotly.graph_objects as go
 from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
-from torch import nn
 
 from seq2final.config.parameters import VisualizeOptions
 from seq2final.core.records import ResultRecord
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import ORACLE, HistoricalState, paper_columns
 from seq2final.models import JointModel
+from seq2final.pipelines.visualize.finished_jobs import JobModels, job_engine
 from seq2final.protocols import PROTOCOLS, ProtocolOptions
 from seq2final.reporting import plots
 from seq2final.reporting.curves import curve_table, p_rep_table, sequence_curves
@@ -38,8 +38,6 @@ from seq2final.reporting.tables import (
     total_train_flops,
 )
 from seq2final.training.curves import SCRATCH
-from seq2final.training.engine import Engine
-from seq2final.training.tensors import TensorSplit
 
 log = logging.getLogger(__name__)
 
@@ -60,66 +58,6 @@ def _groups(records: list[ResultRecord]) -> dict[Group, dict[str, ResultRecord]]
     return dict(sorted(groups.items()))
 
 
-class _Models:
-    """Loads a job's final model, historical state and final-step test data once each."""
-
-    def __init__(self, results: Any, states: Mapping[str, HistoricalState], sequences: Any) -> None:
-        self.results, self.states, self.sequences = results, states, sequences
-        self._finals: dict[str, nn.Module] = {}
-        self._states: dict[str, HistoricalState | None] = {}
-
-    def final(self, record: ResultRecord) -> nn.Module:
-        key = record.job_key
-        if key not in self._finals:
-            self._finals[key] = self.results.model(key)
-        return self._finals[key]
-
-    def state(self, record: ResultRecord) -> HistoricalState | None:
-        key = record.historical_state
-        if key is None:
-            return None
-        if key not in self._states:
-            found = key in self.states
-            if not found:
-                log.warning("historical state %s of job %s is missing", key, record.job_key)
-            self._states[key] = self.states[key] if found else None
-        return self._states[key]
-
-    def missing_state(self, record: ResultRecord) -> bool:
-        """The job continued a historical state that is not stored (any more)."""
-        return record.historical_state is not None and self.state(record) is None
-
-    def test_data(self, record: ResultRecord, limit: int | None = None) -> TensorSplit | None:
-        key = record.sequence_key
-        if key not in self.sequences:
-            log.warning("sequence %s is not built; skipping job %s", key, record.job_key)
-            return None
-        x, y = self.sequences[key].step(-1).split("test")
-        return TensorSplit.from_arrays(x[:limit], y[:limit])
-
-    def trajectory(self, record: ResultRecord) -> list[tuple[nn.Module, int | None]]:
-        """The job's models over time, each with the step it runs at, ending with its final model.
-
-        Chains give their models at steps 0..T−1; a joint model trained at once is read at each
-        of its steps; scratch jobs are a single point.
-        """
-        final, state = self.final(record), self.state(record)
-        points: list[tuple[nn.Module, int | None]] = []
-        if state is not None:
-            chain = state.chains[record.chosen.get("chain", "main")]
-            points = [
-                (m, m.num_steps - 1 if isinstance(m, JointModel) else None) for m in chain.models
-            ]
-        elif isinstance(final, JointModel) and record.eval_step:
-            points = [(final, t) for t in range(record.eval_step)]
-        return [*points, (final, record.eval_step)]
-
-
-def _engine(record: ResultRecord) -> Engine:
-    """The engine the job was trained with (input scale, batch sizes), so accuracies match."""
-    return Engine(**record.engine)
-
-
 def interpolation_recipes(
     records: list[ResultRecord],
     results: Any,
@@ -128,7 +66,7 @@ def interpolation_recipes(
     options: VisualizeOptions,
 ) -> dict[str, Callable[[], pd.DataFrame | None]]:
     """One path per job that has one (see :mod:`seq2final.reporting.interpolation`), computed only if missing."""
-    models = _Models(results, states, sequences)
+    models = JobModels(results, states, sequences)
     points = options.interpolation_points
     recipes = {}
     for record in records:
@@ -142,7 +80,7 @@ def interpolation_recipes(
             ends = path_ends(record, models.final(record), models.state(record))
             if ends is None:  # a scratch job: stored as an empty path
                 return pd.DataFrame(columns=["s", "test_accuracy"])
-            engine = _engine(record)
+            engine = job_engine(record)
             device = engine.torch_device()
             ends.start, ends.end = ends.start.to(device), ends.end.to(device)
             log.info("interpolation path of %s (%d points)", record.job_key, points)
@@ -213,7 +151,7 @@ def plot_projections(
     starts from); a group missing one is skipped with a note. Joint models have other weight
     shapes and are left out, as in the paper.
     """
-    models = _Models(results, states, None)
+    models = JobModels(results, states, None)
     figures, frames = {}, []
     for (budget, arch, seed), group in _groups(records).items():
         history = next((r for r in group.values() if r.historical == "erm"), None)
@@ -252,7 +190,7 @@ def plot_svcca(
     options: VisualizeOptions,
 ) -> tuple[dict[str, Figure], dict[str, Figure], dict[str, pd.DataFrame]]:
     """Paper Fig. 17: every job's trajectory in SVCCA similarity to the oracle, per layer."""
-    models = _Models(results, states, sequences)
+    models = JobModels(results, states, sequences)
     figures, frames = {}, []
     for (budget, arch, seed), group in _groups(records).items():
         if ORACLE not in group:
@@ -263,7 +201,7 @@ def plot_svcca(
             continue
         trajectories = {n: models.trajectory(r) for n, r in group.items() if n != ORACLE}
         frame = svcca_similarity(
-            trajectories, models.final(group[ORACLE]), data, _engine(group[ORACLE])
+            trajectories, models.final(group[ORACLE]), data, job_engine(group[ORACLE])
         )
         frames.append(frame.assign(budget=budget, arch=arch, seed=seed))
         figure = plots.svcca_panels(
