@@ -43,13 +43,13 @@ from typing import Any
 
 import torch
 from kedro.framework.session import KedroSession
-from kedro.framework.startup import bootstrap_project
 
 from seq2final.bench.machine import describe_machine
 from seq2final.config.checks import sequence_spec, validate_parameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write
 from seq2final.core.records import ResultRecord
+from seq2final.core.startup import bootstrap_once
 from seq2final.pipelines.evaluate.nodes import gather_results
 from seq2final.protocols import FIRST_MODEL, ProtocolOptions
 from seq2final.reporting.protocols import protocol_scores
@@ -64,7 +64,7 @@ PIPELINES = ["build_sequences", "pretrain_historical", "adapt_final", "evaluate"
 
 def run_study(env: str, overrides: Mapping[str, Any], protocols: Sequence[str]) -> None:
     """Train and report ``protocols`` in this order, keeping each one's records as it ends."""
-    bootstrap_project(PROJECT)
+    bootstrap_once(PROJECT)
     for protocol in protocols:
         runtime = {**overrides, "protocol": protocol}
         with KedroSession.create(project_path=PROJECT, env=env, runtime_params=runtime) as session:
@@ -74,7 +74,7 @@ def run_study(env: str, overrides: Mapping[str, Any], protocols: Sequence[str]) 
 
 def result_folder(env: str, overrides: Mapping[str, Any]) -> Path:
     """Where the study's result store keeps its records (the catalog's ``adapt_results``)."""
-    bootstrap_project(PROJECT)
+    bootstrap_once(PROJECT)
     runtime = {**overrides, "protocol": PROTOCOLS[0]}
     with KedroSession.create(project_path=PROJECT, env=env, runtime_params=runtime) as session:
         return Path(session.load_context().catalog.load("adapt_results").results)
@@ -111,7 +111,7 @@ def study_records(
     """The study's parameters and view records: its sequence's, as ``evaluate`` gathers them
     (two settings under one budget name refused in one line), of its architecture, budget and
     methods."""
-    bootstrap_project(PROJECT)
+    bootstrap_once(PROJECT)
     runtime = {**overrides, "protocol": PROTOCOLS[0]}  # any temporal protocol: views' records
     with KedroSession.create(project_path=PROJECT, env=env, runtime_params=runtime) as session:
         context = session.load_context()

@@ -33,9 +33,9 @@ from typing import Any
 from unittest import mock
 
 from kedro.framework.session import KedroSession
-from kedro.framework.startup import bootstrap_project
 from torch import nn
 
+from seq2final.core.startup import bootstrap_once
 from seq2final.data.sources.portraits import write_synthetic_portraits
 from seq2final.methods.context import Context
 from seq2final.protocols import ProtocolOptions, stream_times
@@ -96,7 +96,7 @@ def run_stream(runtime: Mapping[str, Any], train: bool) -> tuple[Counter[str], f
         runtime = dict(runtime)
         if "data_path" in runtime:
             runtime["data_path"] = str(write_synthetic_portraits(project / "yearbook", per_year=5))
-        bootstrap_project(project)
+        bootstrap_once(project)
         started = time.perf_counter()
         with (
             mock.patch.object(Context, "tuned", count),

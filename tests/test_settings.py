@@ -34,15 +34,3 @@ def test_a_sessions_parameters_look_for_no_missing_module(project):
     assert len([name for name in catalog if name.startswith("params:")]) > 100
     if importlib.util.find_spec("ibis") is None:  # as here; with ibis installed it is found once
         assert "ibis" not in asked.names
-
-
-def test_a_project_is_configured_once_per_process(project, copy_project_to, tmp_path, monkeypatch):
-    """Configuring reads the settings through dynaconf, about a second each time: a second
-    project folder of the same package is not configured again (src/seq2final/core/startup.py)."""
-    from kedro.framework import startup
-
-    bootstrap_once(project)  # whatever ran before in this process, configured now
-    calls = []
-    monkeypatch.setattr(startup, "configure_project", lambda name: calls.append(name))
-    bootstrap_once(copy_project_to(tmp_path / "other"))
-    assert calls == []

@@ -275,3 +275,25 @@ def test_a_name_the_registry_does_not_know_is_drawn_with_a_broken_line():
     for name in ("erm+as_is", "not_registered", "plugin_7"):
         assert method_style(name).linestyle != "-"
     assert {method_style(m).linestyle for m in METHODS} == {"-"}
+
+
+def test_sequence_examples_show_a_row_per_step_and_a_column_per_class_any_step_has():
+    """Step 1 has no image of class 2: its cell stays white; step 0 has none of class 3."""
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 200, (6, 1, 8, 8), dtype=np.uint8)  # never white: 200 < 255
+    steps = [("source", images[:3], np.array([0, 1, 2])),
+             ("rotation", images[3:], np.array([0, 1, 3]))]  # fmt: skip
+    figure = plots.sequence_examples(steps, ["a", "b", "c", "d"], "title", "key", columns=10)
+    [axis] = figure.axes
+    assert [t.get_text() for t in axis.get_xticklabels()] == ["a", "b", "c", "d"]
+    assert [t.get_text() for t in axis.get_yticklabels()] == ["step 0: source", "step 1: rotation"]
+    montage = axis.get_images()[0].get_array()
+    gap = 2
+    cell = lambda row, column: montage[row * (8 + gap) : row * (8 + gap) + 8,  # noqa: E731
+                                       column * (8 + gap) : column * (8 + gap) + 8]  # fmt: skip
+    assert np.all(cell(1, 2) == 1.0) and np.all(cell(0, 3) == 1.0)  # no image of the class
+    np.testing.assert_allclose(cell(1, 3)[..., 0], images[5, 0] / 255.0)  # grey on all three
+    assert montage.shape == (2 * 8 + gap, 4 * 8 + 3 * gap, 3)
+    assert [f"{figure.get_suptitle()}", axis.get_title()] == ["title", "key"]
+    assert len(plots.sequence_examples(steps, list("abcd"), "t", "k", columns=2).axes[0]
+               .get_xticklabels()) == 2  # fmt: skip

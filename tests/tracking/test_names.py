@@ -17,7 +17,7 @@ class CountingClient(MlflowClient):
         return super().get_registered_model(name)
 
 
-def test_each_accepted_name_is_asked_once_per_tracking_uri_and_a_refused_one_every_time(tmp_path):
+def test_each_accepted_name_is_asked_once_per_registry_and_a_refused_one_every_time(tmp_path):
     first = CountingClient(f"sqlite:///{tmp_path / 'a.db'}")
     first.asked = []
     check_registry_names(first, ["seq.convnet_1.ft", "seq.convnet_1.ft", "seq.best"])
@@ -27,7 +27,7 @@ def test_each_accepted_name_is_asked_once_per_tracking_uri_and_a_refused_one_eve
     other = CountingClient(f"sqlite:///{tmp_path / 'b.db'}")
     other.asked = []
     check_registry_names(other, ["seq.best"])
-    assert other.asked == ["seq.best"]  # another server answers for itself
+    assert other.asked == ["seq.best"]  # another registry answers for itself
     for _ in range(2):
         with pytest.raises(Seq2FinalError, match="MLflow refuses the registered model name"):
             check_registry_names(first, ["seq/ft"])

@@ -16,8 +16,16 @@ def bootstrap_once(project: Path) -> None:
     Configuring reads the package's ``settings`` again through dynaconf, which walks the whole
     call stack (``inspect.stack``) for each environment-named settings module it does not find:
     about a second a call once many modules are loaded, paid by every task a sweep worker runs
-    and by every command that starts a session of its own. The settings belong to the package,
-    not to the folder: a process serves one project package, from the first project's source."""
-    metadata = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf8"))
-    if metadata["tool"]["kedro"]["package_name"] != kedro_project.PACKAGE_NAME:
+    and by every command that starts a session of its own (docs/architecture.md, "Start-up").
+    The settings belong to the package, not to the folder: a process serves one project
+    package, from the first project's source. What a finished session leaves behind, the
+    pipelines it asked for, is cleared as configuring would."""
+    try:
+        metadata = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf8"))
+        package = metadata["tool"]["kedro"]["package_name"]
+    except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError):
+        package = None  # not a project Kedro knows: bootstrap_project says why in its words
+    if package is None or package != kedro_project.PACKAGE_NAME:
         bootstrap_project(project)
+    else:
+        kedro_project.pipelines.set_requested(None)

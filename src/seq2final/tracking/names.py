@@ -103,16 +103,17 @@ def check_experiment_names(names: list[str]) -> None:
             )
 
 
-# (tracking URI, name) pairs MLflow accepted in this process: whether a server takes a name does
-# not change while it runs, and a session asks about every job's names (one query each).
-_ACCEPTED_NAMES: set[tuple[str, str]] = set()
+# (registry URI, name) pairs MLflow accepted in this process: whether a registry takes a name
+# does not change while it runs, and a session asks about every job's names (one query each).
+_ACCEPTED_NAMES: set[tuple[str | None, str]] = set()
 
 
 def check_registry_names(client: MlflowClient, names: list[str]) -> None:
     """Ask MLflow itself whether it accepts each registered-model name, before any training;
-    each name once per tracking URI and process."""
+    each name once per model registry and process."""
+    registry = client._registry_uri  # where get_registered_model asks; MLflow has no public getter
     for name in dict.fromkeys(names):
-        if (client.tracking_uri, name) in _ACCEPTED_NAMES:
+        if (registry, name) in _ACCEPTED_NAMES:
             continue
         try:
             client.get_registered_model(name)
@@ -127,4 +128,4 @@ def check_registry_names(client: MlflowClient, names: list[str]) -> None:
                     f"could not check the registered model name '{name}' with MLflow: "
                     f"{str(error).splitlines()[0]}"
                 ) from None
-        _ACCEPTED_NAMES.add((client.tracking_uri, name))
+        _ACCEPTED_NAMES.add((registry, name))

@@ -27,12 +27,15 @@ class JobModels:
         self._states: dict[str, HistoricalState | None] = {}
 
     def final(self, record: ResultRecord) -> nn.Module:
+        """The job's adapted model, as stored."""
         key = record.job_key
         if key not in self._finals:
             self._finals[key] = self.results.model(key)
         return self._finals[key]
 
     def state(self, record: ResultRecord) -> HistoricalState | None:
+        """The historical state the job continued; ``None`` for none, or one no longer stored
+        (warned once)."""
         key = record.historical_state
         if key is None:
             return None
@@ -48,6 +51,8 @@ class JobModels:
         return record.historical_state is not None and self.state(record) is None
 
     def test_data(self, record: ResultRecord, limit: int | None = None) -> TensorSplit | None:
+        """The first ``limit`` test images of the job's final step; ``None`` where its sequence
+        is not built (warned)."""
         key = record.sequence_key
         if key not in self.sequences:
             log.warning("sequence %s is not built; skipping job %s", key, record.job_key)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backend_bases import RendererBase
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from matplotlib.text import Annotation
 from matplotlib.transforms import Bbox
 
@@ -87,7 +89,9 @@ def _place_labels(
     Pareto front)."""
     if not panels:
         return []
-    figure = panels[0][0].figure
+    figure = panels[0][0].get_figure(root=True)
+    # look._figure's: a whole figure on an Agg canvas, whose renderer measures the names
+    assert isinstance(figure, Figure) and isinstance(figure.canvas, FigureCanvasAgg)
     figure.draw_without_rendering()
     renderer = figure.canvas.get_renderer()
     lines = lines or {}
