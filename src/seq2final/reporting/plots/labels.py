@@ -21,9 +21,6 @@ from seq2final.reporting.plots.look import LABEL_FONTSIZE, method_style
 log = logging.getLogger(__name__)
 
 
-# Labels beside points, without overlap
-
-
 _LABEL_RADII = (6.0, 10.0, 15.0, 22.0, 30.0, 40.0, 52.0, 66.0, 82.0)  # points
 _LABEL_ANGLES = tuple(np.deg2rad(a) for a in (45, 135, -45, -135, 90, -90, 0, 180,
                                                22, 158, -22, -158, 68, 112, -68, -112))  # fmt: skip

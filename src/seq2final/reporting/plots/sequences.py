@@ -10,8 +10,6 @@ from matplotlib.figure import Figure
 
 from seq2final.reporting.plots.look import LABEL_FONTSIZE, _figure
 
-# Sequences and shifts
-
 
 def _show(axis: Axes, image: np.ndarray | None) -> None:
     axis.set_xticks([])
