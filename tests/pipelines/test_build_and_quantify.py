@@ -92,7 +92,7 @@ TRAIN_THEN_QUANTIFY = textwrap.dedent(
 )
 
 
-def test_quantify_after_training_in_one_process_starts_its_workers_without_fork(project):
+def test_quantify_after_training_in_one_process_solves_its_pairs_without_fork(project):
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     try:
         done = subprocess.run(
@@ -105,7 +105,7 @@ def test_quantify_after_training_in_one_process_starts_its_workers_without_fork(
     [distances] = (project / "data/04_feature/shift_distances").glob("*.csv")
     assert len(pd.read_csv(distances)) == 1 + 2 + 3  # half split, consecutive, to final
     assert list((project / "data/06_models/historical").iterdir())  # it did train first
-    log = (project / "logs/info.log").read_text()  # what the workers logged comes back
+    log = (project / "logs/info.log").read_text()  # each pair, solved in a thread, logged
     assert "W2 source half 1 vs source half 2: " in log
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,6 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from seq2final.config.parameters import QuantifyOptions
-from seq2final.core.processes import map_in_processes
 from seq2final.data.distances import (
     Embedded,
     conditional_wasserstein2,
@@ -81,19 +81,19 @@ def measure_distances(
     """Covariate and conditional W2 and the 1-NN distance for the half split, consecutive steps
     and each step vs final.
 
-    Pairs are independent exact solves, so they run in parallel worker processes, started
-    without fork (:mod:`seq2final.core.processes`): training has run OpenMP threads in this
-    process by now, and a forked pool hung in scikit-learn's OpenMP code.
+    Pairs are independent exact solves, so they run in ``workers`` threads of this process:
+    POT's network simplex, the cost matrices and scikit-learn's neighbour search release the
+    GIL, and threads neither fork after training's OpenMP threads (a forked pool hung in
+    scikit-learn's OpenMP code) nor pay a process's start-up (docs/architecture.md,
+    "Processes").
     """
     train, test = embedding["train"], embedding["test"]
     pairs = [("half_split", embedding["halves"][0], embedding["halves"][1])]
     pairs += [("consecutive", train[t - 1], train[t]) for t in range(1, len(train))]
     pairs += [("to_final", train[t], test) for t in range(len(train))]
     jobs = [(first, second, options.max_iterations) for _, first, second in pairs]
-    if options.workers > 1:
-        results = map_in_processes(_distance, jobs, options.workers)
-    else:
-        results = [_distance(job) for job in jobs]
+    with ThreadPoolExecutor(max_workers=options.workers) as pool:
+        results = list(pool.map(_distance, jobs))
     rows = [
         {
             "comparison": comparison,
