@@ -259,7 +259,7 @@ RUN = ("run", "--env", "test", "--params")
 # Some seconds of training per state and job: longer than two processes started together take
 # to differ in reaching them.
 LONG = (
-    "sequence:source100:rotation400,budgets.slow.sampler=random,budgets.slow.trials=4,"
+    "sequence:source100:rotation200,budgets.slow.sampler=random,budgets.slow.trials=4,"
     "budgets.slow.max_epochs=8,training.patience=100,budget:slow"
 )
 
@@ -269,7 +269,7 @@ def test_a_second_run_waits_for_the_first_and_fails_none_of_its_trials(project, 
     trained once, by whichever claims it first; the other waits, reuses both, and never fails
     the first's running trials."""
     params = f"{LONG},{TINY},mlflow.enabled=false,method:ft,arch:convnet_1"
-    run_kedro(["build_sequences"], sequence="source100:rotation400", arch="convnet_1",
+    run_kedro(["build_sequences"], sequence="source100:rotation200", arch="convnet_1",
               method="ft", mlflow={"enabled": False},
               build_sequences={"test_size": 50, "oracle_size": 120})  # fmt: skip
     pipelines = "pretrain_historical,adapt_final"

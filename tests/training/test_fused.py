@@ -1,6 +1,7 @@
 """Fused trials against single fits: same batches, same selection, same numbers to float tolerance."""
 
 import copy
+import functools
 
 import optuna
 import pytest
@@ -58,13 +59,16 @@ def assert_same_fits(singles, fused):
 
 
 @pytest.mark.parametrize(
-    ("arch", "epochs"), [("convnet_4", EPOCHS), ("resnet_3", 2), ("densenet_1", 2)]
+    ("arch", "trials", "epochs"),
+    [("convnet_4", 3, EPOCHS), ("resnet_3", 2, 2), ("densenet_1", 2, 2)],
 )
-def test_fused_equals_single_fits_at_dropout_zero(arch, epochs, learnable):
-    """Three trials; two epochs on the ResNet and DenseNet, whose float64 convolutions are slow
-    on a CPU."""
+def test_fused_equals_single_fits_at_dropout_zero(arch, trials, epochs, learnable):
+    """Three trials on the ConvNet; two trials of two epochs on the ResNet and DenseNet, whose
+    float64 convolutions are slow on a CPU (two differ in learning rate, L2 weight and seed as
+    three do)."""
     task = Task([learnable(60)], learnable(30, seed=1))
-    fits = single_and_fused(lambda: build_model(arch, 10), task, epochs=epochs)
+    build = functools.partial(build_model, arch, 10)
+    fits = single_and_fused(build, task, HPS[:trials], SEEDS[:trials], epochs=epochs)
     assert_same_fits(*fits)
 
 
