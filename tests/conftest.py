@@ -44,6 +44,7 @@ load_plugins(["lab_extras"])
 LANES = ("default_smoke_run", "tiny_results")
 
 
+@pytest.hookimpl(trylast=True)  # after -k, -m and --deselect have removed theirs
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     fronts: list[list[pytest.Item]] = [[] for _ in LANES]
     sweeps: list[pytest.Item] = []
@@ -56,7 +57,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             sweeps.append(item)
         else:
             rest.append(item)
-    first, second = fronts[0], fronts[1] + sweeps
+    first, second = fronts  # one lane per half
+    second = second + sweeps
     cut = max(0, len(items) // 2 - len(first))
     items[:] = first + rest[:cut] + second + rest[cut:]
 

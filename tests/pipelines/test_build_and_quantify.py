@@ -62,9 +62,9 @@ def test_build_then_quantify(project):
 
 
 # The default chain's order in one process: a historical state trains on 2 threads, then
-# quantify_shift solves its W2 pairs with 2 worker processes. A pool forked from this process
-# hung for good in scikit-learn's OpenMP code on some CPUs; whether it does depends on the CPU
-# and on timing, so fork itself is made an error here once training has run.
+# quantify_shift solves its W2 pairs in 2 threads. A process pool forked from this process hung
+# for good in scikit-learn's OpenMP code on some CPUs, depending on the CPU and on timing; fork
+# itself is made an error here once training has run, so no forking pool can come back.
 TRAIN_THEN_QUANTIFY = textwrap.dedent(
     """
     import os, sys
@@ -179,3 +179,42 @@ def test_a_sequence_whose_source_files_changed_names_the_folder_and_the_rebuild(
     assert "than elsewhere/raw holds now (fingerprint a1, now b2); rebuild it with: kedro run" in (
         str(error.value)
     )
+
+
+def test_pairs_solved_in_threads_equal_those_solved_in_turn_and_leave_the_filters_alone(
+    monkeypatch,
+):
+    """Two threads give the one-thread table, and the pairs never swap the process's warning
+    filters: ``catch_warnings()`` in two threads at once can leave one thread's filter behind."""
+    import threading
+    import warnings
+
+    import numpy as np
+
+    from seq2final.config.parameters import QuantifyOptions
+    from seq2final.data.distances import Embedded
+    from seq2final.pipelines.quantify_shift.nodes import measure_distances
+
+    rng = np.random.default_rng(0)
+
+    def embedded(name, shift):
+        return Embedded(name, rng.normal(shift, 1.0, (40, 3)), np.repeat(np.arange(4), 10))
+
+    train = [embedded(f"{t}:step", t / 2) for t in range(3)]
+    embedding = {"key": "k", "components": 3, "train": train, "test": embedded("2:test", 1.0),
+                 "halves": [embedded("half 1", 0.0), embedded("half 2", 0.0)]}  # fmt: skip
+    one = measure_distances(embedding, QuantifyOptions(workers=1))["k"]
+    filters = list(warnings.filters)  # with POT and scikit-learn imported, and their filters set
+
+    caught = warnings.catch_warnings
+
+    def in_main_thread_only(*args, **kwargs):
+        assert threading.current_thread() is threading.main_thread(), "filters swapped in a pool"
+        return caught(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(warnings, "catch_warnings", in_main_thread_only)
+        two = measure_distances(embedding, QuantifyOptions(workers=2))["k"]
+    assert warnings.filters == filters
+    pd.testing.assert_frame_equal(one, two)
+    assert len(two) == 1 + 2 + 3 and (two["w2_covariate"] > 0).all()

@@ -230,7 +230,7 @@ def test_a_killed_worker_then_a_killed_driver_redo_only_their_trials(
     driver.kill()
     driver.communicate(timeout=60)
     rerun = CliRunner().invoke(cli, [*command, *args])  # a new driver, in this process
-    assert rerun.exit_code == 0, rerun.output[-4000:]
+    assert rerun.exit_code == 0, (rerun.output[-4000:], rerun.exception)
     [record] = records(project).values()
     [trials] = _journal_trials(project).values()
     states = [t.state.name for t in trials]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from threadpoolctl import threadpool_limits
 
 from seq2final.config.parameters import QuantifyOptions
 from seq2final.data.distances import (
@@ -62,17 +64,16 @@ def embed_sequence(sequence: ShiftSequence, options: QuantifyOptions) -> dict[st
     }
 
 
-def _distance(job: tuple[Embedded, Embedded, int]) -> tuple[float, float, float]:
-    """Covariate and conditional W2 of one pair, and the 1-NN distance of the second set's
-    images to the first's (the time they took goes to the log)."""
-    first, second, max_iterations = job
+def _wasserstein_pair(
+    first: Embedded, second: Embedded, max_iterations: int
+) -> tuple[float, float]:
+    """Covariate and conditional W2 of one pair (the time they took goes to the log)."""
     start = time.perf_counter()
     pair = f"{first.name} vs {second.name}"
     covariate = wasserstein2(first.features, second.features, max_iterations, pair)
     conditional = conditional_wasserstein2(first, second, max_iterations)
-    nearest = nearest_neighbour_distance(first.features, second.features, pair)
-    logger.info("W2 %s vs %s: %.1f s", first.name, second.name, time.perf_counter() - start)
-    return covariate, conditional, nearest
+    logger.info("W2 %s: %.1f s", pair, time.perf_counter() - start)
+    return covariate, conditional
 
 
 def measure_distances(
@@ -81,19 +82,34 @@ def measure_distances(
     """Covariate and conditional W2 and the 1-NN distance for the half split, consecutive steps
     and each step vs final.
 
-    Pairs are independent exact solves, so they run in ``workers`` threads of this process:
-    POT's network simplex, the cost matrices and scikit-learn's neighbour search release the
-    GIL, and threads neither fork after training's OpenMP threads (a forked pool hung in
-    scikit-learn's OpenMP code) nor pay a process's start-up (docs/architecture.md,
-    "Processes").
+    The W2 pairs are independent exact solves, so they run in ``workers`` threads of this
+    process: POT's network simplex and the cost matrices release the GIL, and threads neither
+    fork after training's OpenMP threads (a forked pool hung in scikit-learn's OpenMP code) nor
+    pay a process's start-up (docs/architecture.md, "Processes"). BLAS keeps one thread per
+    pair while they run, so the pairs do not oversubscribe the cores; a failing pair cancels
+    those not yet started. The 1-NN distances follow in this thread: scikit-learn spreads each
+    search over OpenMP threads itself, and its input checks swap the process's warning filters,
+    which is not safe from two threads at once.
     """
     train, test = embedding["train"], embedding["test"]
     pairs = [("half_split", embedding["halves"][0], embedding["halves"][1])]
     pairs += [("consecutive", train[t - 1], train[t]) for t in range(1, len(train))]
     pairs += [("to_final", train[t], test) for t in range(len(train))]
-    jobs = [(first, second, options.max_iterations) for _, first, second in pairs]
-    with ThreadPoolExecutor(max_workers=options.workers) as pool:
-        results = list(pool.map(_distance, jobs))
+    firsts = [first for _, first, _ in pairs]
+    seconds = [second for _, _, second in pairs]
+    pool = ThreadPoolExecutor(max_workers=options.workers)
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            solved = list(
+                pool.map(_wasserstein_pair, firsts, seconds, repeat(options.max_iterations))
+            )
+    finally:
+        pool.shutdown(cancel_futures=True)
+    nearest = [
+        nearest_neighbour_distance(a.features, b.features, f"{a.name} vs {b.name}")
+        for a, b in zip(firsts, seconds, strict=True)
+    ]
+    results = [(*w2, nn) for w2, nn in zip(solved, nearest, strict=True)]
     rows = [
         {
             "comparison": comparison,
