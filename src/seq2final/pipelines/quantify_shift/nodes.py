@@ -85,11 +85,11 @@ def measure_distances(
     The W2 pairs are independent exact solves, so they run in ``workers`` threads of this
     process: POT's network simplex and the cost matrices release the GIL, and threads neither
     fork after training's OpenMP threads (a forked pool hung in scikit-learn's OpenMP code) nor
-    pay a process's start-up (docs/architecture.md, "Processes"). BLAS keeps one thread per
-    pair while they run, so the pairs do not oversubscribe the cores; a failing pair cancels
-    those not yet started. The 1-NN distances follow in this thread: scikit-learn spreads each
-    search over OpenMP threads itself, and its input checks swap the process's warning filters,
-    which is not safe from two threads at once.
+    pay a process's start-up (docs/architecture.md, "Processes"). With several workers, BLAS
+    keeps one thread per pair while they run, so the pairs do not oversubscribe the cores; a
+    failing pair cancels those not yet started. The 1-NN distances follow in this thread:
+    scikit-learn spreads each search over OpenMP threads itself, and its input checks swap the
+    process's warning filters, which is not safe from two threads at once.
     """
     train, test = embedding["train"], embedding["test"]
     pairs = [("half_split", embedding["halves"][0], embedding["halves"][1])]
@@ -99,7 +99,7 @@ def measure_distances(
     seconds = [second for _, _, second in pairs]
     pool = ThreadPoolExecutor(max_workers=options.workers)
     try:
-        with threadpool_limits(limits=1, user_api="blas"):
+        with threadpool_limits(limits=1 if options.workers > 1 else None, user_api="blas"):
             solved = list(
                 pool.map(_wasserstein_pair, firsts, seconds, repeat(options.max_iterations))
             )
