@@ -35,34 +35,6 @@ os.environ["OMP_NUM_THREADS"] = "1"
 load_plugins(["lab_extras"])
 
 
-# Under ``pytest -n 2 --dist worksteal`` each worker starts with one half of the collection, in
-# order, and an idle worker steals from the end of the other's. Tests that wait for a shared
-# project go first in one half each, so that both projects are built from the first second and
-# no worker waits on the other's lock; the sweep tests, which start processes of their own, come
-# next in the second half, one after another beside the first half's tests of one process each,
-# never piled up in the last minutes.
-LANES = ("default_smoke_run", "tiny_results")
-
-
-@pytest.hookimpl(trylast=True)  # after -k, -m and --deselect have removed theirs
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    fronts: list[list[pytest.Item]] = [[] for _ in LANES]
-    sweeps: list[pytest.Item] = []
-    rest: list[pytest.Item] = []
-    for item in items:
-        lane = next((i for i, name in enumerate(LANES) if name in item.fixturenames), None)
-        if lane is not None:
-            fronts[lane].append(item)
-        elif item.path.parent.name == "sweep":
-            sweeps.append(item)
-        else:
-            rest.append(item)
-    first, second = fronts  # one lane per half
-    second = second + sweeps
-    cut = max(0, len(items) // 2 - len(first))
-    items[:] = first + rest[:cut] + second + rest[cut:]
-
-
 def make_source(
     per_class: int = 60,
     per_class_test: int = 20,
