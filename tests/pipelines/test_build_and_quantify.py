@@ -5,14 +5,20 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import warnings
 
+import numpy as np
 import pandas as pd
 import pytest
 from kedro.framework.session import KedroSession
 from PIL import Image
 
+from seq2final.config.parameters import QuantifyOptions
 from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
 from seq2final.core.startup import bootstrap_once
+from seq2final.data.distances import Embedded
+from seq2final.pipelines.quantify_shift.nodes import measure_distances
 
 
 def _run(project, pipeline, **params):
@@ -186,15 +192,6 @@ def test_pairs_solved_in_threads_equal_those_solved_in_turn_and_leave_the_filter
 ):
     """Two threads give the one-thread table, and the pairs never swap the process's warning
     filters: ``catch_warnings()`` in two threads at once can leave one thread's filter behind."""
-    import threading
-    import warnings
-
-    import numpy as np
-
-    from seq2final.config.parameters import QuantifyOptions
-    from seq2final.data.distances import Embedded
-    from seq2final.pipelines.quantify_shift.nodes import measure_distances
-
     rng = np.random.default_rng(0)
 
     def embedded(name, shift):
