@@ -9,7 +9,7 @@ from seq2final.methods import HistoricalState, ModelChain
 from seq2final.models import JointModel, build_model
 from seq2final.reporting.interpolation import accuracy, interpolation_path, path_ends
 from seq2final.reporting.projection import layer_weights, weight_projection
-from seq2final.reporting.svcca import layer_activations, svcca
+from seq2final.reporting.svcca import _Reduced, _svcca_at, layer_activations, svcca
 from seq2final.training.engine import Engine
 from seq2final.training.tensors import TensorSplit
 
@@ -88,6 +88,25 @@ def test_svcca_of_a_layer_with_itself_is_one_and_with_independent_noise_is_low()
     # Invariant to an invertible linear map of the neurons (what CCA is for), when nothing is cut.
     mixed = layer @ rng.normal(size=(32, 32))
     assert svcca(layer, mixed, 1.0) == pytest.approx(1.0)
+
+
+def test_svcca_with_fewer_points_than_neurons_equals_the_gram_matrix_route():
+    """The whole model's pooled channels outnumber the images: the thin SVD stands in for the
+    eigendecomposition of XᵀX and must give the same correlations at every cut-off."""
+
+    def by_gram(x):
+        centred = x - x.mean(axis=0)
+        energy, vectors = np.linalg.eigh(centred.T @ centred)
+        return _Reduced(centred, energy[::-1].clip(min=0.0), vectors[:, ::-1])
+
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(40, 300))
+    b = a @ rng.normal(size=(300, 300)) + rng.normal(size=(40, 300))
+    cuts = (0.5, 0.9, 0.99)
+    assert _Reduced.of(a).vectors.shape == (300, 40)  # the SVD route: n vectors, not d
+    assert _svcca_at(_Reduced.of(a), _Reduced.of(b), cuts) == pytest.approx(
+        _svcca_at(by_gram(a), by_gram(b), cuts), abs=1e-9
+    )
 
 
 def test_activations_are_per_position_for_convs_and_per_image_for_the_model(data):

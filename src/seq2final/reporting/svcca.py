@@ -59,7 +59,8 @@ def layer_activations(
 @dataclass(frozen=True)
 class _Reduced:
     """One side of an SVCCA comparison: centred activations and the eigendecomposition of their
-    Gram matrix XᵀX (energies descending), computed once however many cut-offs and partners."""
+    Gram matrix XᵀX (energies descending; its non-zero part when X has fewer rows than columns),
+    computed once however many cut-offs and partners."""
 
     centred: np.ndarray
     energy: np.ndarray
@@ -68,6 +69,13 @@ class _Reduced:
     @classmethod
     def of(cls, activations: np.ndarray) -> _Reduced:
         centred = activations - activations.mean(axis=0)
+        points, neurons = centred.shape
+        if points < neurons:
+            # Fewer points than neurons (the whole model's ~1000 pooled channels on a few
+            # hundred images): XᵀX has rank below n, and the thin SVD of X (O(n²d)) gives its
+            # non-zero eigenpairs, σ² and V, without the d×d eigendecomposition (O(d³)).
+            _, singular, rows = np.linalg.svd(centred, full_matrices=False)
+            return cls(centred, singular**2, rows.T)
         energy, vectors = np.linalg.eigh(centred.T @ centred)
         return cls(centred, energy[::-1].clip(min=0.0), vectors[:, ::-1])
 
