@@ -1,8 +1,10 @@
-"""Regenerate tests/golden/default_run_smoke/<CPU capability>.json: the default run's records with
-budget smoke, as this machine's instruction set computes them.
+"""Regenerate tests/golden/every_method_smoke/<CPU capability>.json: the records of every method on
+the tiny sequence of that folder's ``run.json`` (budget smoke), as this machine's instruction set
+computes them.
 
-The golden files pin what the default parameters produce (sequence bytes, job keys, metrics, every
-fit and trial), so a refactor that changes any of it fails tests/pipelines/test_default_run_unchanged.
+The golden files pin what that run produces (sequence bytes, job keys, metrics, every fit and
+trial), so a refactor that changes any of it fails tests/pipelines/test_golden_records.py, whose
+session fixture (``every_method_run``, tests/conftest.py) runs the same ``run.json``.
 torch's CPU kernels differ by instruction set (AVX2, AVX512), and with them a few predictions, so
 each instruction set has its own file. Regenerate them only for a deliberate change of results (on
 a machine of each instruction set), and say why in the commit:
@@ -10,11 +12,16 @@ a machine of each instruction set), and say why in the commit:
     .venv/bin/python benchmarks/golden_records.py          # this CPU's file
     .venv/bin/python benchmarks/golden_records.py PATH     # elsewhere
     .venv/bin/python benchmarks/golden_records.py --prune-others
+    .venv/bin/python benchmarks/golden_records.py --compare OTHER.json [AVX2.json]
 
 ``--prune-others`` (after this CPU's file is remade, where no machine of another instruction set
 is at hand) removes from the other files, ``other_cpus/`` included, every record whose job key
 this CPU's file no longer has: the jobs the change re-keyed. The test compares such jobs with the
 AVX2 records within another CPU's tolerances until their own instruction set's file is remade.
+
+``--compare`` prints what moved between two files of one run, field by field: in how many jobs,
+by how much at most (accuracies also in test images), and whether any key, draw, epoch count or
+trial state moved; docs/architecture.md ("Reproducibility") quotes it.
 
 Under ``ATEN_CPU_CAPABILITY=default`` (torch's scalar kernels, the test's stand-in for another
 CPU) the records go to ``other_cpus/DEFAULT.json``, never beside the instruction sets' files: the
@@ -42,15 +49,21 @@ from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
 PROJECT = Path(__file__).resolve().parents[1]
-PIPELINES = ["build_sequences", "pretrain_historical", "adapt_final"]
-RUNTIME = {"budget": "smoke", "mlflow": {"enabled": False}}
+GOLDEN = PROJECT / "tests" / "golden" / "every_method_smoke"
+RUN = json.loads((GOLDEN / "run.json").read_text())
+# The pipelines that write the records: evaluate and visualize, which the test's run adds, read
+# them and change none.
+TRAINING = ["build_sequences", "pretrain_historical", "adapt_final"]
 
 
 def golden_records(project: Path) -> dict:
-    """Run the default parameters with budget smoke in ``project``; its sequences and records."""
+    """Run ``run.json``'s training pipelines in ``project``; its sequences and records."""
     bootstrap_project(project)
-    with KedroSession.create(project_path=project, env="test", runtime_params=RUNTIME) as session:
-        session.run(pipeline_names=PIPELINES)
+    pipelines = [name for name in RUN["pipelines"] if name in TRAINING]
+    with KedroSession.create(
+        project_path=project, env="test", runtime_params=RUN["params"]
+    ) as session:
+        session.run(pipeline_names=pipelines)
     records = {}
     for path in sorted((project / "data/07_model_output/results").glob("*.json")):
         record = json.loads(path.read_text())
@@ -76,6 +89,7 @@ def main(target: Path) -> None:
         (project / "src").mkdir()
         os.chdir(project)
         golden = golden_records(project)
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
     print(f"{len(golden['records'])} records written to {target}")
 
@@ -94,11 +108,51 @@ def prune_others(own: Path) -> None:
         print(f"{other.name}: {len(stale)} stale record(s) removed, {len(golden['records'])} kept")
 
 
+def _leaves(value: object, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], object]:
+    """Every scalar of a record by its path (lists by index)."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _leaves(item, (*path, key)).items()}
+    if isinstance(value, list):
+        return {
+            k: v for i, item in enumerate(value) for k, v in _leaves(item, (*path, str(i))).items()
+        }
+    return {path: value}
+
+
+def compare(other: Path, reference: Path) -> None:
+    """Print, per field name, how many jobs of ``other`` differ from ``reference`` and the
+    largest difference (test accuracy also in test images)."""
+    ours, theirs = (json.loads(p.read_text())["records"] for p in (reference, other))
+    moved: dict[str, set[str]] = {}
+    largest: dict[str, float] = {}
+    for key, record in theirs.items():
+        mine = _leaves(ours[key])
+        for path, value in _leaves(record).items():
+            field = next((p for p in reversed(path) if not p.isdigit()), path[-1])
+            if mine.get(path) == value:
+                continue
+            moved.setdefault(field, set()).add(key)
+            if isinstance(value, float) and isinstance(mine.get(path), float):
+                gap = abs(value - mine[path])
+                if field == "test_accuracy":
+                    gap *= ours[key]["test_size"]  # in test images
+                elif field == "test_nll":
+                    gap /= abs(mine[path])  # relative
+                largest[field] = max(largest.get(field, 0.0), gap)
+    differ = sum(ours[key] != record for key, record in theirs.items())
+    print(f"{differ} of {len(theirs)} jobs differ from {reference.name}")
+    for field in sorted(moved):
+        extra = f", largest {largest[field]:.4g}" if field in largest else ""
+        unit = {"test_accuracy": " test images", "test_nll": " relative"}.get(field, "")
+        print(f"  {field}: {len(moved[field])} job(s){extra}{unit if extra else ''}")
+
+
 if __name__ == "__main__":
     capability = torch.backends.cpu.get_cpu_capability()
-    folder = PROJECT / "tests" / "golden" / "default_run_smoke"
-    default = folder / ("other_cpus" if capability == "DEFAULT" else "") / f"{capability}.json"
+    default = GOLDEN / ("other_cpus" if capability == "DEFAULT" else "") / f"{capability}.json"
     if sys.argv[1:] == ["--prune-others"]:
         prune_others(default)
+    elif sys.argv[1:2] == ["--compare"]:
+        compare(Path(sys.argv[2]), Path(sys.argv[3]) if len(sys.argv) > 3 else GOLDEN / "AVX2.json")
     else:
         main(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else default)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -17,7 +18,6 @@ from kedro.config import OmegaConfigLoader
 from seq2final.core.plugins import load_plugins
 from seq2final.data.sources import SourceData
 from seq2final.data.sources.portraits import write_synthetic_portraits
-from seq2final.methods import METHODS
 from seq2final.runs.result_store import ResultStore
 from seq2final.runs.sequence_store import SequenceStore
 from seq2final.runs.state_store import HistoricalStore
@@ -160,56 +160,29 @@ def shared_project(
     return folder
 
 
-# All 18 methods on a tiny sequence with tracking on, then evaluate and visualize: the project the
-# visualize and notebook tests read.
-TINY_RESULTS_PIPELINES = [
-    "build_sequences",
-    "pretrain_historical",
-    "adapt_final",
-    "evaluate",
-    "visualize",
-]
-TINY_RESULTS = {
-    "sequence": "source100:rotation60:corruption100:label_flip60",
-    "build_sequences": {"test_size": 50, "oracle_size": 120},
-    "budget": "smoke",
-    "arch": "convnet_1",
-    "method": [name for name, recipe in METHODS.items() if recipe.paper_class is not None],
-    "visualize": {"interpolation_points": 3, "svcca_images": 20},
-}
+# Every method of the registries (the plugins' too) trained once for the suite: on a tiny
+# sequence, with MLflow tracking on, then evaluated and visualised. The golden test compares its
+# records with the recorded ones, the end-to-end test of the methods checks what each job stored,
+# and the visualize and notebook tests read its figures and runs. Its pipelines and parameters are
+# the golden records' (benchmarks/golden_records.py runs the same file).
+EVERY_METHOD_RUN = json.loads((PROJECT / "tests/golden/every_method_smoke/run.json").read_text())
 
 
 @pytest.fixture(scope="session")
-def tiny_results_params() -> dict:
-    return TINY_RESULTS
+def every_method_params() -> dict:
+    return EVERY_METHOD_RUN["params"]
 
 
 @pytest.fixture(scope="session")
-def tiny_results(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
-    """A project after every pipeline on a tiny sequence, built once for the whole run."""
+def every_method_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """A project after every pipeline with every method, built once for the whole run."""
     return shared_project(
-        "tiny_results",
+        "every_method_run",
         tmp_path_factory,
         worker_id,
-        lambda folder: run_session(folder, TINY_RESULTS_PIPELINES, TINY_RESULTS),
-    )
-
-
-# The project's default parameters with budget smoke: every method (the plugins' too) trained
-# once, on the default sequence and architecture. The golden test compares its records with the
-# recorded ones, and the end-to-end test of the methods checks what each job stored.
-DEFAULT_SMOKE_PIPELINES = ["build_sequences", "pretrain_historical", "adapt_final"]
-DEFAULT_SMOKE = {"budget": "smoke", "mlflow": {"enabled": False}}
-
-
-@pytest.fixture(scope="session")
-def default_smoke_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
-    """A project after the default run with ``budget: smoke``, built once for the whole run."""
-    return shared_project(
-        "default_smoke_run",
-        tmp_path_factory,
-        worker_id,
-        lambda folder: run_session(folder, DEFAULT_SMOKE_PIPELINES, DEFAULT_SMOKE),
+        lambda folder: run_session(
+            folder, EVERY_METHOD_RUN["pipelines"], EVERY_METHOD_RUN["params"]
+        ),
     )
 
 

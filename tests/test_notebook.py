@@ -10,14 +10,14 @@ from nbclient import NotebookClient
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "explore_results.ipynb"
 
 
-def test_the_notebook_runs_on_tiny_results(tiny_results, tiny_results_params):
-    folder = tiny_results / "notebooks"
+def test_the_notebook_runs_on_the_every_method_project(every_method_run, every_method_params):
+    folder = every_method_run / "notebooks"
     folder.mkdir(exist_ok=True)
     shutil.copy(NOTEBOOK, folder)
     notebook = nbformat.read(folder / NOTEBOOK.name, as_version=4)
     (parameters,) = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
     parameters.source += (
-        f"\nRUNTIME_PARAMS = {json.dumps(tiny_results_params)}\nKEDRO_ENV = 'test'\n"
+        f"\nRUNTIME_PARAMS = {json.dumps(every_method_params)}\nKEDRO_ENV = 'test'\n"
     )
     NotebookClient(notebook, timeout=300, resources={"metadata": {"path": str(folder)}}).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]

@@ -46,13 +46,12 @@ def _frozen_equal(module_a, module_b):
     return all(torch.equal(a, b) for (_, a), (_, b) in pairs)
 
 
-def test_all_methods_end_to_end(default_smoke_run, project_parameters, stores_of):
-    """Every method of the registries (the plugins' too) on the default sequence, trained once
-    for the suite (``default_smoke_run``, MLflow off: its logging of every job is tested in
-    tests/tracking); what each job stored is what its model computes."""
-    arch = project_parameters["arch"]
+def test_all_methods_end_to_end(every_method_run, every_method_params, stores_of):
+    """Every method of the registries (the plugins' too) on a tiny sequence, trained once for the
+    suite (``every_method_run``); what each job stored is what its model computes."""
+    arch = every_method_params["arch"]
     assert arch.startswith("convnet_")  # the ConvNet-specific checks below
-    stores = stores_of(default_smoke_run)
+    stores = stores_of(every_method_run)
     states, results = stores.states, stores.results
     records = [results[key] for key in results]
     by_method = {r.method: r for r in records}
@@ -102,7 +101,7 @@ def test_all_methods_end_to_end(default_smoke_run, project_parameters, stores_of
     assert {"erm", "irm", "dro", "sequential", "sequential_ewc", "sequential_side_b"} <= trained
     assert "sequential_side_1" not in trained  # a ConvNet's 1-layer chain is its block chain
     studies = optuna.get_all_study_names(
-        open_storage(None, default_smoke_run / "data/06_models/optuna")
+        open_storage(None, every_method_run / "data/06_models/optuna")
     )
     assert sum(name.endswith("/erm") for name in studies) == 1
 
