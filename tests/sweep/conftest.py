@@ -1,4 +1,4 @@
-"""One Dask cluster for the sweep tests of a test process, started as on a real cluster."""
+"""A running Dask cluster, started as on a real cluster, for the sweep that is given one."""
 
 import os
 import subprocess
@@ -14,9 +14,9 @@ BIN = Path(sys.executable).parent
 
 @pytest.fixture(scope="session")
 def dask_cluster(tmp_path_factory):
-    """A Dask scheduler and one worker, each a process of its own as on a real cluster, shared
-    by the sweep tests of this test process: the worker imports the project once, and each
-    sweep's tasks run in it one after another (a sweep waits for its own)."""
+    """A Dask scheduler and one worker, each a process of its own as on a real cluster, started
+    before the sweep that uses it (``--scheduler``). One test uses it: each pytest-xdist worker
+    that ran a test using it would start its own, at about 40 s of CPU for the pair's imports."""
     port = free_port()
     scheduler = subprocess.Popen(
         [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),

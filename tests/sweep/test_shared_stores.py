@@ -1,5 +1,6 @@
 """Optuna and MLflow on a real PostgreSQL (started by the suite), shared by racing workers."""
 
+import json
 import os
 import subprocess
 import sys
@@ -124,29 +125,54 @@ def sweep(project, *args):
     )  # fmt: skip
 
 
-def test_a_sweep_on_a_separate_scheduler_with_optuna_and_mlflow_on_postgresql(
+def test_a_family_sweeps_on_a_separate_scheduler_with_optuna_and_mlflow_on_postgresql(
     project, postgres, mlflow_server, dask_cluster
 ):
+    """``--sequences`` with ``@*`` and ``intensities`` in ``--params``: each member a sequence of
+    the graph, then the ``robustness`` pipeline over them (docs/intensity.md). The driver runs in
+    this process (the command line's own start: test_sweep.py) on a running cluster; Optuna's
+    studies and MLflow's runs go to PostgreSQL."""
+    family = "source100:rotation@*/60"
     storage = postgres.url_of("optuna")
     params = (
-        "build_sequences.test_size=50,build_sequences.oracle_size=120,"
+        "build_sequences.test_size=50,build_sequences.oracle_size=120,intensities=[0,90],"
         f"tuning.storage={storage},mlflow.tracking_uri={mlflow_server}"
     )
-    # the driver in this process (the command line's own start: test_sweep.py)
-    done = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", "source100:rotation60",
-                                    "--archs", "convnet_1", "--budget", "smoke", "--methods",
-                                    "ft,baseline", "--scheduler", dask_cluster, "--params",
-                                    params])  # fmt: skip
+    dry = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", family,
+                                   "--methods", "ft,baseline", "--params", params,
+                                   "--dry-run"])  # fmt: skip
+    assert dry.exit_code == 0, dry.output
+    assert f"Families: {family} at intensities [0, 90]" in dry.output
+    assert "2 sequences (0 done), 2 states (0 done), 4 jobs (0 done)" in dry.output
+    # with shared history, the members' one history trains one state: FT's ERM model
+    done = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", family,
+                                    "--budget", "smoke", "--methods", "baseline,ft",
+                                    "--scheduler", dask_cluster, "--params",
+                                    f"{params},pretrain_historical.shared_history=true"])  # fmt: skip
     assert done.exit_code == 0, done.output
-    assert "ran 1 sequence, 1 state, 2 job, 1 evaluate" in done.output
-    keys = {p.stem for p in (project / "data/07_model_output/results").glob("*.json")}
-    assert len(keys) == 2
+    records = [
+        json.loads(p.read_text()) for p in (project / "data/07_model_output/results").glob("*.json")
+    ]
+    assert {r["sequence"] for r in records} == {
+        "source100:rotation@0/60",
+        "source100:rotation@90/60",
+    }
+    ft = [r for r in records if r["method"] == "ft"]
+    assert len(ft) == 2 and len({r["historical_state"] for r in ft}) == 1
+    folder = "data/08_reporting/robustness_reports/source100-rotation@I-60-digits/"
+    assert f"Robustness: {folder}" in done.output
+    assert (project / folder / "smoke-slopes.md").exists()
+    # each member was measured before the family was read: its slopes are on the 1-NN distance too
+    assert len(list((project / "data/04_feature/shift_distances").glob("*.csv"))) == 2
+    assert "| baseline | convnet_4 | nn1 |" in (project / folder / "smoke-slopes.md").read_text()
+    # the stores: every job's study in PostgreSQL, every job one finished run on the server
+    keys = {r["job_key"] for r in records}
     assert not (project / "data/06_models/optuna/journal.log").exists()
     studies = {s.study_name for s in optuna.get_all_study_summaries(storage)}
-    assert all(any(key in name for name in studies) for key in keys)  # each job's study is there
+    assert all(any(key in name for name in studies) for key in keys)
     client = MlflowClient(mlflow_server)
-    experiment = client.get_experiment_by_name("seq2final/source100-rotation60")
-    jobs = client.search_runs([experiment.experiment_id], "tags.kind = 'job'")
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    jobs = client.search_runs(experiments, "tags.kind = 'job'")
     assert {r.data.tags["job_key"] for r in jobs} == keys
     assert all(r.info.status == "FINISHED" and r.inputs.dataset_inputs for r in jobs)
     assert not (project / "mlflow.db").exists()  # nothing went to the project's SQLite

@@ -1,4 +1,6 @@
-"""``kedro sweep`` for real: local and separately started Dask clusters, failures, a killed worker.
+"""``kedro sweep`` for real: local Dask clusters, failures, a killed worker and driver, two runs at once.
+
+A sweep on a separately started cluster is in test_shared_stores.py.
 
 Each test runs the command as a user types it, in a copy of the project, with tiny digits data.
 """
@@ -305,35 +307,3 @@ def test_the_sweep_command_is_a_project_command():
     for option in ("--sequences", "--archs", "--methods", "--pairs", "--seeds", "--budget",
                    "--dataset", "--data-path", "--workers", "--scheduler", "--dry-run"):  # fmt: skip
         assert option in shown.output
-
-
-def test_a_family_sweeps_as_its_members_then_reads_them_together(project, dask_cluster):
-    """``--sequences`` with ``@*`` and ``intensities`` in ``--params``: each member a sequence of
-    the graph, then the ``robustness`` pipeline over them (docs/intensity.md). The driver runs
-    in this process, on a running cluster."""
-    family = "source100:rotation@*/60"
-    params = f"{TINY},intensities=[0,90],mlflow.enabled=false"
-    dry = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", family,
-                                   "--methods", "ft,baseline", "--params", params,
-                                   "--dry-run"])  # fmt: skip
-    assert dry.exit_code == 0, dry.output
-    assert f"Families: {family} at intensities [0, 90]" in dry.output
-    assert "2 sequences (0 done), 2 states (0 done), 4 jobs (0 done)" in dry.output
-    # with shared history, the members' one history trains one state: FT's ERM model
-    done = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", family,
-                                    "--budget", "smoke", "--methods", "baseline,ft",
-                                    "--scheduler", dask_cluster, "--params",
-                                    f"{params},pretrain_historical.shared_history=true"])  # fmt: skip
-    assert done.exit_code == 0, done.output
-    assert {r["sequence"] for r in records(project).values()} == {
-        "source100:rotation@0/60",
-        "source100:rotation@90/60",
-    }
-    ft = [r for r in records(project).values() if r["method"] == "ft"]
-    assert len(ft) == 2 and len({r["historical_state"] for r in ft}) == 1
-    folder = "data/08_reporting/robustness_reports/source100-rotation@I-60-digits/"
-    assert f"Robustness: {folder}" in done.output
-    assert (project / folder / "smoke-slopes.md").exists()
-    # each member was measured before the family was read: its slopes are on the 1-NN distance too
-    assert len(list((project / "data/04_feature/shift_distances").glob("*.csv"))) == 2
-    assert "| baseline | convnet_4 | nn1 |" in (project / folder / "smoke-slopes.md").read_text()
