@@ -150,6 +150,7 @@ def test_a_family_sweeps_on_a_separate_scheduler_with_optuna_and_mlflow_on_postg
                                     "--scheduler", dask_cluster, "--params",
                                     f"{params},pretrain_historical.shared_history=true"])  # fmt: skip
     assert done.exit_code == 0, done.output
+    assert "ran 2 sequence, 1 state, 4 job, " in done.output
     records = [
         json.loads(p.read_text()) for p in (project / "data/07_model_output/results").glob("*.json")
     ]
@@ -174,6 +175,14 @@ def test_a_family_sweeps_on_a_separate_scheduler_with_optuna_and_mlflow_on_postg
     experiments = [e.experiment_id for e in client.search_experiments()]
     jobs = client.search_runs(experiments, "tags.kind = 'job'")
     assert {r.data.tags["job_key"] for r in jobs} == keys
+    # an experiment per member sequence, holding that member's jobs
+    sequence_of = {r["job_key"]: r["sequence"] for r in records}
+    by_experiment: dict[str, set[str]] = {}
+    for run in jobs:
+        by_experiment.setdefault(run.info.experiment_id, set()).add(
+            sequence_of[run.data.tags["job_key"]]
+        )
+    assert sorted(len(s) for s in by_experiment.values()) == [1, 1]
     assert all(r.info.status == "FINISHED" and r.inputs.dataset_inputs for r in jobs)
     assert not (project / "mlflow.db").exists()  # nothing went to the project's SQLite
 
