@@ -329,10 +329,15 @@ def test_a_changed_decision_fails_on_the_cpu_of_the_records(golden_record, chang
     assert moved != tolerant(golden_record)
 
 
+def _named(path: Path) -> str:
+    """A records file as the tests name it: its path under tests/golden, without ``.json``."""
+    return str(path.relative_to(GOLDEN.parent).with_suffix(""))
+
+
 RECORDS = sorted(p for folder in SPLITS for p in folder.glob("**/*.json") if p.name != "run.json")
 
 
-@pytest.mark.parametrize("path", RECORDS, ids=lambda p: f"{p.parts[-2]}/{p.stem}")
+@pytest.mark.parametrize("path", RECORDS, ids=lambda p: _named(p))
 def test_every_float_in_the_golden_records_is_classified(path):
     for record in json.loads(path.read_text())["records"].values():
         tolerant(record)  # asserts inside
@@ -342,9 +347,7 @@ def test_every_float_in_the_golden_records_is_classified(path):
 @pytest.mark.parametrize(
     "path",
     [MEASURED / "AVX512.json", *sorted(GOLDEN.parent.glob("*/other_cpus/*.json"))],
-    ids=lambda p: (
-        f"{p.parents[1].name if p.parent.name == 'other_cpus' else p.parent.name}/{p.stem}"
-    ),
+    ids=lambda p: _named(p),
 )
 def test_the_runs_measured_on_other_cpus_are_within_the_tolerances(path):
     """What moved between the AVX2 records and those of another CPU (an AVX-512 Xeon's of the
