@@ -20,8 +20,9 @@ this CPU's file no longer has: the jobs the change re-keyed. The test compares s
 AVX2 records within another CPU's tolerances until their own instruction set's file is remade.
 
 ``--compare`` prints what moved between two files of one run, field by field: in how many jobs,
-by how much at most (accuracies also in test images), and whether any key, draw, epoch count or
-trial state moved; docs/architecture.md ("Reproducibility") quotes it.
+by how much at most (test accuracy in test images), and so whether any key, draw, epoch count or
+trial state moved; without a second file it compares with the AVX2 file of the first one's run.
+docs/architecture.md ("Reproducibility") quotes it.
 
 Under ``ATEN_CPU_CAPABILITY=default`` (torch's scalar kernels, the test's stand-in for another
 CPU) the records go to ``other_cpus/DEFAULT.json``, never beside the instruction sets' files: the
@@ -98,7 +99,7 @@ def prune_others(own: Path) -> None:
     """Drop from the other instruction sets' files the records whose keys ``own`` lacks."""
     keys = set(json.loads(own.read_text())["records"])
     for other in sorted(own.parent.glob("**/*.json")):
-        if other == own:
+        if other == own or other.name == "run.json":  # the run's parameters, not records
             continue
         golden = json.loads(other.read_text())
         stale = sorted(set(golden["records"]) - keys)
@@ -121,8 +122,12 @@ def _leaves(value: object, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], 
 
 def compare(other: Path, reference: Path) -> None:
     """Print, per field name, how many jobs of ``other`` differ from ``reference`` and the
-    largest difference (test accuracy also in test images)."""
+    largest difference (test accuracy in test images, NLL relative, the rest absolute)."""
     ours, theirs = (json.loads(p.read_text())["records"] for p in (reference, other))
+    missing = sorted(set(theirs) - set(ours))
+    if missing:
+        print(f"{len(missing)} job(s) not in {reference.name}: {', '.join(missing)}")
+        theirs = {key: record for key, record in theirs.items() if key in ours}
     moved: dict[str, set[str]] = {}
     largest: dict[str, float] = {}
     for key, record in theirs.items():
@@ -153,6 +158,8 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--prune-others"]:
         prune_others(default)
     elif sys.argv[1:2] == ["--compare"]:
-        compare(Path(sys.argv[2]), Path(sys.argv[3]) if len(sys.argv) > 3 else GOLDEN / "AVX2.json")
+        other = Path(sys.argv[2]).resolve()
+        run = other.parents[1] if other.parent.name == "other_cpus" else other.parent
+        compare(other, Path(sys.argv[3]) if len(sys.argv) > 3 else run / "AVX2.json")
     else:
         main(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else default)

@@ -1,4 +1,4 @@
-"""``kedro sweep`` for real: local Dask clusters, failures, a killed worker and driver, two runs at once.
+"""``kedro sweep`` for real: local clusters, failures, a killed worker and driver, two runs at once.
 
 A sweep on a separately started cluster is in test_shared_stores.py.
 

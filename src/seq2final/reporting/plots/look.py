@@ -38,8 +38,8 @@ class _LaidOutOnce(ConstrainedLayoutEngine):
 
     def execute(self, fig: Figure) -> None:
         if not self._done:
-            self._done = True
             super().execute(fig)
+            self._done = True  # after it: a layout that raised is tried again at the next draw
 
 
 def _figure(width: float, height: float, layout: str | None = "constrained") -> Figure:
