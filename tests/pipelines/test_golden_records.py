@@ -331,6 +331,11 @@ def test_a_changed_decision_fails_on_the_cpu_of_the_records(golden_record, chang
     assert moved != tolerant(golden_record)
 
 
+def _run_of(path: Path) -> Path:
+    """The run folder a records file belongs to (``other_cpus/`` holds the probes' files)."""
+    return path.parents[1] if path.parent.name == "other_cpus" else path.parent
+
+
 def _named(path: Path) -> str:
     """A records file as the tests name it: its path under tests/golden, without ``.json``."""
     return str(path.relative_to(GOLDEN.parent).with_suffix(""))
@@ -341,7 +346,7 @@ RECORDS = sorted(p for folder in SPLITS for p in folder.glob("**/*.json") if p.n
 
 @pytest.mark.parametrize("path", RECORDS, ids=lambda p: _named(p))
 def test_every_float_in_the_golden_records_is_classified(path):
-    split = SPLITS[path.parents[1] if path.parent.name == "other_cpus" else path.parent]
+    split = SPLITS[_run_of(path)]
     for record in json.loads(path.read_text())["records"].values():
         tolerant(record)  # asserts inside
         tolerant(record, other_cpu=split)
@@ -357,7 +362,7 @@ def test_the_runs_measured_on_other_cpus_are_within_the_tolerances(path):
     default run, and each run's ``other_cpus/DEFAULT.json``: the run on the AVX2 machine under
     ``ATEN_CPU_CAPABILITY=default``) is what the module's docstring says, within its margins;
     and it is not nothing, so the probe really is another CPU."""
-    folder = path.parents[1] if path.parent.name == "other_cpus" else path.parent
+    folder = _run_of(path)
     avx2, other = (json.loads(p.read_text()) for p in (folder / "AVX2.json", path))
     assert avx2["sequences"] == other["sequences"]
     assert set(other["records"]) <= set(avx2["records"])  # jobs not remade there yet: AVX2's
