@@ -5,6 +5,7 @@ import sys
 
 from seq2final.core.console import plain_when_piped
 from seq2final.core.known_warnings import silence_known_warnings
+from seq2final.core.startup import exit_without_collecting
 
 # Kedro's MemoryDataset tries `import ibis` for every value it holds, and Python looks for a
 # missing module along the whole path each time: about 900 times a session (one per parameter),
@@ -13,6 +14,7 @@ if importlib.util.find_spec("ibis") is None:
     sys.modules["ibis"] = None  # type: ignore[assignment]
 silence_known_warnings()  # before the imports below, which set some of them off
 plain_when_piped()  # Kedro has configured logging by now: one line per record in a log file
+exit_without_collecting()
 
 from seq2final.config.checks import CheckedParameters  # noqa: E402
 from seq2final.config.loader import CachedConfigLoader  # noqa: E402

@@ -1,10 +1,13 @@
-"""Kedro's project start-up, once per process."""
+"""Kedro's project start-up, once per process, and the process's end."""
+
+import atexit
+import gc
 
 import pytest
 from kedro.framework import project as kedro_project
 from kedro.framework import startup
 
-from seq2final.core.startup import bootstrap_once
+from seq2final.core.startup import bootstrap_once, exit_without_collecting
 
 
 def test_a_package_is_configured_once_per_process_and_a_sessions_pipelines_cleared(
@@ -27,3 +30,16 @@ def test_a_package_is_configured_once_per_process_and_a_sessions_pipelines_clear
 def test_a_folder_that_is_no_project_gets_kedros_message(tmp_path):
     with pytest.raises(RuntimeError, match="Could not find the project configuration file"):
         bootstrap_once(tmp_path)
+
+
+def test_at_exit_the_heap_is_frozen_out_of_the_collectors_reach(monkeypatch):
+    at_exit = []
+    monkeypatch.setattr(atexit, "register", at_exit.append)
+    exit_without_collecting()
+    [handler] = at_exit
+    assert gc.get_freeze_count() == 0
+    try:
+        handler()
+        assert gc.get_freeze_count() > 1000  # every object this process holds
+    finally:
+        gc.unfreeze()
