@@ -10,8 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import dask
 import torch
 from distributed import Client, LocalCluster, Nanny, Scheduler, SpecCluster
+from distributed.utils import get_mp_context
 from pydantic import Field
 
 from seq2final.core.errors import Seq2FinalError
@@ -126,6 +128,37 @@ def _start_cluster(workers: int | None, settings: SweepSettings, threads: int) -
             "DASK_LOGGING__DISTRIBUTED": "warning",
         },
     )
+
+
+FORKSERVER_PRELOAD = (
+    "distributed",
+    "seq2final.sweep.work",
+    "seq2final.hooks",
+    "seq2final.pipeline_registry",
+)
+"""What a sweep's local worker runs on, imported once by the server its workers are forked from."""
+
+
+@contextlib.contextmanager
+def forked_local_workers(scheduler: str | None, settings: SweepSettings) -> Iterator[None]:
+    """While the block runs, the local CPU workers this process starts (``--workers``, and
+    those Dask starts again after one is lost) are forked from one server process that has
+    imported the project, instead of each spawning a new interpreter to import it.
+
+    A spawned worker spends about 10 s of CPU importing torch, MLflow and the pipelines
+    before its first task: every worker of a sweep pays it, and a killed worker's replacement
+    pays it again. A forked one starts in a fraction of a second (docs/architecture.md,
+    "Start-up"). Forking after torch has *run* threads is not safe (GNU OpenMP); the server
+    only imports, and each worker sets its own threads (:class:`TrainingWorker`). Workers on
+    GPUs keep Dask's spawn: their devices are chosen by the environment before CUDA starts.
+    """
+    if scheduler is not None or settings.cluster.type != "local" or torch.cuda.device_count():
+        yield
+        return
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        # Dask sets its own preload list at its first call, once; ours replaces it after that.
+        get_mp_context().set_forkserver_preload(list(FORKSERVER_PRELOAD))
+        yield
 
 
 def has_gpus(client: Client, settings: SweepSettings) -> bool:

@@ -26,7 +26,13 @@ from seq2final.core.startup import bootstrap_once
 from seq2final.data.family import expand_sequences, members
 from seq2final.data.spec import resolve_spec
 from seq2final.reporting.tables import report_folder
-from seq2final.sweep.cluster import SweepSettings, connect, has_gpus, tracking_server
+from seq2final.sweep.cluster import (
+    SweepSettings,
+    connect,
+    forked_local_workers,
+    has_gpus,
+    tracking_server,
+)
 from seq2final.sweep.driver import Sweep, SweepReport
 from seq2final.sweep.graph import Stores, SweepGraph, expand, parse_request
 from seq2final.sweep.work import PipelineRun, run_task
@@ -121,6 +127,7 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
     tracking = params["mlflow"]["enabled"] and not params["mlflow"]["tracking_uri"]
     remote = options.scheduler is not None or settings.cluster.type != "local"
     with contextlib.ExitStack() as stack, ThreadPoolExecutor(1) as pool:
+        stack.enter_context(forked_local_workers(options.scheduler, settings))
         # The cluster and the MLflow server start side by side (each takes seconds).
         connecting = pool.submit(connect, options.scheduler, options.workers, settings, threads)
         stack.callback(_disconnect, connecting)

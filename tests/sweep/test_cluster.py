@@ -1,0 +1,34 @@
+"""Where a sweep's workers come from: local CPU workers forked from one preloaded server."""
+
+import logging
+import os
+import sys
+
+import dask
+from distributed import Client, LocalCluster
+
+from seq2final.sweep.cluster import ClusterSpec, SweepSettings, forked_local_workers
+
+
+def _worker_state() -> tuple[int, bool]:
+    return os.getppid(), "seq2final.pipeline_registry" in sys.modules
+
+
+def test_local_workers_are_forked_from_a_server_that_imported_the_project():
+    method = "distributed.worker.multiprocessing-method"
+    spawned = dask.config.get(method)
+    with forked_local_workers(None, SweepSettings()):
+        assert dask.config.get(method) == "forkserver"
+        with (
+            LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0",
+                         silence_logs=logging.WARNING) as cluster,
+            Client(cluster) as client,
+        ):  # fmt: skip
+            [(parent, preloaded)] = client.run(_worker_state).values()
+    assert dask.config.get(method) == spawned  # only while the sweep's cluster lives
+    # its parent is the fork server, not this process, and the project came with the fork
+    assert parent != os.getpid() and preloaded
+    for scheduler, cluster in (("tcp://127.0.0.1:1", "local"), (None, "slurm")):
+        settings = SweepSettings(cluster=ClusterSpec(type=cluster))
+        with forked_local_workers(scheduler, settings):  # workers started elsewhere: unchanged
+            assert dask.config.get(method) == spawned
