@@ -138,9 +138,11 @@ def test_on_a_resnet_every_side_tuning_method_trains_its_own_modules(project, st
     method trains as itself (on a ConvNet, the 1-layer variants are their block versions), with
     the historical modules frozen. The other methods do not depend on the family."""
     # resnet_3, the cheapest ResNet, on three small steps: two to chain, one to adapt to
+    one = {"sampler": "random", "trials": 1, "max_epochs": 1}  # what is trained, not how well
     _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], arch="resnet_3",
          method=SIDE_TUNING, mlflow={"enabled": False}, sequence="source60:rotation40:label_flip40",
-         build_sequences={"test_size": 30, "oracle_size": 60})  # fmt: skip
+         build_sequences={"test_size": 30, "oracle_size": 60}, budget="one",
+         budgets={"one": one})  # fmt: skip
     stores = stores_of(project)
     states, results = stores.states, stores.results
     by_method = {r.method: r for r in (results[k] for k in results)}
@@ -337,6 +339,7 @@ def test_every_method_trains_its_trials_fused_when_asked(project, stores_of, mon
     pair = {"sampler": "random", "trials": 2, "max_epochs": 1}
     _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], arch="convnet_1",
          method=fusing, budget="pair", budgets={"pair": pair}, training={"fuse": 2},
+         mlflow={"enabled": False},
          sequence="source60:rotation40:corruption40:label_flip40",
          build_sequences={"test_size": 30, "oracle_size": 60})  # fmt: skip
     stores = stores_of(project)

@@ -237,6 +237,25 @@ def _curves(epochs: int, stages: tuple[str, ...] = ("fit",)) -> pd.DataFrame:
     ])  # fmt: skip
 
 
+def test_a_jobs_learning_curves_keep_every_label_inside_at_any_loss():
+    """Fixed margins (no layout pass per job's figure): wide tick labels of small losses, two
+    stages' legend and a long title still lie within the saved image."""
+    page_of = {}
+    for losses in ((0.0001, 0.0019), (0.002, 0.025), (0.5, 2.5)):
+        curves = _curves(6, ("historical", "final"))
+        curves["train_loss"] = curves["valid_loss"] = np.linspace(*losses, len(curves))
+        title = "sequential_ewc+ft on source100:rotation60:corruption100:label_flip60 (convnet_1)"
+        figure = _saved(plots.learning_curves(curves, title))
+        renderer = figure.canvas.get_renderer()
+        page = figure.bbox.padded(1)
+        boxes = [axis.get_tightbbox(renderer) for axis in figure.axes]  # ticks, labels, legend
+        boxes += [text.get_window_extent(renderer) for text in figure.texts]  # the title
+        for box in boxes:
+            assert page.contains(box.x0, box.y0) and page.contains(box.x1, box.y1), losses
+        page_of[losses] = page.bounds
+    assert len(set(page_of.values())) == 1  # one size for every job
+
+
 def test_the_overview_has_one_panel_per_job_with_curves():
     stages = {"lp_ft": ("head", "all"), "sft": ("exponential_2e-4_0.5/final",)}  # a long name
     jobs = [(m, _curves(4, stages.get(m, ("final",)))) for m in METHODS]

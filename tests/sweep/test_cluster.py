@@ -7,11 +7,18 @@ import sys
 import dask
 from distributed import Client, LocalCluster
 
-from seq2final.sweep.cluster import ClusterSpec, SweepSettings, forked_local_workers
+from seq2final.sweep.cluster import (
+    FORKSERVER_PRELOAD,
+    ClusterSpec,
+    SweepSettings,
+    forked_local_workers,
+)
+
+PRELOADED = (*FORKSERVER_PRELOAD, "torch", "mlflow", "seq2final.pipelines.adapt_final.nodes")
 
 
-def _worker_state() -> tuple[int, bool]:
-    return os.getppid(), "seq2final.pipeline_registry" in sys.modules
+def _worker_state() -> tuple[int, list[str]]:
+    return os.getppid(), [name for name in PRELOADED if name not in sys.modules]
 
 
 def test_local_workers_are_forked_from_a_server_that_imported_the_project():
@@ -24,10 +31,10 @@ def test_local_workers_are_forked_from_a_server_that_imported_the_project():
                          silence_logs=logging.WARNING) as cluster,
             Client(cluster) as client,
         ):  # fmt: skip
-            [(parent, preloaded)] = client.run(_worker_state).values()
+            [(parent, missing)] = client.run(_worker_state).values()
     assert dask.config.get(method) == spawned  # only while the sweep's cluster lives
     # its parent is the fork server, not this process, and the project came with the fork
-    assert parent != os.getpid() and preloaded
+    assert parent != os.getpid() and missing == []
     for scheduler, cluster in (("tcp://127.0.0.1:1", "local"), (None, "slurm")):
         settings = SweepSettings(cluster=ClusterSpec(type=cluster))
         with forked_local_workers(scheduler, settings):  # workers started elsewhere: unchanged

@@ -130,13 +130,8 @@ def _start_cluster(workers: int | None, settings: SweepSettings, threads: int) -
     )
 
 
-FORKSERVER_PRELOAD = (
-    "distributed",
-    "seq2final.sweep.work",
-    "seq2final.hooks",
-    "seq2final.pipeline_registry",
-)
-"""What a sweep's local worker runs on, imported once by the server its workers are forked from."""
+FORKSERVER_PRELOAD = ("distributed", "seq2final.sweep.preload")
+"""What the server a sweep's local workers are forked from imports once (``sweep/preload.py``)."""
 
 
 @contextlib.contextmanager
@@ -147,10 +142,13 @@ def forked_local_workers(scheduler: str | None, settings: SweepSettings) -> Iter
 
     A spawned worker spends about 10 s of CPU importing torch, MLflow and the pipelines
     before its first task: every worker of a sweep pays it, and a killed worker's replacement
-    pays it again. A forked one starts in a fraction of a second (docs/architecture.md,
-    "Start-up"). Forking after torch has *run* threads is not safe (GNU OpenMP); the server
-    only imports, and each worker sets its own threads (:class:`TrainingWorker`). Workers on
-    GPUs keep Dask's spawn: their devices are chosen by the environment before CUDA starts.
+    pays it again. A forked one has them already (docs/architecture.md, "Start-up"). Forking
+    after torch has *run* threads is not safe (GNU OpenMP); the server only imports. So the
+    thread settings of the workers' environment (``OMP_NUM_THREADS`` below) no longer reach
+    libraries the server loaded: each worker sets torch's threads itself
+    (:class:`TrainingWorker`). Workers on GPUs keep Dask's spawn: their devices are chosen by
+    the environment before CUDA starts. A fork server runs once per process: a second sweep
+    in the same process reuses the first one's.
     """
     if scheduler is not None or settings.cluster.type != "local" or torch.cuda.device_count():
         yield
