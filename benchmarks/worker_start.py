@@ -7,8 +7,9 @@ docs/architecture.md, "Start-up"). Like with like in one run:
 Each side starts a local cluster of ``--workers`` processes as a sweep does, runs on every
 worker what a task does before its pipeline runs (configure the project, find its pipelines),
 then restarts the workers (as Dask replaces a lost one) and runs it again. Wall seconds to each
-point, and the CPU seconds the whole machine spent on the side (run it on an idle machine). The forked side goes first, from a cold start (a fork server runs once per process),
-so a warm file cache favours the spawned side.
+point, and the CPU seconds the whole machine spent on the side (run it on an idle machine). The
+forked side goes first, from a cold start (a fork server runs once per process), so a warm file
+cache favours the spawned side.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ forked from (``sweep/cluster.py``'s ``forked_local_workers``; docs/architecture.
 
 Importing this module imports what a task of any pipeline imports on a worker: the project's
 hooks, configuration loader and tracking (what ``settings.py`` imports), the task runner, every
-pipeline's modules, kedro-mlflow's hooks and POT. Then the heap is frozen: every worker shares
-these objects with the server page for page, and no worker's garbage collection walks them again.
+pipeline's modules, kedro-mlflow's hooks and POT. Then the heap is frozen: every worker is
+forked with these objects, and no worker's garbage collection walks them again.
 """
 
 from __future__ import annotations
