@@ -70,7 +70,7 @@ def test_interpolation_endpoints_are_the_two_models_test_accuracies(every_method
 
 
 def test_the_summary_run_holds_the_tables_and_figures_and_best_points_at_the_best_job(
-    every_method_run, monkeypatch
+    every_method_run, monkeypatch, tmp_path
 ):
     monkeypatch.chdir(every_method_run)  # artifact locations are relative to the project
     mlflow.set_tracking_uri(f"sqlite:///{every_method_run / 'mlflow.db'}")
@@ -82,6 +82,10 @@ def test_the_summary_run_holds_the_tables_and_figures_and_best_points_at_the_bes
     assert f"tables/{FOLDER}/smoke-per_arch.md" in artifacts
     heatmaps = client.list_artifacts(summary.info.run_id, f"figures/heatmap_figures/{FOLDER}")
     assert [a.path.rsplit("/", 1)[1] for a in heatmaps] == ["smoke-heatmap.png"]
+    # MLflow's copy is the file the catalog wrote, not the figure drawn once more
+    copy = client.download_artifacts(summary.info.run_id, heatmaps[0].path, str(tmp_path))
+    written = every_method_run / f"data/08_reporting/heatmap_figures/{FOLDER}/smoke-heatmap.png"
+    assert Path(copy).read_bytes() == written.read_bytes()
     records = _records(every_method_run)
     adapted = {n: r for n, r in records.items() if n != "oracle"}
     best = max(adapted.values(), key=lambda r: r.valid_accuracy).valid_accuracy

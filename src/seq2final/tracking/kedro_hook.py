@@ -13,6 +13,7 @@ import mlflow
 from kedro.config import MissingConfigException
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
+from kedro.io import CatalogProtocol
 from kedro.pipeline import Node
 from kedro_mlflow.config.kedro_mlflow_config import KedroMlflowConfig
 from mlflow import MlflowClient
@@ -52,6 +53,8 @@ class TrackingHook:
     enabled = False  # until after_context_created has read the parameter
     _run: RunParameters | None = None
     _summary: SequenceSummary | None = None
+    _catalog: CatalogProtocol | None = None
+    _project: Path = Path(".")
 
     def __init__(self, checked: CheckedParameters) -> None:
         self.checked = checked  # the run parameters, validated by the first hook
@@ -63,6 +66,7 @@ class TrackingHook:
         run = self.checked.checked()
         self.enabled = run.mlflow.enabled
         self._run, self._summary = run, None  # one hook object serves every session of a process
+        self._project, self._catalog = Path(context.project_path), None
         if not self.enabled:
             log.info("MLflow tracking is off (mlflow.enabled: false)")
             return
@@ -91,6 +95,10 @@ class TrackingHook:
                 )
 
     @hook_impl
+    def after_catalog_created(self, catalog: CatalogProtocol) -> None:
+        self._catalog = catalog  # where the figure datasets write (_written_folder)
+
+    @hook_impl
     def after_dataset_saved(self, dataset_name: str, data: Any, node: Node) -> None:
         """Mirror the reporting datasets into the sequence's summary run (see SequenceSummary).
 
@@ -111,7 +119,7 @@ class TrackingHook:
             # Only the sequence's reporting figures (keyed by its folder), not per-build ones.
             figures = data if isinstance(data, dict) else {}
             mine = {k: f for k, f in figures.items() if k.startswith(f"{summary.folder}/")}
-            summary.log_figures(f"figures/{dataset_name}", mine)
+            summary.log_figures(f"figures/{dataset_name}", mine, self._written_folder(dataset_name))
         else:
             folder, suffix = _SUMMARY_DATASETS[dataset_name]
             summary.log_text(
@@ -121,6 +129,18 @@ class TrackingHook:
                     for key, value in data.items()
                 },
             )
+
+    def _written_folder(self, dataset_name: str) -> Path | None:
+        """The local folder the catalog has just written ``dataset_name``'s figures to, so that
+        MLflow's copy is those files rather than a third drawing of each figure (after the PNG
+        and the PDF); None where the catalog does not say or the files are not local."""
+        resolver = getattr(self._catalog, "config_resolver", None)
+        if resolver is None:
+            return None
+        filepath = resolver.resolve_pattern(dataset_name).get("filepath")
+        if not filepath or "://" in str(filepath):
+            return None
+        return self._project / filepath  # an absolute path stays as it is
 
     def _sequence_summary(self) -> SequenceSummary:
         if self._summary is None:

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pandas as pd
@@ -122,9 +123,17 @@ class SequenceSummary:
         for key, text in files.items():
             self.client.log_text(self.run_id, text, f"{folder}/{key}")
 
-    def log_figures(self, folder: str, figures: Mapping[str, Any]) -> None:
+    def log_figures(
+        self, folder: str, figures: Mapping[str, Any], written: Path | None = None
+    ) -> None:
+        """Each figure under ``folder``: the file the catalog wrote for it under ``written``
+        where there is one (drawing a figure is its cost), else the figure drawn again."""
         for key, figure in figures.items():
-            self.client.log_figure(self.run_id, figure, f"{folder}/{key}")
+            path = PurePosixPath(f"{folder}/{key}")
+            if written is not None and (written / key).is_file():
+                self.client.log_artifact(self.run_id, str(written / key), str(path.parent))
+            else:
+                self.client.log_figure(self.run_id, figure, str(path))
 
     def mark_best(self, best: pd.DataFrame) -> None:
         """Point ``<best_model>@best`` at each architecture's chosen job's registered model.
