@@ -344,7 +344,7 @@ def _named(path: Path) -> str:
 RECORDS = sorted(p for folder in SPLITS for p in folder.glob("**/*.json") if p.name != "run.json")
 
 
-@pytest.mark.parametrize("path", RECORDS, ids=lambda p: _named(p))
+@pytest.mark.parametrize("path", RECORDS, ids=_named)
 def test_every_float_in_the_golden_records_is_classified(path):
     split = SPLITS[_run_of(path)]
     for record in json.loads(path.read_text())["records"].values():
@@ -355,7 +355,7 @@ def test_every_float_in_the_golden_records_is_classified(path):
 @pytest.mark.parametrize(
     "path",
     [MEASURED / "AVX512.json", *sorted(GOLDEN.parent.glob("*/other_cpus/*.json"))],
-    ids=lambda p: _named(p),
+    ids=_named,
 )
 def test_the_runs_measured_on_other_cpus_are_within_the_tolerances(path):
     """What moved between the AVX2 records and those of another CPU (an AVX-512 Xeon's of the

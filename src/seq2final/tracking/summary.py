@@ -129,9 +129,9 @@ class SequenceSummary:
         """Each figure under ``folder``: the file the catalog wrote for it under ``written``
         where there is one (drawing a figure is its cost), else the figure drawn again."""
         for key, figure in figures.items():
-            path = PurePosixPath(f"{folder}/{key}")
-            if written is not None and (written / key).is_file():
-                self.client.log_artifact(self.run_id, str(written / key), str(path.parent))
+            path, file = PurePosixPath(f"{folder}/{key}"), written and written / key
+            if file and file.is_file():
+                self.client.log_artifact(self.run_id, str(file), str(path.parent))
             else:
                 self.client.log_figure(self.run_id, figure, str(path))
 
