@@ -1,6 +1,7 @@
 """What a Kedro session of this project costs before its first node and after its last, and
 what the per-process measures save (docs/architecture.md, "Start-up"): the configuration read
-through ``CachedConfigLoader`` against Kedro's ``OmegaConfigLoader``, a new MLflow database copied
+through ``CachedConfigLoader`` against Kedro's ``OmegaConfigLoader`` (the same runtime parameters
+each session, and new ones each session as a sweep's tasks have), a new MLflow database copied
 against one made by MLflow's migrations (CPU seconds of this process), and the shutdown of a
 process that imported the project with its heap frozen at exit against Python's own (seconds from
 a child's last statement to its end, the best of ``--repeats`` children each). Like with like in
@@ -29,10 +30,12 @@ PROJECT = Path(__file__).resolve().parents[1]
 KEYS = ("parameters", "catalog", "mlflow")
 
 
-def read_configuration(loader_class: type[OmegaConfigLoader], conf: Path) -> float:
+def read_configuration(
+    loader_class: type[OmegaConfigLoader], conf: Path, runtime: dict[str, object]
+) -> float:
     """CPU seconds to read the keys a session reads, with a new loader as each session makes."""
     started = time.process_time()
-    loader = loader_class(str(conf), **CONFIG_LOADER_ARGS)
+    loader = loader_class(str(conf), runtime_params=runtime, **CONFIG_LOADER_ARGS)
     loader.config_patterns.setdefault("mlflow", ["mlflow*", "mlflow*/**", "**/mlflow*"])
     for key in KEYS:
         loader[key]
@@ -78,10 +81,14 @@ def main() -> None:
             (conf / "local").mkdir()
             confs.append(conf)
         rows = {}
-        for loader_class in (OmegaConfigLoader, CachedConfigLoader):
-            read_configuration(loader_class, confs[0])  # the first: imports and a cold cache
-            times = [read_configuration(loader_class, conf) for conf in confs[1:]]
-            rows[loader_class.__name__] = min(times)
+        for new in (False, True):
+            for loader_class in (OmegaConfigLoader, CachedConfigLoader):
+                name = loader_class.__name__ + (", new --params" if new else "")
+                times = [  # the first: imports and a cold cache
+                    read_configuration(loader_class, conf, {"seed": i if new else 0})
+                    for i, conf in enumerate(confs)
+                ]
+                rows[name] = min(times[1:])
         databases = [new_database(root / f"project{i}") for i in range(repeats + 1)]
         rows["new MLflow database, migrated"] = databases[0]
         rows["new MLflow database, copied"] = min(databases[1:])
@@ -89,8 +96,9 @@ def main() -> None:
         rows[f"shutdown, {how}"] = min(shutdown(how) for _ in range(repeats))
     for name, seconds in rows.items():
         print(f"{name:32s} {seconds:8.3f} s")
-    plain, cached = rows["OmegaConfigLoader"], rows["CachedConfigLoader"]
-    print(f"configuration of a session: {plain / cached:.0f}x less CPU with the cache")
+    for new in ("", ", new --params"):
+        plain, cached = rows["OmegaConfigLoader" + new], rows["CachedConfigLoader" + new]
+        print(f"configuration of a session{new}: {plain / cached:.0f}x less CPU with the cache")
     migrated, copied = rows["new MLflow database, migrated"], rows["new MLflow database, copied"]
     print(f"a new MLflow database: {migrated / copied:.0f}x less CPU copied")
     collecting, frozen = rows["shutdown, collecting"], rows["shutdown, frozen"]

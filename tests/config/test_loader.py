@@ -1,6 +1,7 @@
 """The configuration loader's cache: one parse per content, and never a stale answer."""
 
 import shutil
+from pathlib import Path
 
 import pytest
 from kedro.config import MissingConfigException
@@ -108,3 +109,97 @@ def test_nothing_is_cached_while_a_resolver_of_unknown_purity_is_registered(tmp_
         assert [_loader(conf)["parameters"]["lr"] for _ in range(2)] == [0, 1]
     finally:
         OmegaConf.clear_resolver("draw")
+
+
+def _kedro(root, **kwargs):
+    """Kedro's own loader, as the cache must answer."""
+    return loader.OmegaConfigLoader(str(root), base_env="base", default_run_env="local", **kwargs)
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """How often the cached loader parsed files (Kedro's ``_read_raw_config``), with an empty
+    cache."""
+    monkeypatch.setattr(loader, "_CACHE", type(loader._CACHE)())
+    seen = []
+    read = loader.OmegaConfigLoader._read_raw_config
+
+    def counted(self, key):
+        if isinstance(self, CachedConfigLoader):
+            seen.append(key)
+        return read(self, key)
+
+    monkeypatch.setattr(loader.OmegaConfigLoader, "_read_raw_config", counted)
+    return seen
+
+
+RUNTIME = [
+    {"lr": 0.5},
+    {"nested": {"b": [1, {"c": None}]}, "new": {"deep": {"er": True}}},
+    {"nested": 3, "lr": {"now": "a mapping"}},  # a scalar over a mapping, a mapping over one
+    {"nested": {"a": None}, "listed": [4]},  # a list replaced whole
+    {"kept": {"x": 2}},  # the run environment replaced the base's mapping with a scalar
+]
+
+
+@pytest.mark.parametrize("strategy", ["soft", "destructive"])
+def test_runtime_parameters_are_merged_as_kedro_merges_them_from_one_parse(
+    tmp_path, reads, strategy
+):
+    conf = _conf(tmp_path, parameters="lr: 0.1\nnested: {a: 1, b: [0]}\nlisted: [1, 2]\n"
+                 "kept: {x: 1, y: 1}\n", local="nested: {c: 2}\nkept: 5\nlocal_only: 1\n")  # fmt: skip
+    merge = {"parameters": strategy}
+    for runtime in RUNTIME:
+        expected = _kedro(conf, runtime_params=runtime, merge_strategy=merge)["parameters"]
+        got = _loader(conf, runtime_params=runtime, merge_strategy=merge)["parameters"]
+        assert got == expected, runtime
+        got["nested"] = "changed by a caller"
+        assert _loader(conf, runtime_params=runtime, merge_strategy=merge)["parameters"] == expected
+    assert reads.count("parameters") == 1  # every set of runtime parameters from one parse
+
+
+def test_the_projects_own_parameters_are_kedros_under_any_runtime_parameters(reads):
+    conf = Path(loader.__file__).resolve().parents[3] / "conf"
+    merge = {"parameters": "soft"}
+    project = {"method": ["ft", "lp"], "budgets": {"smoke": {"trials": 9}},
+               "build_sequences": {"test_size": 50}, "mlflow": {"enabled": False}}  # fmt: skip
+    for env in ("test", "paper"):
+        for runtime in (project, RUNTIME[2]):
+            kwargs = {"env": env, "runtime_params": runtime, "merge_strategy": merge}
+            assert _loader(conf, **kwargs)["parameters"] == _kedro(conf, **kwargs)["parameters"]
+    assert reads.count("parameters") == 2  # one parse per environment
+
+
+@pytest.mark.parametrize(
+    "runtime",
+    [{"lr": "${nested.a}"}, {"nested": {"a": "???"}}, {"listed": (7, 8)}, {1: "integer key"}],
+    ids=["interpolation", "missing", "tuple", "integer key"],
+)
+def test_what_omegaconf_would_merge_otherwise_is_left_to_kedro(tmp_path, reads, runtime):
+    conf = _conf(tmp_path, parameters="lr: 0.1\nnested: {a: 1}\nlisted: [1]\n")
+    assert (
+        _loader(conf, runtime_params=runtime)["parameters"]
+        == (_kedro(conf, runtime_params=runtime)["parameters"])
+    )
+
+
+def test_a_mapping_over_a_list_is_kedros_error(tmp_path, reads):
+    conf = _conf(tmp_path, parameters="listed: [1]\n")
+    with pytest.raises(Exception, match="incompatible") as kedros:
+        _kedro(conf, runtime_params={"listed": {"a": 1}})["parameters"]
+    with pytest.raises(kedros.type, match="incompatible"):
+        _loader(conf, runtime_params={"listed": {"a": 1}})["parameters"]
+
+
+def test_a_catalog_that_reads_no_runtime_parameter_is_resolved_once_for_any(tmp_path, parses):
+    conf = _conf(tmp_path)
+    (conf / "base" / "catalog.yml").write_text("_p: data\nds: {type: a.B, filepath: '${_p}/x'}\n")
+    for seed in range(3):
+        assert _loader(conf, runtime_params={"seed": seed})["catalog"] == {
+            "ds": {"type": "a.B", "filepath": "data/x"}
+        }
+    assert parses.count("catalog") == 1
+    (conf / "local" / "catalog.yml").write_text("other: {type: '${runtime_params:t, a.C}'}\n")
+    for t in ("a.D", "a.E"):  # one that does is resolved for each
+        assert _loader(conf, runtime_params={"t": t})["catalog"]["other"] == {"type": t}
+    assert parses.count("catalog") == 3

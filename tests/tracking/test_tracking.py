@@ -14,6 +14,7 @@ import torch
 from mlflow import MlflowClient
 from mlflow.entities import ViewType
 from result_records import make_record
+from store_opener import open_store
 
 from seq2final.config.parameters import MlflowOptions, TuningOptions
 from seq2final.core.errors import Seq2FinalError
@@ -26,7 +27,6 @@ from seq2final.tracking.mlflow_io import (
     NOTE,
     experiment_id,
     metric_value,
-    store_setup_lock,
     trash_empty_default_experiment,
 )
 from seq2final.tracking.names import render_name, safe_name
@@ -308,19 +308,12 @@ def test_an_mlflow_yml_that_does_not_fit_kedro_mlflows_schema_is_one_line(projec
     assert not any(p.is_file() for p in (project / "data").rglob("*"))
 
 
-def _open_store(project: Path, barrier) -> None:
-    os.chdir(project)
-    barrier.wait(timeout=60)  # every process opens the fresh store at once
-    with store_setup_lock("sqlite:///mlflow.db"):
-        MlflowClient("sqlite:///mlflow.db").search_experiments(max_results=1)
-
-
 def test_runs_started_together_on_a_fresh_store_all_open_it(tmp_path):
     # Both open a fresh store at once: one builds it, the other waits for it under the lock.
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(2)
     processes = [
-        context.Process(target=_open_store, args=(tmp_path, barrier), daemon=True) for _ in range(2)
+        context.Process(target=open_store, args=(tmp_path, barrier), daemon=True) for _ in range(2)
     ]
     try:
         for process in processes:

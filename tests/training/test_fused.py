@@ -59,16 +59,17 @@ def assert_same_fits(singles, fused):
 
 
 @pytest.mark.parametrize(
-    ("arch", "trials", "epochs"),
-    [("convnet_4", 3, EPOCHS), ("resnet_3", 2, 2), ("densenet_1", 2, 2)],
+    ("arch", "trials", "epochs", "images"),
+    [("convnet_4", 3, EPOCHS, 60), ("resnet_3", 2, 2, 36), ("densenet_1", 2, 2, 36)],
 )
-def test_fused_equals_single_fits_at_dropout_zero(arch, trials, epochs, learnable):
+def test_fused_equals_single_fits_at_dropout_zero(arch, trials, epochs, images, learnable):
     """Three trials on the ConvNet; two trials of two epochs on the ResNet and DenseNet, whose
     float64 convolutions are slow on a CPU (two differ in learning rate, L2 weight and seed as
-    three do)."""
-    task = Task([learnable(60)], learnable(30, seed=1))
+    three do), on fewer images in batches as uneven (a full one and a part)."""
+    task = Task([learnable(images)], learnable(images // 2, seed=1))
     build = functools.partial(build_model, arch, 10)
-    fits = single_and_fused(build, task, HPS[:trials], SEEDS[:trials], epochs=epochs)
+    engine = ENGINE.model_copy(update={"batch_size": images * 5 // 6})
+    fits = single_and_fused(build, task, HPS[:trials], SEEDS[:trials], engine, epochs)
     assert_same_fits(*fits)
 
 

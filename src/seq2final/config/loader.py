@@ -6,10 +6,22 @@ parameters and the catalog (``docs/architecture.md``, "Start-up"). A sweep's wor
 process open many sessions on the same files, so the result of each key is kept in memory,
 addressed by everything Kedro's resolution reads: the key, the environments and whether their
 folders exist, the bytes of every file the key's patterns match, the globals the loader holds,
-the runtime parameters, the merge strategy and the runtime-parameter type guard. The cache is
-used only while every resolver registered in the process is one whose answer depends on those
-alone (OmegaConf's own but ``oc.env``, Kedro's ``globals`` and ``runtime_params``), and never for
-credentials, which read environment variables. A file changed while it is read is not cached.
+the runtime parameters (for the parameters, and for a key whose files name the
+``runtime_params`` resolver: nothing else reads them), the merge strategy and the
+runtime-parameter type guard. The cache is used only while every resolver registered in the
+process is one whose answer depends on those alone (OmegaConf's own but ``oc.env``, Kedro's
+``globals`` and ``runtime_params``), and never for credentials, which read environment
+variables. A file changed while it is read is not cached.
+
+Most sessions differ in their runtime parameters alone (a test's, a sweep task's, each
+``kedro run --params``), and Kedro's parameters are its files merged with them: half a second of
+CPU to parse and merge the project's files again for each new set. So the parameters of the base
+and of the run environment are also kept as Kedro resolves them without runtime parameters, and
+each new set is merged into both as OmegaConf merges (a mapping into a mapping key by key,
+anything else replacing what it meets, a list whole), then the two as the configured strategy
+merges them: Kedro's order. Only where that is Kedro's answer exactly: no interpolation in the
+files or the runtime parameters, no OmegaConf missing value (``???``, which a merge skips), no
+key but a string, no value but what JSON spells (a tuple OmegaConf turns into a list or not).
 """
 
 from __future__ import annotations
@@ -19,18 +31,24 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kedro.config import OmegaConfigLoader
 from omegaconf.basecontainer import BaseContainer
 
-_CACHE: OrderedDict[str, dict[str, Any]] = OrderedDict()
+_CACHE: OrderedDict[str, Any] = OrderedDict()
 _CACHE_SIZE = 64  # keys × projects × parameter sets one process sees; each entry is small
 _LOCK = threading.Lock()
 
 _UNCACHED = frozenset({"credentials"})  # read environment variables: not a function of the files
 _PURE_RESOLVERS = frozenset({"globals", "runtime_params"})  # besides OmegaConf's own but oc.env
+_MERGED_WITH_RUNTIME = "parameters"  # the key Kedro merges the runtime parameters into
+
+
+class _Unlike(Exception):
+    """The shortcut's merge could differ from OmegaConf's here: Kedro answers instead."""
 
 
 class CachedConfigLoader(OmegaConfigLoader):
@@ -39,41 +57,113 @@ class CachedConfigLoader(OmegaConfigLoader):
     def __getitem__(self, key: str) -> dict[str, Any]:
         if key in self or key in _UNCACHED or not _pure_resolvers():
             return super().__getitem__(key)
-        address = self._address(key)
-        if address is None:
+        if key == _MERGED_WITH_RUNTIME and self.runtime_params:
+            try:
+                return self._merged_with_runtime(key)
+            except _Unlike:
+                pass
+        found = self._address(key, "merged", self.runtime_params or {})
+        if found is None:
             return super().__getitem__(key)
-        with _LOCK:
-            cached = _CACHE.get(address)
-            if cached is not None:
-                _CACHE.move_to_end(address)
-        if cached is None:
-            cached = super().__getitem__(key)
-            if self._address(key) == address:  # no file changed while Kedro read them
-                with _LOCK:
-                    _CACHE[address] = cached
-                    while len(_CACHE) > _CACHE_SIZE:
-                        _CACHE.popitem(last=False)
-        return copy.deepcopy(cached)  # callers may change what they get
+        value = self._kept(
+            found[0],
+            lambda: self._address(key, "merged", self.runtime_params or {}),
+            lambda: super(CachedConfigLoader, self).__getitem__(key),
+        )
+        return copy.deepcopy(value)  # callers may change what they get
 
-    def _address(self, key: str) -> str | None:
-        """The content address of ``key``'s configuration, or None where it cannot be known
-        (a remote configuration folder, a key without patterns, values JSON cannot spell)."""
+    def _merged_with_runtime(self, key: str) -> dict[str, Any]:
+        """``key``'s configuration with the runtime parameters merged in as Kedro merges them,
+        from its environments' configurations without them (kept); raises :class:`_Unlike`
+        where that may not be Kedro's answer (the module docstring)."""
+        strategy = self.merge_strategy.get(key, "destructive")
+        found = self._address(key, "layers", {})
+        if strategy not in ("soft", "destructive") or found is None or found[1]:
+            raise _Unlike  # another strategy, a remote folder, an interpolation in a file
+        runtime = _plain(self.runtime_params)
+        layers = self._kept(
+            found[0], lambda: self._address(key, "layers", {}), lambda: self._layers(key)
+        )
+        if layers is None:
+            raise _Unlike
+        base, env = copy.deepcopy(layers)
+        merged = _merge(base, runtime)
+        if env is None:
+            return merged
+        env = _merge(env, runtime)
+        if strategy == "soft":
+            return _merge(merged, env)
+        merged.update(env)
+        return merged
+
+    def _layers(self, key: str) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
+        """``key``'s configuration of the base environment and of the run environment (None
+        where that is the base), each as Kedro resolves it without runtime parameters; None
+        where merging into them may differ from Kedro (no file: Kedro says so in its words)."""
+        plain = copy.copy(self)
+        plain.runtime_params = {}
+        base_configs, env_configs, _, _, files = plain._read_raw_config(key)
+        if not files:
+            return None
+        base = plain._merge_and_resolve(key, base_configs)
+        run_env = self.env or self.default_run_env
+        env = None if run_env == self.base_env else plain._merge_and_resolve(key, env_configs)
+        try:
+            for layer in (base, env):
+                _plain(layer or {})
+        except _Unlike:
+            return None
+        return base, env
+
+    def _kept(
+        self, address: str, again: Callable[[], tuple[str, bool] | None], read: Callable[[], Any]
+    ) -> Any:
+        """What ``read`` answers for ``address``: from the cache, or kept there if ``again``
+        (the address computed anew) finds that no file changed while ``read`` read them."""
+        with _LOCK:
+            if address in _CACHE:
+                _CACHE.move_to_end(address)
+                return _CACHE[address]
+        value = read()
+        now = again()
+        if now is not None and now[0] == address:
+            with _LOCK:
+                _CACHE[address] = value
+                while len(_CACHE) > _CACHE_SIZE:
+                    _CACHE.popitem(last=False)
+        return value
+
+    def _address(
+        self, key: str, what: str, runtime_params: dict[str, Any]
+    ) -> tuple[str, bool] | None:
+        """The content address of ``what`` is kept of ``key``'s configuration under
+        ``runtime_params`` (``merged``: Kedro's answer; ``layers``: its environments'
+        configurations), and whether a file of it holds an interpolation; None where it cannot
+        be known (a remote configuration folder, a key without patterns, values JSON cannot
+        spell)."""
         if self._protocol != "file" or key not in self.config_patterns:
             return None
         digest = hashlib.sha256()
+        interpolated = reads_runtime = False
         run_env = self.env or self.default_run_env
         for env in dict.fromkeys((self.base_env, run_env)):
             folder = Path(self.conf_source) / env
             digest.update(f"{env}\0{folder.is_dir()}\0".encode())
             for path in self._files(folder, key):
                 content = path.read_bytes()
+                interpolated = interpolated or b"${" in content
+                reads_runtime = reads_runtime or b"runtime_params" in content
                 digest.update(f"{path.relative_to(folder)}\0{len(content)}\0".encode())
                 digest.update(content)
         try:
             state = json.dumps(
                 [
                     key,
-                    _canonical(self.runtime_params or {}),
+                    what,
+                    # only the parameters and the runtime_params resolver read them
+                    _canonical(
+                        runtime_params if key == _MERGED_WITH_RUNTIME or reads_runtime else {}
+                    ),
                     _canonical(getattr(self, "_globals", {}) if key != "globals" else {}),
                     _canonical(self.merge_strategy),
                     self.restrict_runtime_params_type_selection,
@@ -82,7 +172,7 @@ class CachedConfigLoader(OmegaConfigLoader):
         except TypeError:
             return None
         digest.update(state.encode())
-        return digest.hexdigest()
+        return digest.hexdigest(), interpolated
 
     def _files(self, folder: Path, key: str) -> list[Path]:
         """The files ``key``'s patterns match in ``folder``, found as Kedro finds them."""
@@ -119,3 +209,38 @@ def _canonical(value: Any) -> Any:
     if value is None or isinstance(value, bool | int | float | str):
         return value
     raise TypeError(f"no canonical form for {type(value).__name__}")
+
+
+def _plain(value: Any) -> Any:
+    """``value`` itself where OmegaConf would hold it unchanged: mappings with string keys,
+    lists, and scalars JSON spells, no string an interpolation or OmegaConf's missing value;
+    raises :class:`_Unlike` otherwise."""
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise _Unlike
+        for item in value.values():
+            _plain(item)
+    elif isinstance(value, list):
+        for item in value:
+            _plain(item)
+    elif isinstance(value, str):
+        if "${" in value or value == "???":
+            raise _Unlike
+    elif not (value is None or isinstance(value, bool | int | float)):
+        raise _Unlike  # a tuple among them: OmegaConf turns some into lists, not all
+    return value
+
+
+def _merge(into: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra`` merged into ``into`` (changed and returned) as OmegaConf merges plain data: a
+    mapping into a mapping key by key, anything else replacing what it meets, a list whole; a
+    mapping meeting a list or a list a mapping is OmegaConf's error (:class:`_Unlike`)."""
+    for name, value in extra.items():
+        held = into.get(name)
+        if isinstance(value, dict) and isinstance(held, dict):
+            _merge(held, value)
+        elif {type(value), type(held)} == {dict, list}:
+            raise _Unlike  # OmegaConf cannot merge them: Kedro's error, in its words
+        else:
+            into[name] = copy.deepcopy(value)
+    return into

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -13,6 +14,7 @@ from typing import Any, Literal
 import dask
 import torch
 from distributed import Client, LocalCluster, Nanny, Scheduler, SpecCluster
+from distributed.comm.addressing import parse_address, parse_host_port
 from distributed.utils import get_mp_context
 from pydantic import Field
 
@@ -54,6 +56,9 @@ def connect(
 ) -> tuple[Client, Any]:
     """A Dask client and the cluster it owns (None for an existing scheduler's)."""
     if scheduler:
+        refused = _refused(scheduler)
+        if refused:
+            raise Seq2FinalError(f"Dask scheduler {scheduler} is unreachable ({refused})")
         try:
             client = Client(scheduler, timeout="10s")
         except OSError as error:
@@ -79,6 +84,24 @@ def connect(
                 started.close()
         raise
     return client, cluster
+
+
+def _refused(scheduler: str) -> str | None:
+    """Why a TCP scheduler address certainly has no scheduler (no such host, nothing listening
+    on the port), or None: Dask's client retries a refused connection for its whole timeout,
+    seconds of waiting for an answer a socket gives at once. Other protocols, and a host that
+    does not answer, are left to Dask."""
+    protocol, location = parse_address(scheduler)
+    if protocol != "tcp":
+        return None
+    try:
+        host, port = parse_host_port(location)
+        with socket.create_connection((host, port), timeout=5):
+            return None
+    except (ConnectionRefusedError, socket.gaierror) as error:
+        return error.strerror or type(error).__name__
+    except (OSError, ValueError):
+        return None
 
 
 def _start_cluster(workers: int | None, settings: SweepSettings, threads: int) -> Any:
