@@ -1,8 +1,6 @@
 """``kedro bench`` as a user types it, in a copy of the project."""
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,26 +17,20 @@ from seq2final.bench.command import (
 from seq2final.bench.search import SearchRun, summarize
 from seq2final.cli import cli
 
-BIN = Path(sys.executable).parent
-
-
-def kedro(project, *args):
-    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"}
-    return subprocess.run(
-        [str(BIN / "kedro"), *args], cwd=project, env=env, capture_output=True, text=True
-    )
-
 
 def test_bench_quick_runs_without_data_prints_each_ratio_and_writes_its_own_json_and_page(
-    project,
+    project, monkeypatch
 ):
-    """As on a fresh clone: no CIFAR-10 npz, no --sections; the committed page stays as it is."""
+    """As on a fresh clone: no CIFAR-10 npz, no --sections; the committed page stays as it is.
+    (In this process: the command line's own start is tested in tests/test_cli.py.)"""
     committed = "# Benchmarks\n\nThe measured page.\n"
     (project / "docs").mkdir()
     (project / "docs/benchmarks.md").write_text(committed)
     assert not (project / "data/01_raw/cifar10.npz").exists()
-    done = kedro(project, "bench", "--quick", "--archs", "convnet_1", "--device", "cpu")
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    args = ["bench", "--quick", "--archs", "convnet_1", "--device", "cpu"]
+    monkeypatch.setattr(sys, "argv", ["kedro", *args])  # the command line the page quotes
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, (done.output[-4000:], done.exception)
     assert (project / "docs/benchmarks.md").read_text() == committed
     assert not (project / "benchmarks/results/bench.json").exists()
     results = json.loads((project / "data/08_reporting/bench/bench.json").read_text())
@@ -48,7 +40,7 @@ def test_bench_quick_runs_without_data_prints_each_ratio_and_writes_its_own_json
     assert entry["command"].startswith("kedro bench --quick")
     rows = {row["arch"]: row for row in entry["figures"]}
     assert set(rows) == {"convnet_1"}
-    ratio_lines = [line for line in done.stdout.splitlines() if "ratio" in line]
+    ratio_lines = [line for line in done.output.splitlines() if "ratio" in line]
     for arch, row in rows.items():
         assert row["bare_images_per_s"] > 0 and row["fit_images_per_s"] > 0
         assert abs(row["ratio"] - row["fit_images_per_s"] / row["bare_images_per_s"]) < 0.01
@@ -66,7 +58,7 @@ def test_bench_quick_runs_without_data_prints_each_ratio_and_writes_its_own_json
     assert page.startswith("# Benchmarks (quick)")
     assert "`kedro bench --quick --archs convnet_1 --device cpu`" in page
     assert "Figures: data/08_reporting/bench/bench.json; page: data/08_reporting/bench/" in (
-        done.stdout
+        done.output
     )
     assert all(f"| `{arch}` |" in page for arch in rows)
     assert all(f"| `{arch}` | 8 |" in page for arch in rows)
