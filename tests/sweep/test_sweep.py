@@ -14,11 +14,13 @@ import time
 from pathlib import Path
 
 import optuna
+import pytest
 from click.testing import CliRunner
 from kedro.framework.cli.cli import KedroCLI
 from mlflow import MlflowClient
 
 from seq2final.cli import cli
+from seq2final.methods import FINAL_MODES
 
 TINY = "build_sequences.test_size=50,build_sequences.oracle_size=120"
 SEQUENCE = "source100:rotation60"
@@ -103,17 +105,27 @@ def explode(ctx, config, state):
 """
 
 
-def test_a_failing_job_is_reported_with_its_log_while_the_others_finish(project, tmp_path):
-    """On a worker the sweep starts, which imports the plugin from its PYTHONPATH."""
+@pytest.fixture
+def boom_plugin(tmp_path, monkeypatch, request):
+    """``PLUGIN`` importable in this process and on the workers a sweep starts here (a worker
+    starts with its driver's ``sys.path``); the final mode it registers is gone afterwards."""
     (tmp_path / "boom_plugin.py").write_text(PLUGIN)
-    done = sweep(
-        project, "--archs", "convnet_1", "--pairs", "none:scratch,none:explode", "--workers", "1",
-        params=f"{TINY},mlflow.enabled=false,plugins=[boom_plugin]",
-        extra_env={"PYTHONPATH": str(tmp_path)},
-    )  # fmt: skip
-    assert done.returncode == 1
-    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
-    assert len(failed) == 1, done.stdout
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(FINAL_MODES, "_entries", dict(FINAL_MODES._entries))
+    request.addfinalizer(lambda: sys.modules.pop("boom_plugin", None))
+    return "boom_plugin"
+
+
+def test_a_failing_job_is_reported_with_its_log_while_the_others_finish(project, boom_plugin):
+    """On a worker the sweep starts, which imports the plugin; the driver in this process."""
+    done = CliRunner().invoke(cli, [
+        "sweep", "--env", "test", "--sequences", SEQUENCE, "--budget", "smoke",
+        "--archs", "convnet_1", "--pairs", "none:scratch,none:explode", "--workers", "1",
+        "--params", f"{TINY},mlflow.enabled=false,plugins=[{boom_plugin}]",
+    ])  # fmt: skip
+    assert done.exit_code == 1, done.output
+    failed = [line for line in done.output.splitlines() if line.startswith("FAILED")]
+    assert len(failed) == 1, done.output
     (line,) = failed
     assert "FAILED job " in line and "none+explode" in line
     assert "this final mode always fails" in line
