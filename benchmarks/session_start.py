@@ -84,7 +84,7 @@ def main() -> None:
         for new in (False, True):
             for loader_class in (OmegaConfigLoader, CachedConfigLoader):
                 name = loader_class.__name__ + (", new --params" if new else "")
-                times = [  # the first: imports and a cold cache
+                times = [  # the first session is left out: imports, and the cache filled
                     read_configuration(loader_class, conf, {"seed": i if new else 0})
                     for i, conf in enumerate(confs)
                 ]

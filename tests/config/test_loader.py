@@ -170,17 +170,61 @@ def test_the_projects_own_parameters_are_kedros_under_any_runtime_parameters(rea
     assert reads.count("parameters") == 2  # one parse per environment
 
 
+@pytest.fixture
+def merges(monkeypatch):
+    """How often the loader merged runtime parameters itself instead of leaving it to Kedro."""
+    seen = []
+    merge = loader._merge
+
+    def counted(into, extra):
+        seen.append(extra)
+        return merge(into, extra)
+
+    monkeypatch.setattr(loader, "_merge", counted)
+    return seen
+
+
 @pytest.mark.parametrize(
     "runtime",
     [{"lr": "${nested.a}"}, {"nested": {"a": "???"}}, {"listed": (7, 8)}, {1: "integer key"}],
     ids=["interpolation", "missing", "tuple", "integer key"],
 )
-def test_what_omegaconf_would_merge_otherwise_is_left_to_kedro(tmp_path, reads, runtime):
+def test_what_omegaconf_would_merge_otherwise_is_left_to_kedro(tmp_path, reads, merges, runtime):
     conf = _conf(tmp_path, parameters="lr: 0.1\nnested: {a: 1}\nlisted: [1]\n")
-    assert (
-        _loader(conf, runtime_params=runtime)["parameters"]
-        == (_kedro(conf, runtime_params=runtime)["parameters"])
-    )
+    expected = _kedro(conf, runtime_params=runtime)["parameters"]
+    assert _loader(conf, runtime_params=runtime)["parameters"] == expected
+    assert merges == []
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    ['a: 1\nb: "\\u0024{a}"\n', 'a: 1\nb: "$\\\n  {a}"\n', "a: 1\nb: ${a}\n"],
+    ids=["unicode escape", "escaped line break", "plain"],
+)
+def test_a_file_that_may_spell_an_interpolation_is_left_to_kedro(tmp_path, merges, parameters):
+    conf = _conf(tmp_path, parameters=parameters)
+    expected = _kedro(conf, runtime_params={"a": 2})["parameters"]
+    assert expected["b"] == 2  # interpolated after the runtime parameters are merged
+    assert _loader(conf, runtime_params={"a": 2})["parameters"] == expected
+    assert merges == []
+
+
+@pytest.mark.parametrize("strategy", ["soft", "destructive"])
+@pytest.mark.parametrize("without_files", ["base", "local"])
+def test_an_environment_without_parameter_files_is_merged_as_kedro_merges_it(
+    tmp_path, merges, strategy, without_files
+):
+    """Kedro merges the runtime parameters only into an environment that has files."""
+    text = "model: {lr: 1, layers: 2}\nx: 1\ny: 2\n"
+    conf = _conf(tmp_path, **{"parameters" if without_files == "local" else "local": text})
+    if without_files == "base":
+        (conf / "base" / "parameters.yml").unlink(missing_ok=True)
+    runtime = {"model": {"lr": 5}, "y": 3, "z": 4}
+    kwargs = {"runtime_params": runtime, "merge_strategy": {"parameters": strategy}}
+    expected = _kedro(conf, **kwargs)["parameters"]
+    got = _loader(conf, **kwargs)["parameters"]
+    assert got == expected and list(got) == list(expected)  # the keys in Kedro's order too
+    assert merges
 
 
 def test_a_mapping_over_a_list_is_kedros_error(tmp_path, reads):

@@ -1,7 +1,9 @@
-"""Where a sweep's workers come from: local CPU workers forked from one preloaded server."""
+"""Where a sweep's workers come from: local CPU workers forked from one preloaded server, or a
+scheduler someone started, whose address is checked first."""
 
 import logging
 import os
+import socket
 import sys
 
 import dask
@@ -11,6 +13,7 @@ from seq2final.sweep.cluster import (
     FORKSERVER_PRELOAD,
     ClusterSpec,
     SweepSettings,
+    _refused,
     forked_local_workers,
 )
 
@@ -39,3 +42,16 @@ def test_local_workers_are_forked_from_a_server_that_imported_the_project():
         settings = SweepSettings(cluster=ClusterSpec(type=cluster))
         with forked_local_workers(scheduler, settings):  # workers started elsewhere: unchanged
             assert dask.config.get(method) == spawned
+
+
+def test_an_address_where_nothing_listens_is_refused_at_once_and_others_left_to_dask():
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        assert _refused(f"tcp://127.0.0.1:{port}") is None
+        assert _refused(f"127.0.0.1:{port}") is None  # Dask's default protocol
+    assert _refused(f"tcp://127.0.0.1:{port}") == "Connection refused"
+    assert _refused("tcp://no-such-host.invalid:8786")  # the name server's reason
+    for other in (f"tls://127.0.0.1:{port}", "inproc://127.0.0.1/1/2", "tcp://127.0.0.1"):
+        assert _refused(other) is None  # another protocol, no port: Dask says what it says

@@ -2,7 +2,9 @@
 
 A sweep on a separately started cluster is in test_shared_stores.py.
 
-Each test runs the command as a user types it, in a copy of the project, with tiny digits data.
+Each test runs the command as a user types it, in a copy of the project, with tiny digits data:
+through the console script where the process is what is tested (a driver killed, two runs at
+once), else through the same command object in the test's process.
 """
 
 import json
@@ -28,19 +30,11 @@ RESULTS = "data/07_model_output/results"
 BIN = Path(sys.executable).parent
 
 
-def kedro(project, *args, extra_env=None, **popen):
-    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1", **(extra_env or {})}
+def kedro(project, *args, **popen):
+    """The console script, started in ``project`` (``popen``: how its output is taken)."""
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1"}
     command = [str(BIN / "kedro"), *args]
-    if popen:
-        return subprocess.Popen(command, cwd=project, env=env, text=True, **popen)
-    return subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
-
-
-def sweep(project, *args, params=TINY, sequences=SEQUENCE, **kwargs):
-    return kedro(
-        project, "sweep", "--env", "test", "--sequences", sequences, "--budget", "smoke",
-        "--params", params, *args, **kwargs,
-    )  # fmt: skip
+    return subprocess.Popen(command, cwd=project, env=env, text=True, **popen)
 
 
 def records(project):

@@ -7,7 +7,7 @@ process open many sessions on the same files, so the result of each key is kept 
 addressed by everything Kedro's resolution reads: the key, the environments and whether their
 folders exist, the bytes of every file the key's patterns match, the globals the loader holds,
 the runtime parameters (for the parameters, and for a key whose files name the
-``runtime_params`` resolver: nothing else reads them), the merge strategy and the
+``runtime_params`` resolver or hold a backslash: nothing else reads them), the merge strategy and the
 runtime-parameter type guard. The cache is used only while every resolver registered in the
 process is one whose answer depends on those alone (OmegaConf's own but ``oc.env``, Kedro's
 ``globals`` and ``runtime_params``), and never for credentials, which read environment
@@ -19,9 +19,11 @@ CPU to parse and merge the project's files again for each new set. So the parame
 and of the run environment are also kept as Kedro resolves them without runtime parameters, and
 each new set is merged into both as OmegaConf merges (a mapping into a mapping key by key,
 anything else replacing what it meets, a list whole), then the two as the configured strategy
-merges them: Kedro's order. Only where that is Kedro's answer exactly: no interpolation in the
-files or the runtime parameters, no OmegaConf missing value (``???``, which a merge skips), no
-key but a string, no value but what JSON spells (a tuple OmegaConf turns into a list or not).
+merges them (an environment without files is empty, and given none): Kedro's order. Only where
+that is Kedro's answer exactly: no interpolation in the files (nor a backslash, an escape that
+could spell one) or the runtime parameters, no OmegaConf missing value (``???``, which a merge
+skips), no key but a string, no value but what JSON spells (a tuple OmegaConf turns into a list
+or not).
 """
 
 from __future__ import annotations
@@ -65,12 +67,12 @@ class CachedConfigLoader(OmegaConfigLoader):
         found = self._address(key, "merged", self.runtime_params or {})
         if found is None:
             return super().__getitem__(key)
-        value = self._kept(
+        value, _ = self._kept(
             found[0],
             lambda: self._address(key, "merged", self.runtime_params or {}),
             lambda: super(CachedConfigLoader, self).__getitem__(key),
         )
-        return copy.deepcopy(value)  # callers may change what they get
+        return value
 
     def _merged_with_runtime(self, key: str) -> dict[str, Any]:
         """``key``'s configuration with the runtime parameters merged in as Kedro merges them,
@@ -81,57 +83,61 @@ class CachedConfigLoader(OmegaConfigLoader):
         if strategy not in ("soft", "destructive") or found is None or found[1]:
             raise _Unlike  # another strategy, a remote folder, an interpolation in a file
         runtime = _plain(self.runtime_params)
-        layers = self._kept(
+        layers, kept = self._kept(
             found[0], lambda: self._address(key, "layers", {}), lambda: self._layers(key)
         )
-        if layers is None:
+        if layers is None or not kept:  # or a file changed since it was found plain
             raise _Unlike
-        base, env = copy.deepcopy(layers)
-        merged = _merge(base, runtime)
-        if env is None:
-            return merged
-        env = _merge(env, runtime)
+        # Kedro merges the runtime parameters into each environment that has files, an
+        # environment without files is {}, and then the run environment into the base's
+        base, *env = [{} if layer is None else _merge(layer, runtime) for layer in layers]
+        if not env:
+            return base
         if strategy == "soft":
-            return _merge(merged, env)
-        merged.update(env)
-        return merged
+            return _merge(base, env[0])
+        base.update(env[0])
+        return base
 
-    def _layers(self, key: str) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
-        """``key``'s configuration of the base environment and of the run environment (None
-        where that is the base), each as Kedro resolves it without runtime parameters; None
-        where merging into them may differ from Kedro (no file: Kedro says so in its words)."""
+    def _layers(self, key: str) -> tuple[dict[str, Any] | None, ...] | None:
+        """``key``'s configuration of the base environment, and of the run environment unless
+        that is the base, each as Kedro resolves it without runtime parameters (None for one
+        without files); None where merging into them may differ from Kedro (no file at all:
+        Kedro says so in its words)."""
         plain = copy.copy(self)
         plain.runtime_params = {}
         base_configs, env_configs, _, _, files = plain._read_raw_config(key)
         if not files:
             return None
-        base = plain._merge_and_resolve(key, base_configs)
         run_env = self.env or self.default_run_env
-        env = None if run_env == self.base_env else plain._merge_and_resolve(key, env_configs)
+        configs = [base_configs] if run_env == self.base_env else [base_configs, env_configs]
+        layers = tuple(plain._merge_and_resolve(key, c) if c else None for c in configs)
         try:
-            for layer in (base, env):
+            for layer in layers:
                 _plain(layer or {})
         except _Unlike:
             return None
-        return base, env
+        return layers
 
     def _kept(
         self, address: str, again: Callable[[], tuple[str, bool] | None], read: Callable[[], Any]
-    ) -> Any:
-        """What ``read`` answers for ``address``: from the cache, or kept there if ``again``
-        (the address computed anew) finds that no file changed while ``read`` read them."""
+    ) -> tuple[Any, bool]:
+        """What ``read`` answers for ``address`` (a copy: callers change what they get), and
+        whether it is what the files at ``address`` give: from the cache, or kept there if
+        ``again`` (the address computed anew) finds that no file changed while ``read`` read
+        them."""
         with _LOCK:
             if address in _CACHE:
                 _CACHE.move_to_end(address)
-                return _CACHE[address]
+                return copy.deepcopy(_CACHE[address]), True
         value = read()
         now = again()
-        if now is not None and now[0] == address:
+        kept = now is not None and now[0] == address
+        if kept:
             with _LOCK:
-                _CACHE[address] = value
+                _CACHE[address] = copy.deepcopy(value)
                 while len(_CACHE) > _CACHE_SIZE:
                     _CACHE.popitem(last=False)
-        return value
+        return value, kept
 
     def _address(
         self, key: str, what: str, runtime_params: dict[str, Any]
@@ -151,8 +157,9 @@ class CachedConfigLoader(OmegaConfigLoader):
             digest.update(f"{env}\0{folder.is_dir()}\0".encode())
             for path in self._files(folder, key):
                 content = path.read_bytes()
-                interpolated = interpolated or b"${" in content
-                reads_runtime = reads_runtime or b"runtime_params" in content
+                escaped = b"\\" in content  # a YAML or JSON escape may spell either
+                interpolated = interpolated or escaped or b"${" in content
+                reads_runtime = reads_runtime or escaped or b"runtime_params" in content
                 digest.update(f"{path.relative_to(folder)}\0{len(content)}\0".encode())
                 digest.update(content)
         try:

@@ -87,10 +87,11 @@ def connect(
 
 
 def _refused(scheduler: str) -> str | None:
-    """Why a TCP scheduler address certainly has no scheduler (no such host, nothing listening
-    on the port), or None: Dask's client retries a refused connection for its whole timeout,
-    seconds of waiting for an answer a socket gives at once. Other protocols, and a host that
-    does not answer, are left to Dask."""
+    """Why nothing answers at a TCP scheduler address now (no such host, nothing listening on
+    the port), or None: Dask's client retries a refused connection for its whole timeout,
+    seconds of waiting for what a socket says at once, so a scheduler must be listening when
+    the sweep connects (docs/scale.md). Other protocols, a host that does not answer and a
+    name server that fails for the moment are left to Dask."""
     protocol, location = parse_address(scheduler)
     if protocol != "tcp":
         return None
@@ -98,10 +99,18 @@ def _refused(scheduler: str) -> str | None:
         host, port = parse_host_port(location)
         with socket.create_connection((host, port), timeout=5):
             return None
-    except (ConnectionRefusedError, socket.gaierror) as error:
-        return error.strerror or type(error).__name__
+    except ConnectionRefusedError as error:
+        return error.strerror
+    except socket.gaierror as error:
+        return error.strerror if error.errno in _NO_SUCH_HOST else None
     except (OSError, ValueError):
         return None
+
+
+_NO_SUCH_HOST = {
+    code for code in (getattr(socket, "EAI_NONAME", None), getattr(socket, "EAI_NODATA", None))
+    if code is not None
+}  # fmt: skip
 
 
 def _start_cluster(workers: int | None, settings: SweepSettings, threads: int) -> Any:
