@@ -16,14 +16,19 @@ def parses(monkeypatch):
     """The keys the loader really parsed (cache misses), with an empty cache."""
     monkeypatch.setattr(loader, "_CACHE", type(loader._CACHE)())
     seen = []
-    parse = loader.OmegaConfigLoader.__getitem__
-
-    def counted(self, key):
-        seen.append(key)
-        return parse(self, key)
-
-    monkeypatch.setattr(loader.OmegaConfigLoader, "__getitem__", counted)
+    _spy(monkeypatch, loader.OmegaConfigLoader, "__getitem__", lambda self, key: seen.append(key))
     return seen
+
+
+def _spy(monkeypatch, owner, name, record):
+    """``owner.name`` calling ``record`` with its arguments before it runs."""
+    real = getattr(owner, name)
+
+    def spied(*args):
+        record(*args)
+        return real(*args)
+
+    monkeypatch.setattr(owner, name, spied)
 
 
 def _conf(root, parameters="lr: 0.1\nnested: {a: 1}\n", local="", globals_=""):
@@ -122,14 +127,12 @@ def reads(monkeypatch):
     cache."""
     monkeypatch.setattr(loader, "_CACHE", type(loader._CACHE)())
     seen = []
-    read = loader.OmegaConfigLoader._read_raw_config
 
-    def counted(self, key):
+    def record(self, key):
         if isinstance(self, CachedConfigLoader):
             seen.append(key)
-        return read(self, key)
 
-    monkeypatch.setattr(loader.OmegaConfigLoader, "_read_raw_config", counted)
+    _spy(monkeypatch, loader.OmegaConfigLoader, "_read_raw_config", record)
     return seen
 
 
@@ -174,13 +177,7 @@ def test_the_projects_own_parameters_are_kedros_under_any_runtime_parameters(rea
 def merges(monkeypatch):
     """How often the loader merged runtime parameters itself instead of leaving it to Kedro."""
     seen = []
-    merge = loader._merge
-
-    def counted(into, extra):
-        seen.append(extra)
-        return merge(into, extra)
-
-    monkeypatch.setattr(loader, "_merge", counted)
+    _spy(monkeypatch, loader, "_merge", lambda into, extra: seen.append(extra))
     return seen
 
 
