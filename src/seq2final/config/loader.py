@@ -7,9 +7,9 @@ process open many sessions on the same files, so the result of each key is kept 
 addressed by everything Kedro's resolution reads: the key, the environments and whether their
 folders exist, the bytes of every file the key's patterns match, the globals the loader holds,
 the runtime parameters (for the parameters, and for a key whose files name the
-``runtime_params`` resolver or hold a backslash: nothing else reads them), the merge strategy and the
-runtime-parameter type guard. The cache is used only while every resolver registered in the
-process is one whose answer depends on those alone (OmegaConf's own but ``oc.env``, Kedro's
+``runtime_params`` resolver or hold a backslash: nothing else reads them), the merge strategy
+and the runtime-parameter type guard. The cache is used only while every resolver registered in
+the process is one whose answer depends on those alone (OmegaConf's own but ``oc.env``, Kedro's
 ``globals`` and ``runtime_params``), and never for credentials, which read environment
 variables. A file changed while it is read is not cached.
 
@@ -142,11 +142,11 @@ class CachedConfigLoader(OmegaConfigLoader):
     def _address(
         self, key: str, what: str, runtime_params: dict[str, Any]
     ) -> tuple[str, bool] | None:
-        """The content address of ``what`` is kept of ``key``'s configuration under
-        ``runtime_params`` (``merged``: Kedro's answer; ``layers``: its environments'
-        configurations), and whether a file of it holds an interpolation; None where it cannot
-        be known (a remote configuration folder, a key without patterns, values JSON cannot
-        spell)."""
+        """The content address of what is kept of ``key``'s configuration under
+        ``runtime_params`` (``what``: ``merged``, Kedro's answer, or ``layers``, its
+        environments' configurations), and whether a file of it may hold an interpolation; None
+        where it cannot be known (a remote configuration folder, a key without patterns, values
+        JSON cannot spell)."""
         if self._protocol != "file" or key not in self.config_patterns:
             return None
         digest = hashlib.sha256()
