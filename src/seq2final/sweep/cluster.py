@@ -86,6 +86,10 @@ def connect(
     return client, cluster
 
 
+_NO_SUCH_HOST = {getattr(socket, n) for n in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, n)}
+"""The name server's answers that a host does not exist (EAI_NODATA is glibc's only)."""
+
+
 def _refused(scheduler: str) -> str | None:
     """Why nothing answers at a TCP scheduler address now (no such host, nothing listening on
     the port), or None: Dask's client retries a refused connection for its whole timeout,
@@ -105,12 +109,6 @@ def _refused(scheduler: str) -> str | None:
         return error.strerror if error.errno in _NO_SUCH_HOST else None
     except (OSError, ValueError):
         return None
-
-
-_NO_SUCH_HOST = {
-    code for code in (getattr(socket, "EAI_NONAME", None), getattr(socket, "EAI_NODATA", None))
-    if code is not None
-}  # fmt: skip
 
 
 def _start_cluster(workers: int | None, settings: SweepSettings, threads: int) -> Any:
