@@ -45,7 +45,7 @@ import torch
 from kedro.framework.session import KedroSession
 
 from seq2final.bench.machine import describe_machine
-from seq2final.config.checks import sequence_spec, validate_parameters
+from seq2final.config.checks import validate_parameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write
 from seq2final.core.records import ResultRecord
@@ -120,7 +120,7 @@ def study_records(
     methods = study_methods(params)
     records = [
         record
-        for record in gather_results(sequence_spec(validate_parameters(params)), store)
+        for record in gather_results(validate_parameters(params).spec, store)
         if (record.arch, record.budget) == (params["arch"], params["budget"])
         # time 0's one model is every method's (docs/protocols.md), under its own name
         and (shown_name(record) in methods or (record.historical, record.final) == FIRST_MODEL)

@@ -15,6 +15,7 @@ import torch
 from filelock import FileLock
 from kedro.config import OmegaConfigLoader
 
+from seq2final.config.checks import CheckedRun, validate_parameters
 from seq2final.core.plugins import load_plugins
 from seq2final.data.sources import SourceData
 from seq2final.data.sources.portraits import write_synthetic_portraits
@@ -83,6 +84,17 @@ def project_parameters() -> dict:
         merge_strategy={"parameters": "soft"},
     )
     return dict(loader["parameters"])
+
+
+@pytest.fixture
+def checked_run(project_parameters) -> Callable[..., CheckedRun]:
+    """The project's parameters with some replaced, checked as a run checks them (the object a
+    run plans from)."""
+
+    def check(**replaced: object) -> CheckedRun:
+        return validate_parameters({**project_parameters, **replaced})
+
+    return check
 
 
 @pytest.fixture

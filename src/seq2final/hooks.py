@@ -13,7 +13,7 @@ from mlflow.exceptions import MlflowException
 from rich.console import Console
 from rich.table import Table
 
-from seq2final.config.checks import CheckedParameters, sequence_spec
+from seq2final.config.checks import CheckedParameters
 from seq2final.config.parameters import EvaluateOptions
 from seq2final.core.errors import Seq2FinalError
 from seq2final.data.family import is_family
@@ -28,7 +28,9 @@ from seq2final.training.tuner import check_storage
 
 class ValidateParametersHook:
     """Check every run parameter as soon as the context exists, so a typo costs no work, and keep
-    them for the other hooks (``checked``): the parameters are validated once.
+    the checked run for the other hooks (``checked``) and the nodes (the ``checked_run`` and
+    ``sequence_spec`` datasets): the parameters are validated once, as kedro-mlflow's hook
+    validates its configuration once and keeps it.
 
     It reads the raw parameters, not ``context.params``: reading those makes Kedro convert the
     blocks that nodes take typed, and report a bad value over several lines; ours says it in one.
@@ -40,13 +42,20 @@ class ValidateParametersHook:
     @hook_impl(tryfirst=True)
     def after_context_created(self, context: KedroContext) -> None:
         run = self.checked.check(context.config_loader["parameters"])
-        check_storage(run.tuning.storage)
+        check_storage(run.parameters.tuning.storage)
+
+    @hook_impl(tryfirst=True)
+    def after_catalog_created(self, catalog: CatalogProtocol) -> None:
+        """The checked run and its sequence spec, as the datasets the pipelines start from."""
+        run = self.checked.checked()
+        catalog.save("checked_run", run)
+        catalog.save("sequence_spec", run.spec)
 
     @hook_impl(tryfirst=True)
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline) -> None:
         """A family trains member by member (``kedro run`` and ``kedro sweep`` expand it); a
         session given one runs only the pipeline that reads the members together."""
-        run = self.checked.checked()
+        run = self.checked.checked().parameters
         if not is_family(run.sequence, run.intensities):
             return
         others = sorted({n.namespace or n.name for n in pipeline.nodes} - {ROBUSTNESS})
@@ -109,7 +118,7 @@ class RunSummaryHook:
 
     def _locations(self, outputs: set[str]) -> list[str]:
         run = self.checked.checked()
-        spec = sequence_spec(run)
+        spec = run.spec
         folder = report_folder(spec.name, spec.dataset)
         lines = []
         if "adapt_results" in outputs:
@@ -132,8 +141,9 @@ class RunSummaryHook:
             lines.append(
                 f"Figures: data/08_reporting/{{{','.join(figures)}}}_figures/{folder}/ (PNG, PDF)"
             )
-        if run.mlflow.enabled and outputs & {"adapt_results", "result_table_reports"}:
-            names = sequence_names(run.mlflow, spec.name, spec.dataset, spec.seed)
+        mlflow_options = run.parameters.mlflow
+        if mlflow_options.enabled and outputs & {"adapt_results", "result_table_reports"}:
+            names = sequence_names(mlflow_options, spec.name, spec.dataset, spec.seed)
             try:
                 experiment = mlflow.MlflowClient().get_experiment_by_name(names.experiment)
             except MlflowException:  # the server went away after the run: the UI's front page

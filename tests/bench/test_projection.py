@@ -1,5 +1,6 @@
 """The projection: the protocol's fits counted through the real recipes, and hours from rates."""
 
+import dataclasses
 import math
 
 import pytest
@@ -9,30 +10,24 @@ from seq2final.data.sampler import build_sequence
 from seq2final.data.spec import resolve_spec
 from seq2final.methods import METHODS
 from seq2final.runs.planner import plan_run
-from seq2final.training.engine import Engine
 from seq2final.training.search import SearchSpace
 
 
 @pytest.mark.parametrize("arch", ["convnet_1", "resnet_3"])  # a ConvNet and the cheapest ResNet
 def test_every_state_and_job_of_the_paper_protocol_is_counted_with_its_grid(
-    source, project_parameters, arch
+    source, project_parameters, checked_run, arch
 ):
     params = project_parameters
     spec = resolve_spec("source200:rotation100:corruption100", dataset="digits", test_size=50,
                         oracle_size=100)  # fmt: skip
     sequence = build_sequence(spec, source)
-    engine = Engine(device="cpu")
-    fits = count_fits(spec, sequence, arch, params, engine)
+    run = dataclasses.replace(checked_run(budget="paper", training={"device": "cpu"}), spec=spec)
+    fits = count_fits(run, sequence, arch)
     plans = [
-        plan_run(
-            spec, {"method": name, "historical": None, "final": None, "arch": arch,
-                   "budget": "paper"},
-            params["budgets"], {"device": "cpu"}, {}, params["historical_modes"],
-            params["final_modes"], params["pretrain_historical"]["step0"], "projection",
-        )
+        plan_run(run.asking(arch, name, None, None), "projection")
         for name, recipe in METHODS.items()
         if recipe.paper_class is not None  # the paper's 18: the protocol projected
-    ]  # fmt: skip
+    ]
     # every state and job of the paper's methods trains at least one tuned fit, each counted
     # once however many methods share it, and nothing else is counted (no Wild-Time method, no
     # plugin's)

@@ -105,7 +105,8 @@ def test_good_parameters_pass(project_parameters):
             "arch": "resnet_4",
         }
     )
-    assert run.seed == 3 and run.quantify_shift.variance == 0.95
+    assert run.parameters.seed == 3 and run.parameters.quantify_shift.variance == 0.95
+    assert run.spec.seed == 3 and run.spec.dataset == "npz"
 
 
 class _AdapterFirst(ModelWrapper):
@@ -135,4 +136,4 @@ def test_a_wrapper_phase_that_trains_nothing_stops_the_run_before_any_work(
     assert "\n" not in str(error.value)
     # the same wrapper with a phase the architecture has passes
     monkeypatch.setattr(_AdapterFirst, "phases", lambda self: [(1, ["fc."]), (None, None)])
-    assert validate_parameters(params).final == "adapter_ft"
+    assert validate_parameters(params).parameters.final == "adapter_ft"

@@ -7,7 +7,8 @@ import torch
 from seq2final.core.errors import Seq2FinalError
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES, ModelChain
 from seq2final.methods import gates as gates_module
-from seq2final.methods.context import Context, settings_of
+from seq2final.methods.blocks import settings_of
+from seq2final.methods.context import Context
 from seq2final.methods.gates import GateSettings, GatingAdapters, add_gates, gates_of, remove_gates
 from seq2final.models import build_model
 from seq2final.models.storage import pack, unpack

@@ -4,6 +4,7 @@ from result_records import make_record
 
 from seq2final.config.parameters import TuningOptions
 from seq2final.core.records import ResultRecord
+from seq2final.methods import ModeBlock
 from seq2final.pipelines.adapt_final.nodes import run_table
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.training.engine import Engine
@@ -18,7 +19,9 @@ def _plan(jobs: list[JobPlan]) -> RunPlan:
 
 
 def _job(method: str, *requested: str) -> JobPlan:
-    return JobPlan(f"key-{method}", method, requested or (method,), "h", "f", None, {})
+    return JobPlan(
+        f"key-{method}", method, requested or (method,), "h", "f", None, ModeBlock("final_modes.f")
+    )
 
 
 def _record(test: float) -> ResultRecord:

@@ -246,17 +246,10 @@ def test_a_corrupt_or_foreign_historical_state_stops_before_training(project, st
         env="test",
         runtime_params={**TINY, "method": "ft", "arch": "convnet_2"},
     ) as session:
-        context = session.load_context()
-        from seq2final.pipelines.build_sequences.nodes import resolve_sequence
-        from seq2final.pipelines.pretrain_historical.nodes import plan_jobs
+        run = session.load_context().catalog.load("checked_run")  # as the hook checked it
+    from seq2final.pipelines.pretrain_historical.nodes import plan_jobs
 
-        p = context.params
-        spec = resolve_sequence(p["sequence"], None, None, None, p["build_sequences"], "final")
-        sequence = stores_of(project).sequences[spec.key]
-        plan = plan_jobs(spec, sequence, "ft", None, None, "convnet_2", "smoke", False,
-                         p["budgets"],
-                         p["training"], p["tuning"], p["historical_modes"], p["final_modes"],
-                         p["pretrain_historical"])  # fmt: skip
+    plan = plan_jobs(run, stores_of(project).sequences[run.spec.key])
     foreign = states.root / plan.states[0].key
     shutil.copytree(states.root / key, foreign)
     with pytest.raises(

@@ -155,21 +155,18 @@ def test_an_unknown_protocol_lists_the_valid_ones():
         PROTOCOLS["eval_fixed"]
 
 
-def test_a_plan_for_one_view_holds_only_that_views_states_and_jobs(project_parameters):
-    from seq2final.data.spec import resolve_spec
+_STREAM = {"sequence": "source100:rotation60:corruption100:label_flip60", "dataset": "digits",
+           "build_sequences": {"test_size": 50}, "arch": "convnet_1", "budget": "smoke",
+           "training": {"device": "cpu"}}  # fmt: skip
+
+
+def test_a_plan_for_one_view_holds_only_that_views_states_and_jobs(checked_run):
     from seq2final.runs.planner import plan_run
 
-    params = project_parameters
-    spec = resolve_spec("source100:rotation60:corruption100:label_flip60", dataset="digits",
-                        test_size=50, step_tests=True, train_fraction=0.9)  # fmt: skip
-
     def plan(**extra):
-        request = {"method": "sft", "historical": None, "final": None, "arch": "convnet_1",
-                   "budget": "smoke", "protocol": "eval_stream",
-                   "protocol_options": {"window": 1}, **extra}  # fmt: skip
-        return plan_run(spec, request, params["budgets"], {"device": "cpu"}, {},
-                        params["historical_modes"], params["final_modes"],
-                        params["pretrain_historical"]["step0"], "data")  # fmt: skip
+        run = checked_run(**_STREAM, method="sft", protocol="eval_stream",
+                          protocol_options={"window": 1}, **extra)  # fmt: skip
+        return plan_run(run, "data")
 
     every, one = plan(), plan(protocol_view="0-2")
     assert sorted(job.view.name for job in every.jobs) == ["0-0", "0-1", "0-2"]
@@ -192,21 +189,13 @@ def test_a_plan_for_one_view_holds_only_that_views_states_and_jobs(project_param
     assert "protocol_options.window:1" in one.command("adapt_final", job)
 
 
-def test_a_warm_started_view_plans_the_earlier_times_pooled_jobs_it_continues(project_parameters):
-    from seq2final.data.spec import resolve_spec
+def test_a_warm_started_view_plans_the_earlier_times_pooled_jobs_it_continues(checked_run):
     from seq2final.runs.planner import plan_run
 
-    params = project_parameters
-    spec = resolve_spec("source100:rotation60:corruption100:label_flip60", dataset="digits",
-                        test_size=50, step_tests=True, train_fraction=0.9)  # fmt: skip
-    request = {"method": ["erm", "sft"], "historical": None, "final": None, "arch": "convnet_1",
-               "budget": "smoke", "protocol": "eval_stream",
-               "protocol_options": {"window": 1, "warm_start": True}}  # fmt: skip
-
     def plan(**extra):
-        return plan_run(spec, {**request, **extra}, params["budgets"], {"device": "cpu"}, {},
-                        params["historical_modes"], params["final_modes"],
-                        params["pretrain_historical"]["step0"], "data")  # fmt: skip
+        run = checked_run(**_STREAM, method=["erm", "sft"], protocol="eval_stream",
+                          protocol_options={"window": 1, "warm_start": True}, **extra)  # fmt: skip
+        return plan_run(run, "data")
 
     every, one = plan(), plan(protocol_view="0-2")
     erm = {job.view.name: job for job in every.jobs if job.final == "all_erm"}

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from seq2final.core.errors import MissingPrerequisiteError
-from seq2final.data.spec import resolve_spec
 from seq2final.runs import keys
 from seq2final.runs.planner import plan_run
 
@@ -48,18 +47,12 @@ def test_replacing_the_npz_at_the_same_path_changes_every_key(project, run_kedro
 
 
 def test_a_new_training_semantics_version_gives_every_state_and_job_a_new_key(
-    project_parameters, monkeypatch
+    checked_run, monkeypatch
 ):
-    params = project_parameters
+    run = checked_run(sequence="digits_clr", method="sft", arch="convnet_1", budget="smoke")
 
     def plan():
-        return plan_run(
-            resolve_spec("digits_clr"),
-            {"method": "sft", "historical": None, "final": None, "arch": "convnet_1",
-             "budget": "smoke"},
-            params["budgets"], params["training"], params["tuning"], params["historical_modes"],
-            params["final_modes"], params["pretrain_historical"]["step0"], "content-hash",
-        )  # fmt: skip
+        return plan_run(run, "content-hash")
 
     before = plan()
     monkeypatch.setattr(keys, "TRAINING_SEMANTICS", keys.TRAINING_SEMANTICS + 1)

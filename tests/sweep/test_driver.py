@@ -60,23 +60,20 @@ class AfterClient(RecordingClient):
         return super().submit(function, *args, key=key, priority=priority, **options)
 
 
-def _plan(project_parameters, protocol: str, options: dict, method: list[str]):
-    from seq2final.data.spec import resolve_spec
+def _plan(checked_run, protocol: str, options: dict, method: list[str]):
     from seq2final.runs.planner import plan_run
 
-    params = project_parameters
-    spec = resolve_spec("source100:rotation60:rotation60:rotation60:rotation60", dataset="digits",
-                        test_size=50, step_tests=True, train_fraction=0.9)  # fmt: skip
-    request = {"method": method, "historical": None, "final": None, "arch": "convnet_1",
-               "budget": "smoke", "protocol": protocol, "protocol_options": options}  # fmt: skip
-    plan = plan_run(spec, request, params["budgets"], {"device": "cpu"}, {},
-                    params["historical_modes"], params["final_modes"],
-                    params["pretrain_historical"]["step0"], "data")  # fmt: skip
-    return spec, plan
+    run = checked_run(**_STREAM, method=method, protocol=protocol, protocol_options=options)
+    return run, plan_run(run, "data")
+
+
+_STREAM = {"sequence": "source100:rotation60:rotation60:rotation60:rotation60",
+           "dataset": "digits", "build_sequences": {"test_size": 50}, "arch": "convnet_1",
+           "budget": "smoke", "training": {"device": "cpu"}}  # fmt: skip
 
 
 def test_a_chain_grown_to_a_later_view_is_one_task_waiting_for_the_states_before_it(
-    project_parameters, tmp_path
+    checked_run, tmp_path
 ):
     """Eval-Fix at step 3 continues SFT's chain of steps 0..2: its earlier states have no job of
     their own, so the one state task trains them; a warm-started stream's job waits for the job
@@ -90,18 +87,19 @@ def test_a_chain_grown_to_a_later_view_is_one_task_waiting_for_the_states_before
     client = AfterClient()
     request = SweepRequest(sequences=("s",), archs=("convnet_1",))
     sweep = Sweep(client, Path("."), None, {}, {}, request, stores, False, lambda _: None)
-    spec, fix = _plan(project_parameters, "eval_fix", {"split_step": 3}, ["sft"])
+    run, fix = _plan(checked_run, "eval_fix", {"split_step": 3}, ["sft"])
+    spec = run.spec
     assert len([s for s in fix.states if s.mode == "sequential"]) == 3  # steps 0..0, 0..1, 0..2
     sweep._planned[(spec.name, spec.dataset)] = 1
-    sweep._submit_training(SequenceWork(spec, {}, True, [fix]))
+    sweep._submit_training(SequenceWork(run, {}, True, [fix]))
     (state,) = [t for t in client.tasks if t[0] == "state"]  # one task: the chain of 0..2
     (job,) = [t for t in client.tasks if t[0] == "job"]
     assert job[2] == [state[3]]  # the job waits for it
-    _, stream = _plan(project_parameters, "eval_stream",
+    _, stream = _plan(checked_run, "eval_stream",
                       {"window": 1, "warm_start": True}, ["erm"])  # fmt: skip
     client.tasks.clear()
     sweep._planned[(spec.name, spec.dataset)] = 1
-    sweep._submit_training(SequenceWork(spec, {}, True, [stream]))
+    sweep._submit_training(SequenceWork(run, {}, True, [stream]))
     jobs = [t for t in client.tasks if t[0] == "job"]
     assert [view for _, view, _, _ in jobs] == ["0-0", "0-1", "0-2", "0-3"]
     assert jobs[0][2] == []

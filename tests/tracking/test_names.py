@@ -1,5 +1,6 @@
 """Checks of MLflow names before any training."""
 
+import numpy as np
 import pytest
 from mlflow import MlflowClient
 
@@ -32,3 +33,30 @@ def test_each_accepted_name_is_asked_once_per_registry_and_a_refused_one_every_t
         with pytest.raises(Seq2FinalError, match="MLflow refuses the registered model name"):
             check_registry_names(first, ["seq/ft"])
     assert first.asked[3:] == ["seq/ft", "seq/ft"]
+
+
+def test_the_names_checked_before_work_are_the_names_the_tracker_gives_every_view(checked_run):
+    """Under a temporal protocol each view's model is registered under a name of its own; the
+    tracking hook checks those very names before any work, not the views' common name."""
+    from seq2final.runs.planner import plan_run
+    from seq2final.tracking.jobs import JobTracker
+    from seq2final.tracking.kedro_hook import _job_names
+
+    run = checked_run(
+        sequence="source100:rotation60:corruption100:label_flip60", dataset="digits",
+        build_sequences={"test_size": 50}, arch="convnet_1", budget="smoke", method=["erm", "ft"],
+        protocol="eval_stream", protocol_options={"window": 1}, training={"device": "cpu"},
+    )  # fmt: skip
+    plan = plan_run(run, "data")
+    tracker = JobTracker(None, plan, "{}", np.zeros((1, 1, 8, 8), np.uint8), 10)
+    given = {tracker.names(job).registered_model for job in plan.jobs}
+    checked = {names.registered_model for names in _job_names(run)}
+    assert given == checked and len(given) == len(plan.jobs) == 5
+    # each view's own: time 0's one model (every method's) and each method at later times
+    assert {name.split(".convnet_1.")[1] for name in given} == {
+        "baseline.0-0",
+        "erm.0-1",
+        "ft.0-1",
+        "erm.0-2",
+        "ft.0-2",
+    }

@@ -18,6 +18,7 @@ from store_opener import open_store
 
 from seq2final.config.parameters import MlflowOptions, TuningOptions
 from seq2final.core.errors import Seq2FinalError
+from seq2final.methods import ModeBlock
 from seq2final.runs import training
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.sequence_store import SequenceStore
@@ -364,9 +365,9 @@ def test_each_trial_is_a_child_run_whose_status_says_how_the_trial_ended(tmp_pat
         arch="convnet_1", seed=1, budget_name="smoke", budget=Budget(sampler="random", trials=2, max_epochs=1),
         engine=Engine(), tuning=TuningOptions(), force=False, states=[], jobs=[],
     )  # fmt: skip
-    job = JobPlan("job", "ft", ("ft",), "erm", "ft", None, {})
+    job = JobPlan("job", "ft", ("ft",), "erm", "ft", None, ModeBlock("final_modes.ft"))
     example = np.zeros((1, 3, 8, 8), np.uint8)
-    tracker = JobTracker(client, plan, MlflowOptions(), "{}", example, 2)
+    tracker = JobTracker(client, plan, "{}", example, 2)
     parent = tracker.start(job)
     widened = float(np.float32(0.925))  # a float32 accuracy, as the records keep it
     trials = [

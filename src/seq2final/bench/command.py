@@ -13,6 +13,7 @@ page under ``data/08_reporting/bench/`` (or ``--output``) and never ``docs/bench
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
@@ -35,12 +36,13 @@ from seq2final.bench.projection import (
     stack_sizes,
 )
 from seq2final.bench.search import measure_search
+from seq2final.config.checks import validate_parameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.startup import bootstrap_once
 from seq2final.data.sampler import build_sequence
 from seq2final.data.sources import load_source
 from seq2final.data.spec import resolve_spec
-from seq2final.methods.context import space_of
+from seq2final.methods.blocks import space_of
 from seq2final.models import ARCHITECTURES
 from seq2final.training.engine import Engine
 from seq2final.training.search import get_budget
@@ -193,11 +195,13 @@ def _projection(
     params: dict[str, Any], options: BenchOptions, engine: Engine, say: Callable[[str], None]
 ) -> dict[str, Any]:
     spec, sequence = _rcl(params, options)
+    paper = {**params, "budget": "paper", "training": engine.model_dump()}
+    run = dataclasses.replace(validate_parameters(paper), spec=spec)
     on_gpu = engine.torch_device().type == "cuda"
     width, images = (16, 1000) if on_gpu else (8, 200)  # the CPU: minutes, not hours
     rows = []
     for arch in ARCHITECTURES:
-        fits = count_fits(spec, sequence, arch, params, engine)
+        fits = count_fits(run, sequence, arch)
         sizes = {width} | {size for f in fits for size in stack_sizes(f.trials, width)}
         rates = measure_rates(arch, engine, sizes, images)
         hours = {k: v * len(PAPER_SEQUENCES) for k, v in device_hours(fits, rates, width).items()}

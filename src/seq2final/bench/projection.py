@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from unittest import mock
@@ -30,8 +30,8 @@ from torch import nn
 
 from seq2final.bench.fit_speed import synchronize, synthetic_split
 from seq2final.bench.fused_speed import trials_of
+from seq2final.config.checks import CheckedRun
 from seq2final.data.sequence import ShiftSequence
-from seq2final.data.spec import SequenceSpec
 from seq2final.methods import METHODS
 from seq2final.methods.context import Context
 from seq2final.models import build_model
@@ -59,23 +59,15 @@ class FitWork:
     valid_images: int  # per trial and epoch (and once before training)
 
 
-def count_fits(
-    spec: SequenceSpec, sequence: ShiftSequence, arch: str, params: Mapping[str, Any],
-    engine: Engine,
-) -> list[FitWork]:  # fmt: skip
-    """Every tuned fit the ``paper`` budget trains for the paper's 18 methods on ``arch`` (the
-    methods registered beyond the paper's are not part of its protocol)."""
+def count_fits(run: CheckedRun, sequence: ShiftSequence, arch: str) -> list[FitWork]:
+    """Every tuned fit that ``run`` (checked on the ``paper`` budget) trains for the paper's 18
+    methods on ``arch`` (the methods registered beyond the paper's are not part of its
+    protocol)."""
     plans = [
-        plan_run(
-            spec, {"method": name, "historical": None, "final": None, "arch": arch,
-                   "budget": "paper"},
-            params["budgets"], engine.model_dump(), {"storage": None},
-            params["historical_modes"], params["final_modes"],
-            params["pretrain_historical"]["step0"], "projection",
-        )
+        plan_run(run.asking(arch, name, None, None), "projection")
         for name, recipe in METHODS.items()
         if recipe.paper_class is not None
-    ]  # fmt: skip
+    ]
     work: list[FitWork] = []
 
     def record(

@@ -23,12 +23,13 @@ from seq2final.data.sources import SOURCES
 from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
 from seq2final.methods.base import block_keys
-from seq2final.methods.context import settings_of
+from seq2final.methods.blocks import ModeBlock, settings_of
 from seq2final.methods.requests import RequestedJob, requested_jobs, resolve_request
 from seq2final.methods.schedules import check_schedules
 from seq2final.models import build_model
 from seq2final.protocols import (
     PROTOCOLS,
+    ProtocolOptions,
     check_warm_start,
     chosen_views,
     options_for,
@@ -36,15 +37,62 @@ from seq2final.protocols import (
     sequence_options,
 )
 from seq2final.training.hyperparameters import complete, declared
-from seq2final.training.search import SearchSpace, get_budget
+from seq2final.training.search import Budget, SearchSpace, get_budget
 from seq2final.training.terms import mode_schemas
 
 
-def validate_parameters(parameters: Mapping[str, Any]) -> RunParameters:
+@dataclass(frozen=True)
+class ModeBlocks:
+    """Every registered mode's YAML block and the step-0 model's space, checked and parsed."""
+
+    historical: Mapping[str, ModeBlock]
+    final: Mapping[str, ModeBlock]
+    step0: ModeBlock
+
+
+@dataclass(frozen=True)
+class CheckedRun:
+    """The run parameters as checked, with what checking them resolved, each made once: the
+    sequence spec, the budget, the jobs asked for, the protocol's options (a preset's split step
+    filled in) and every mode's parsed block. A run plans from it (:func:`~seq2final.runs.planner.
+    plan_run`) and its hooks read it, so nothing is resolved or validated a second time
+    (docs/architecture.md). ``blocks`` is None only where the configuration has no
+    ``pretrain_historical`` block, which a pipeline that trains needs."""
+
+    parameters: RunParameters
+    spec: SequenceSpec
+    budget: Budget
+    jobs: tuple[RequestedJob, ...]
+    protocol_options: ProtocolOptions
+    blocks: ModeBlocks | None
+
+    def mode_blocks(self) -> ModeBlocks:
+        """The modes' blocks, which planning a training run needs."""
+        if self.blocks is None:
+            raise Seq2FinalError(
+                "parameter 'pretrain_historical' is missing; valid: a block with the step-0 "
+                "model's space 'step0' (conf/base/parameters_pretrain_historical.yml)"
+            )
+        return self.blocks
+
+    def asking(self, arch: str, method: str | None, historical: str | None, final: str | None
+               ) -> CheckedRun:  # fmt: skip
+        """The same checked run asking for other jobs on another architecture (a sweep's
+        combinations, each planned from one check of the parameters)."""
+        parameters = self.parameters.model_copy(
+            update={"arch": arch, "method": method, "historical": historical, "final": final}
+        )
+        jobs = tuple(requested_jobs(method, historical, final, arch))
+        return dataclasses.replace(self, parameters=parameters, jobs=jobs)
+
+
+def validate_parameters(parameters: Mapping[str, Any]) -> CheckedRun:
     """Load the plugins the parameters name, then check everything, including the sequence spec.
 
     Plugins come first because they may add the very names (methods, sources, ...) that the
-    other parameters use.
+    other parameters use. A family is checked member by member, and its run is its first
+    member's under the family's name, which names its reports and its MLflow experiment (no
+    pipeline but ``robustness`` runs a family: :class:`~seq2final.hooks.ValidateParametersHook`).
     """
     parameters = {k: v for k, v in parameters.items() if not k.startswith("_")}  # YAML templates
     plugins = plugin_paths(parameters.get("plugins"))
@@ -54,49 +102,54 @@ def validate_parameters(parameters: Mapping[str, Any]) -> RunParameters:
     except ValidationError as error:
         raise Seq2FinalError(one_line(error, RunParameters)) from None
     if is_family(run.sequence, run.intensities):
-        for member in members(run.sequence, run.intensities):  # each as its own run checks it
+        checked = [  # each as its own run checks it
             validate_parameters({**parameters, "sequence": member.sequence, "intensities": None})
-        return run
-    spec = sequence_spec(run)
-    _check_methods(run, spec.num_targets)
-    asked = requested_jobs(run.method, run.historical, run.final, run.arch)
-    _check_wrappers(run, asked)
-    _check_protocol(run, spec, asked)
+            for member in members(run.sequence, run.intensities)
+        ]
+        first = checked[0]
+        return dataclasses.replace(
+            first, parameters=run, spec=dataclasses.replace(first.spec, name=run.sequence)
+        )
+    spec = _sequence_spec(run)
+    try:
+        budget = get_budget(run.budgets, run.budget)
+    except Seq2FinalError as error:
+        raise Seq2FinalError(f"parameter 'budget': {error}") from None
+    blocks = _check_methods(run, spec.num_targets)
+    asked = tuple(requested_jobs(run.method, run.historical, run.final, run.arch))
+    _check_wrappers(run, asked, budget)
+    options = _check_protocol(run, spec, asked)
     try:  # even when every job will be reused: a setting this machine cannot honour is a typo
         run.training.torch_device()
     except Seq2FinalError as error:
         raise Seq2FinalError(f"parameter 'training': {error}") from None
-    return run
+    return CheckedRun(run, spec, budget, asked, options, blocks)
 
 
 @dataclass
 class CheckedParameters:
-    """The session's run parameters, validated once and kept: the first hook validates them
-    (``ValidateParametersHook``), the others read ``run`` instead of validating again."""
+    """The session's run, checked once and kept: the first hook checks it
+    (``ValidateParametersHook``), the others read ``run`` instead of checking again."""
 
-    run: RunParameters | None = None
+    run: CheckedRun | None = None
 
-    def check(self, parameters: Mapping[str, Any]) -> RunParameters:
-        """Validate ``parameters`` (the raw ones, as the configuration gives them) and keep them."""
+    def check(self, parameters: Mapping[str, Any]) -> CheckedRun:
+        """Check ``parameters`` (the raw ones, as the configuration gives them) and keep them."""
         self.run = None  # a refused session keeps nothing of the one before
         self.run = validate_parameters(parameters)
         return self.run
 
-    def checked(self) -> RunParameters:
-        """The kept parameters (hooks run after the check, which stops a session it refuses)."""
+    def checked(self) -> CheckedRun:
+        """The kept run (hooks run after the check, which stops a session it refuses)."""
         if self.run is None:
             raise RuntimeError("the run parameters are read before they were checked")
         return self.run
 
 
-def sequence_spec(run: RunParameters) -> SequenceSpec:
-    """The full specification of the sequence the parameters name; for a family, its first
-    member's under the family's name, which names its reports and its MLflow experiment (no
-    pipeline but ``robustness`` runs a family: :class:`~seq2final.hooks.ValidateParametersHook`)."""
-    family = is_family(run.sequence, run.intensities)
-    sequence = members(run.sequence, run.intensities)[0].sequence if family else run.sequence
-    spec = resolve_spec(
-        sequence,
+def _sequence_spec(run: RunParameters) -> SequenceSpec:
+    """The full specification of the sequence the parameters name (one sequence, not a family)."""
+    return resolve_spec(
+        run.sequence,
         run.dataset,
         run.data_path,
         run.seed,
@@ -104,44 +157,35 @@ def sequence_spec(run: RunParameters) -> SequenceSpec:
         run.build_sequences.oracle_size,
         **sequence_options(run.protocol),
     )
-    return dataclasses.replace(spec, name=run.sequence) if family else spec
 
 
-def _check_methods(run: RunParameters, final_step: int) -> None:
-    """Method and modes agree, the budget exists and every search space parses."""
-
-    def named(block: str, error: Seq2FinalError) -> Seq2FinalError:
-        return Seq2FinalError(f"parameter '{block}': {error}")
-
+def _check_methods(run: RunParameters, final_step: int) -> ModeBlocks | None:
+    """Method and modes agree and every mode's block is usable: its blocks, checked. The final
+    step is the whole sequence's, which no protocol's view passes (a schedule positive up to it
+    is positive up to a view's)."""
     try:
         resolve_request(run.method, run.historical, run.final)
     except Seq2FinalError as error:
-        raise named("method" if run.method else "final", error) from None
-    try:
-        get_budget(run.budgets, run.budget)
-    except Seq2FinalError as error:
-        raise named("budget", error) from None
-    if run.pretrain_historical is not None:
-        check_mode_configs(
-            run.historical_modes,
-            run.final_modes,
-            run.pretrain_historical.step0,
-            final_step,
-            run.budget,
-        )
+        where = "method" if run.method else "final"
+        raise Seq2FinalError(f"parameter '{where}': {error}") from None
+    if run.pretrain_historical is None:
+        return None
+    return check_mode_configs(
+        run.historical_modes,
+        run.final_modes,
+        run.pretrain_historical.step0,
+        final_step,
+        run.budget,
+    )
 
 
-def _check_wrappers(run: RunParameters, asked: Sequence[RequestedJob]) -> None:
+def _check_wrappers(run: RunParameters, asked: Sequence[RequestedJob], budget: Budget) -> None:
     """Every model wrapper a requested mode declares leaves each of its phases something to train
     on the run's architecture: the probe is the architecture's plain model (of two classes:
     parameter names do not depend on the count) as the wrapper wraps it, so a wrapper declared
     with a mode whose fits train another kind of model (joint, side modules) names phases of
     that model in ``wrap``."""
     checked: set[tuple[str, str]] = set()
-    try:
-        max_epochs: int | None = get_budget(run.budgets, run.budget).max_epochs
-    except Seq2FinalError:  # an unknown budget is the budget check's to report
-        max_epochs = None
     for job in asked:
         for kind, mode in (
             ("historical", HISTORICAL_MODES[job.historical]),
@@ -153,21 +197,29 @@ def _check_wrappers(run: RunParameters, asked: Sequence[RequestedJob]) -> None:
             blocks = run.historical_modes if kind == "historical" else run.final_modes
             try:
                 wrapper = mode.wrapper.configured(blocks.get(mode.name) or {})
-                wrapper.check(wrapper.wrap(build_model(run.arch, 2)), max_epochs)
+                wrapper.check(wrapper.wrap(build_model(run.arch, 2)), budget.max_epochs)
             except Seq2FinalError as error:
                 raise Seq2FinalError(f"{kind} mode '{mode.name}': {error}") from None
 
 
-def _check_protocol(run: RunParameters, spec: SequenceSpec, asked: Sequence[RequestedJob]) -> None:
+def _check_protocol(
+    run: RunParameters, spec: SequenceSpec, asked: Sequence[RequestedJob]
+) -> ProtocolOptions:
     """The protocol's options fit the sequence (a split step inside it, a window before its
     end) and the requested methods can run on its views, checked before anything is built or
-    trained."""
+    trained; the options, with a preset's split step where none is given."""
     try:
         check_warm_start(run.protocol, run.protocol_options)
     except Seq2FinalError as error:
         raise Seq2FinalError(f"parameter 'protocol': {error}") from None
+    options = options_for(run.protocol_options, run.sequence, spec.dataset)
     if not PROTOCOLS[run.protocol].temporal:
-        return
+        return options
+    if run.pretrain_historical is not None and run.pretrain_historical.shared_history:
+        raise Seq2FinalError(
+            f"pretrain_historical.shared_history under protocol '{run.protocol}': valid only "
+            "under protocol final (a temporal protocol's states are keyed by the steps they saw)"
+        )
     runnable(asked, run.protocol, run.method or run.final)
     if spec.natural and not spec.steps:
         complete = [name for name, entry in SOURCES.items() if entry.periods]
@@ -178,11 +230,11 @@ def _check_protocol(run: RunParameters, spec: SequenceSpec, asked: Sequence[Requ
             "required), e.g. the preset yearbook"
         )
     try:
-        options = options_for(run.protocol_options, run.sequence, spec.dataset)
         views = PROTOCOLS[run.protocol].views(len(spec.steps), options)
         chosen_views(views, run.protocol_view, run.protocol)
     except Seq2FinalError as error:
         raise Seq2FinalError(f"parameter 'protocol': {error}") from None
+    return options
 
 
 def check_mode_configs(
@@ -191,30 +243,38 @@ def check_mode_configs(
     step0_space: Mapping[str, Any],
     final_step: int | None = None,
     budget: str | None = None,
-) -> None:
-    """Every registered mode has its YAML block, and everything in it is usable.
+) -> ModeBlocks:
+    """Every registered mode has its YAML block, and everything in it is usable: the blocks,
+    each with its search spaces parsed.
 
     Checked here, before any training, so a typo in a YAML block costs seconds, not the hours of
     training that would run before the mode reading it is reached.
     """
-    check_space(step0_space, "pretrain_historical.step0")
-    for registry, blocks, where in (
+    where = "pretrain_historical.step0"
+    step0 = ModeBlock(
+        where, {"space": dict(step0_space)}, {"space": check_space(step0_space, where)}
+    )
+    checked: dict[str, dict[str, ModeBlock]] = {}
+    for registry, blocks, group in (
         (HISTORICAL_MODES, historical_modes, "historical_modes"),
         (FINAL_MODES, final_modes, "final_modes"),
     ):
         unknown = [name for name in blocks if name not in registry]
         if unknown:
             raise Seq2FinalError(
-                f"{where} has a block for unknown mode(s) {', '.join(unknown)}; "
+                f"{group} has a block for unknown mode(s) {', '.join(unknown)}; "
                 f"valid: {', '.join(registry)}"
             )
+        checked[group] = {}
         for name, mode in registry.items():
+            where = f"{group}.{name}"
             block = blocks.get(name)
-            if not mode.config_keys and block is None:
-                continue  # a mode with no settings may have no block
+            if block is None and not mode.config_keys:  # a mode with no settings may have none
+                checked[group][name] = ModeBlock(where)
+                continue
             if block is None:
                 raise Seq2FinalError(
-                    f"{where} has no block for registered mode '{name}'; "
+                    f"{group} has no block for registered mode '{name}'; "
                     "add one to conf/base/parameters_*.yml"
                 )
             block = block or {}
@@ -222,19 +282,22 @@ def check_mode_configs(
             unknown = [key for key in block if key not in valid]
             if unknown:
                 raise Seq2FinalError(
-                    f"{where}.{name} has unknown key(s) {', '.join(map(str, unknown))}; valid: "
+                    f"{where} has unknown key(s) {', '.join(map(str, unknown))}; valid: "
                     f"{', '.join(valid) or 'none (the mode has no settings)'}"
                 )
+            spaces = {}
             for key in mode.config_keys:
                 if key not in block:
-                    raise Seq2FinalError(f"{where}.{name} needs '{key}'; it has {', '.join(block)}")
-                check_space(block[key], f"{where}.{name}.{key}", mode.terms)
+                    raise Seq2FinalError(f"{where} needs '{key}'; it has {', '.join(block)}")
+                spaces[key] = check_space(block[key], f"{where}.{key}", mode.terms)
+            checked[group][name] = ModeBlock(where, dict(block), spaces)
             if mode.settings is not None:
-                settings_of(mode.settings, block, f"{where}.{name}")
+                settings_of(mode.settings, block, where)
             if mode.check is not None:
-                mode.check(block, f"{where}.{name}")
+                mode.check(block, where)
             if final_step is not None and budget is not None:
-                check_schedules(block, final_step, budget, f"{where}.{name}")
+                check_schedules(checked[group][name], final_step, budget, where)
+    return ModeBlocks(checked["historical_modes"], checked["final_modes"], step0)
 
 
 def check_space(raw: Mapping[str, Any], where: str, terms: Sequence[str] = ()) -> SearchSpace:

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import torch
-from pydantic import ValidationError
 from torch import nn
 
-from seq2final.core.errors import Seq2FinalError
 from seq2final.core.progress import current
-from seq2final.core.schema import StrictModel, one_line
 from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.models import build_model
@@ -37,7 +34,6 @@ from seq2final.training.tuner import TrialRun, Tuner
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=nn.Module)
-S = TypeVar("S", bound=StrictModel)
 
 
 @dataclass
@@ -188,23 +184,3 @@ def _finish_on_cpu(run: TrialRun, result: FitResult, weights: dict[str, torch.Te
     """A fused model's stop, handed to its trial with its weights copied to the CPU (as a single
     fit's are)."""
     run.finish(result, {name: value.detach().cpu().clone() for name, value in weights.items()})
-
-
-def space_of(config: Mapping[str, Any], key: str, where: str) -> SearchSpace:
-    """The search space ``key`` of a mode's YAML block; a missing one names the keys it has."""
-    if key not in config:
-        raise Seq2FinalError(
-            f"{where} has no '{key}' search space; valid keys: {', '.join(config)}"
-        )
-    return SearchSpace.parse(config[key], f"{where}.{key}")
-
-
-def settings_of(model: type[S], config: Mapping[str, Any], where: str) -> S:
-    """A mode's settings beside its spaces (its ``settings`` schema, read from its YAML block),
-    checked: one line naming the bad value. The run's checks refuse a key that is neither a
-    setting nor a space before any work (:func:`seq2final.config.checks.check_mode_configs`)."""
-    values = {key: config[key] for key in model.model_fields if key in config}
-    try:
-        return model.model_validate(values)
-    except ValidationError as error:
-        raise Seq2FinalError(one_line(error, model, where)) from None

@@ -39,7 +39,8 @@ from seq2final.methods.base import (
     from_step0,
     method,
 )
-from seq2final.methods.context import Context, settings_of, space_of
+from seq2final.methods.blocks import settings_of, space_of
+from seq2final.methods.context import Context
 from seq2final.methods.final import continue_chains, fine_tune_chain
 from seq2final.methods.historical import fine_tuned_step
 from seq2final.training.continual import (

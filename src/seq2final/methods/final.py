@@ -22,7 +22,8 @@ from seq2final.methods.base import (
     ModelChain,
     final_mode,
 )
-from seq2final.methods.context import Context, settings_of, space_of
+from seq2final.methods.blocks import settings_of, space_of
+from seq2final.methods.context import Context
 from seq2final.methods.side_tuning import side_fit
 from seq2final.models import JointModel, build_model
 from seq2final.training.engine import accuracy

@@ -52,7 +52,8 @@ from seq2final.methods.base import (
     from_step0,
     method,
 )
-from seq2final.methods.context import Context, settings_of, space_of
+from seq2final.methods.blocks import settings_of, space_of
+from seq2final.methods.context import Context
 from seq2final.methods.final import chain_space, continue_chains, stage_name
 from seq2final.models import BasicBlock, ConvBN, DenseBlock, Stem
 from seq2final.training import ModelWrapper, SearchSpace, Task, clone_model

@@ -24,7 +24,8 @@ from seq2final.methods.base import (
     from_step0,
     historical_mode,
 )
-from seq2final.methods.context import Context, space_of
+from seq2final.methods.blocks import space_of
+from seq2final.methods.context import Context
 from seq2final.methods.final import stage_name
 from seq2final.methods.schedules import ScheduleSettings, selected_schedules, step_space
 from seq2final.methods.side_tuning import side_fit

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel
-from seq2final.methods.context import settings_of, space_of
+from seq2final.methods.blocks import settings_of, space_of
 from seq2final.training.search import SearchSpace
 
 SCHEDULE_FIELDS = {"none": (), "linear": ("start", "decrement"), "exponential": ("start", "factor")}

@@ -29,7 +29,8 @@ from seq2final.methods.base import (
     historical_mode,
     method,
 )
-from seq2final.methods.context import Context, settings_of, space_of
+from seq2final.methods.blocks import settings_of, space_of
+from seq2final.methods.context import Context
 from seq2final.training.mixing import BatchMixing
 from seq2final.training.objectives import Task
 from seq2final.training.tensors import TensorSplit

@@ -11,101 +11,63 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from pydantic import ValidationError
-
-from seq2final.config.checks import check_mode_configs
-from seq2final.config.parameters import TuningOptions
+from seq2final.config.checks import CheckedRun
 from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
 from seq2final.core.records import StepView
-from seq2final.core.schema import one_line
 from seq2final.core.seeds import derived_seed
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import (
     FINAL_MODES,
     HISTORICAL_MODES,
     HistoricalState,
+    ModeBlock,
     RequestedJob,
-    requested_jobs,
 )
 from seq2final.protocols import (
     FIRST_MODEL,
     PROTOCOLS,
     ProtocolOptions,
-    check_warm_start,
     chosen_views,
-    options_for,
     runnable,
 )
 from seq2final.runs.keys import grown_state_key, job_key, key_base, state_key, step0_key
 from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan
-from seq2final.training.engine import Engine
-from seq2final.training.search import get_budget
 
 
-def plan_run(
-    spec: SequenceSpec,
-    request: Mapping[str, Any],
-    budgets: Mapping[str, Any],
-    training: Mapping[str, Any],
-    tuning: Mapping[str, Any],
-    historical_modes: Mapping[str, Any],
-    final_modes: Mapping[str, Any],
-    step0_space: Mapping[str, Any],
-    data: str,
-    history: str | None = None,
-) -> RunPlan:
-    """Resolve the run parameters into keyed states and jobs (no training, no data loading).
+def plan_run(run: CheckedRun, data: str, history: str | None = None) -> RunPlan:
+    """Resolve a checked run into keyed states and jobs (no training, no data loading).
 
     ``data`` is the content hash of the stored sequence (its manifest's ``content_hash``).
     ``history``, where given, is that of steps 0..T−1 (:attr:`ShiftSequence.history_hash`): the
     historical states and the step-0 model are then keyed by it in place of the whole sequence,
     so every sequence with the same history shares them (``pretrain_historical.shared_history``,
     under the ``final`` protocol only; the jobs stay keyed by the whole sequence).
-    Under a temporal protocol (``request["protocol"]``) every view it trains is planned as a
-    sequence of its own: its states and jobs are keyed by the view, so views that protocols share
-    are trained once, and the step-0 model is shared by every view that starts at step 0 as it is.
+    Under a temporal protocol every view it trains is planned as a sequence of its own: its
+    states and jobs are keyed by the view, so views that protocols share are trained once, and
+    the step-0 model is shared by every view that starts at step 0 as it is.
+
+    Everything is read from ``run`` as it was checked (:func:`~seq2final.config.checks.
+    validate_parameters`): the budget, engine and parsed mode blocks are not built again.
     """
-    budget_name = request["budget"]
-    budget = get_budget(budgets, budget_name)
-    budget_key = budget.results_key()  # what the keys hold of it
-    engine = Engine(**training)
-    try:
-        engine.torch_device()  # the device and precision exist here, before anything trains
-    except Seq2FinalError as error:
-        raise Seq2FinalError(f"parameter 'training': {error}") from None
-    arch = request["arch"]
-    name = request.get("protocol", "final")
-    try:
-        parsed = ProtocolOptions.model_validate(request.get("protocol_options") or {})
-    except ValidationError as error:
-        raise Seq2FinalError(one_line(error, ProtocolOptions, "protocol_options")) from None
-    parsed = options_for(
-        parsed, spec.name, spec.dataset
-    )  # a preset's split step, where none is given
-    check_warm_start(name, parsed)
-    if history is not None and name != "final":
-        raise Seq2FinalError(
-            f"pretrain_historical.shared_history under protocol '{name}': valid only under "
-            "protocol final (a temporal protocol's states are keyed by the steps they saw)"
-        )
-    options = parsed.model_dump(exclude_none=True)
-    only = request.get("protocol_view")
-    problems = _problems(spec, name, parsed, only)
-    if parsed.warm_start and only is not None:  # the earlier times' pooled jobs it continues too
-        every = _problems(spec, name, parsed)
+    params, spec, blocks = run.parameters, run.spec, run.mode_blocks()
+    budget_name, arch, name = params.budget, params.arch, params.protocol
+    budget_key = run.budget.results_key()  # what the keys hold of it
+    engine = params.training
+    step0_space = blocks.step0.raw["space"]
+    only = params.protocol_view
+    problems = _problems(spec, name, run.protocol_options, only)
+    if run.protocol_options.warm_start and only is not None:  # the earlier pooled jobs too
+        every = _problems(spec, name, run.protocol_options)
         problems = every[: [v.name for _, v in every if v].index(only) + 1]
-    wanted = requested_jobs(request["method"], request["historical"], request["final"], arch)
+    wanted = list(run.jobs)
     if problems[0][1] is not None:
-        wanted = runnable(wanted, name, request["method"] or request["final"])
+        wanted = runnable(wanted, name, params.method or params.final)
     states: dict[str, StatePlan] = {}
     jobs: dict[str, JobPlan] = {}
     requested = []
     whole = key_base(spec, arch, budget_key, engine.results_key(), data)
     previous: dict[str, str] = {}  # each requested job's key at the previous time (warm starts)
     for problem, view in problems:
-        check_mode_configs(
-            historical_modes, final_modes, step0_space, problem.num_targets, budget_name
-        )
         base = key_base(problem, arch, budget_key, engine.results_key(), data)
         # what a state is keyed by: the sequence, or its history alone (the final step unseen)
         held = base if history is None else {**base, "sequence": None, "data": history}
@@ -125,17 +87,16 @@ def plan_run(
                 and not (warm or len(view.steps) == 1)
             ):
                 continue  # an earlier time, planned only for what a warm start continues
-            warm_start = previous.get(job.requested) if warm and parsed.warm_start else None
+            warm_start = (
+                previous.get(job.requested) if warm and run.protocol_options.warm_start else None
+            )
             state = None
             if job.historical != "none":
-                # a mode with no settings (config_keys empty) may have no YAML block
-                config = dict(historical_modes.get(job.historical, {}))
+                config = blocks.historical[job.historical]
                 mode = HISTORICAL_MODES[job.historical]
                 depends = shared_step0 if mode.uses_step0 else None
                 if depends and depends not in states:
-                    states[depends] = StatePlan(
-                        depends, STEP0, {"space": dict(step0_space)}, view=step0_view
-                    )
+                    states[depends] = StatePlan(depends, STEP0, blocks.step0, view=step0_view)
                 if (
                     mode.grow is not None
                     and view is not None
@@ -151,7 +112,7 @@ def plan_run(
                     states.setdefault(
                         state, StatePlan(state, job.historical, config, depends, view)
                     )
-            final_config = dict(final_modes.get(job.final, {}))
+            final_config = blocks.final[job.final]
             key = job_key(problem, base, budget_name, job.historical, job.final, state,
                           final_config, warm_start)  # fmt: skip
             previous[job.requested] = key
@@ -170,25 +131,18 @@ def plan_run(
         arch=arch,
         seed=spec.seed,
         budget_name=budget_name,
-        budget=budget,
+        budget=run.budget,
         engine=engine,
-        tuning=_tuning(tuning),
-        force=bool(request.get("force", False)),
+        tuning=params.tuning,
+        mlflow=params.mlflow,
+        plugins=tuple(params.plugins),
+        force=params.force,
         states=list(states.values()),
         jobs=list(jobs.values()),
         requested=requested,
         protocol=name,
-        protocol_options=options,
+        protocol_options=run.protocol_options,
     )
-
-
-def _tuning(raw: Mapping[str, Any]) -> TuningOptions:
-    """The ``tuning`` block, in one line if bad (a run checked it already; the sweep and the
-    benchmarks plan from raw parameters)."""
-    try:
-        return TuningOptions.model_validate(raw)
-    except ValidationError as error:
-        raise Seq2FinalError(one_line(error, TuningOptions, "tuning")) from None
 
 
 def _grown(
@@ -196,7 +150,7 @@ def _grown(
     whole: Mapping[str, Any],
     budget_name: str,
     mode: str,
-    config: dict[str, Any],
+    config: ModeBlock,
     step0: str | None,
     last_step: int,
 ) -> str:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from seq2final.config.parameters import TuningOptions
+from seq2final.config.parameters import MlflowOptions, TuningOptions
 from seq2final.core.records import StepView
-from seq2final.methods import METHODS, JobNames
+from seq2final.methods import METHODS, JobNames, ModeBlock
+from seq2final.protocols import ProtocolOptions
 from seq2final.training.engine import Engine
 from seq2final.training.search import Budget
 
@@ -35,7 +36,7 @@ class StatePlan:
 
     key: str
     mode: str
-    config: dict[str, Any]
+    config: ModeBlock
     step0_key: str | None = None
     view: StepView | None = None
     extends: str | None = None
@@ -56,7 +57,7 @@ class JobPlan:
     historical: str
     final: str
     state_key: str | None
-    config: dict[str, Any]
+    config: ModeBlock
     view: StepView | None = None
     warm_start: str | None = None  # the previous time's job whose model this one starts from
 
@@ -90,9 +91,11 @@ class JobPlan:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """Everything one ``kedro run`` trains, resolved and validated before any work. The engine,
-    budget and tuning options are the validated models themselves: what trains reads them as
-    they were checked, never a dict rebuilt into a model again."""
+    """Everything one ``kedro run`` trains, resolved and validated before any work: what passes
+    from the configuration to the training, the stores and the tracker. The engine, budget,
+    tuning and MLflow options and the modes' blocks are the checked objects themselves
+    (:class:`~seq2final.config.checks.CheckedRun`): what trains reads them as they were checked,
+    never a dict rebuilt into a model again."""
 
     sequence_key: str
     sequence_name: str
@@ -108,8 +111,10 @@ class RunPlan:
     states: list[StatePlan]
     jobs: list[JobPlan]
     requested: list[tuple[str, str]] = field(default_factory=list)
+    mlflow: MlflowOptions = field(default_factory=MlflowOptions)
+    plugins: tuple[str, ...] = ()  # import paths, imported again wherever a model is loaded
     protocol: str = "final"
-    protocol_options: dict[str, Any] = field(default_factory=dict)
+    protocol_options: ProtocolOptions = field(default_factory=ProtocolOptions)
 
     def job_params(self, job: JobPlan) -> dict[str, Any]:
         """The run parameters that ask for exactly ``job`` (and the states it needs)."""
@@ -126,7 +131,10 @@ class RunPlan:
         }
         params.update({"data_path": self.data_path} if self.data_path else {})
         if self.protocol != "final":
-            params.update(protocol=self.protocol, protocol_options=dict(self.protocol_options))
+            params.update(
+                protocol=self.protocol,
+                protocol_options=self.protocol_options.model_dump(exclude_none=True),
+            )
         if job.view is not None:  # the one view of the protocol this job trains
             params["protocol_view"] = job.view.name
         return {**params, **what, "arch": self.arch, "budget": self.budget_name}

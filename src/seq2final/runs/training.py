@@ -32,6 +32,7 @@ from seq2final.methods import (
     HistoricalState,
     ModelChain,
 )
+from seq2final.methods.blocks import space_of
 from seq2final.methods.historical import train_step0
 from seq2final.models import count_parameters
 from seq2final.protocols import STEP_SPLITS
@@ -43,7 +44,6 @@ from seq2final.runs.state_store import HistoricalStore
 from seq2final.training.engine import Engine, predict_logits
 from seq2final.training.flops import image_flops
 from seq2final.training.metrics import classification_metrics
-from seq2final.training.search import SearchSpace
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.tuner import Tuner
 
@@ -121,7 +121,7 @@ def train_state(
     ctx = _context(plan, problem_sequence(sequence, state.view), state.key)
     extends = None
     if state.mode == STEP0:
-        model = train_step0(ctx, SearchSpace.parse(state.config["space"], "step0"))
+        model = train_step0(ctx, space_of(state.config, "space", state.config.where))
         chains = {"main": ModelChain([model])}
     elif state.extends is not None:  # a growing chain: the previous time's state, one step on
         grow, extends = HISTORICAL_MODES[state.mode].grow, store[state.extends].to(ctx.device)

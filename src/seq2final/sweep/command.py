@@ -18,7 +18,7 @@ from kedro.framework.session import KedroSession
 from mlflow import MlflowClient
 from pydantic import ValidationError
 
-from seq2final.config.checks import sequence_spec, validate_parameters
+from seq2final.config.checks import validate_parameters
 from seq2final.config.parameters import MlflowOptions
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import one_line
@@ -230,7 +230,7 @@ def read_families(
     folders = []
     for family in families:
         for member in members(family, intensities):
-            spec = sequence_spec(validate_parameters({**params, "sequence": member.sequence}))
+            spec = validate_parameters({**params, "sequence": member.sequence}).spec
             if spec.key not in measured:
                 log_path = project / "logs" / "sweep" / f"quantify-{spec.key}.log"
                 run_task(str(project), env, PipelineRun(

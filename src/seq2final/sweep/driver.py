@@ -253,12 +253,9 @@ class Sweep:
         work = self._unbuilt.pop(task.name)
         group = (work.spec.name, work.spec.dataset)
         if built:
-            work.built = is_built(
-                work.spec, self.stores.sequences, self.context_params["build_sequences"]["raw_dir"]
-            )
-            work.plans = plans_of(
-                work, self.request, {**self.context_params, **work.params}, self.stores
-            )
+            raw_dir = work.run.parameters.build_sequences.raw_dir
+            work.built = is_built(work.spec, self.stores.sequences, raw_dir)
+            work.plans = plans_of(work, self.request, self.stores)
             self._submit_training(work)
             return
         self.report.lost_jobs += len({job.key for plan in work.plans for job in plan.jobs})

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from seq2final.config.checks import sequence_spec, validate_parameters
+from seq2final.config.checks import CheckedRun, validate_parameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.data.fingerprints import source_change
 from seq2final.data.presets import PRESETS
@@ -111,12 +111,17 @@ def _pair(text: str) -> tuple[str, str]:
 
 @dataclass
 class SequenceWork:
-    """One sequence (at one seed) and everything the sweep trains on it."""
+    """One sequence (at one seed), its parameters as checked, and everything the sweep trains
+    on it (planned from that one check)."""
 
-    spec: SequenceSpec
+    run: CheckedRun
     params: dict[str, Any]
     built: bool
     plans: list[RunPlan] = field(default_factory=list)
+
+    @property
+    def spec(self) -> SequenceSpec:
+        return self.run.spec
 
 
 @dataclass
@@ -168,10 +173,10 @@ def expand(request: SweepRequest, params: Mapping[str, Any], stores: Stores) -> 
             run = validate_parameters(combo)
         except Seq2FinalError as error:
             raise Seq2FinalError(f"sequence '{name}': {error}") from None
-        spec = sequence_spec(run)
-        work = SequenceWork(spec, {"sequence": name, "seed": spec.seed}, built=False)
-        work.built = is_built(spec, stores.sequences, params["build_sequences"]["raw_dir"])
-        work.plans = plans_of(work, request, combo, stores)
+        work = SequenceWork(run, {"sequence": name, "seed": run.spec.seed}, built=False)
+        raw_dir = run.parameters.build_sequences.raw_dir
+        work.built = is_built(run.spec, stores.sequences, raw_dir)
+        work.plans = plans_of(work, request, stores)
         sequences.append(work)
     return SweepGraph(sequences)
 
@@ -184,34 +189,15 @@ def is_built(spec: SequenceSpec, sequences: SequenceStore, raw_dir: str) -> bool
     return source_change(manifest, spec.dataset, spec.data_path, raw_dir) is None
 
 
-def plans_of(
-    work: SequenceWork,
-    request: SweepRequest,
-    params: Mapping[str, Any],
-    stores: Stores,
-) -> list[RunPlan]:
-    """The run plans of one sequence: one per architecture and method request."""
+def plans_of(work: SequenceWork, request: SweepRequest, stores: Stores) -> list[RunPlan]:
+    """The run plans of one sequence: one per architecture and method request, each planned from
+    the sequence's one check of the parameters."""
     data = stores.sequences[work.spec.key].content_hash if work.built else UNBUILT
     history = None
-    if params["pretrain_historical"].get("shared_history"):  # states keyed by steps 0..T−1
+    options = work.run.parameters.pretrain_historical
+    if options is not None and options.shared_history:  # states keyed by steps 0..T−1
         history = stores.sequences[work.spec.key].history_hash if work.built else UNBUILT
-    plans = []
-    for arch, ask in itertools.product(request.archs, request.asks()):
-        run_request = {**ask, "arch": arch, "budget": params["budget"], "force": False,
-                       "protocol": params.get("protocol", "final"),
-                       "protocol_options": params.get("protocol_options") or {}}  # fmt: skip
-        plans.append(
-            plan_run(
-                work.spec,
-                run_request,
-                params["budgets"],
-                params["training"],
-                params["tuning"],
-                params["historical_modes"],
-                params["final_modes"],
-                params["pretrain_historical"]["step0"],
-                data,
-                history,
-            )
-        )
-    return plans
+    return [
+        plan_run(work.run.asking(arch, **ask), data, history)
+        for arch, ask in itertools.product(request.archs, request.asks())
+    ]

@@ -35,7 +35,6 @@ import pandas as pd
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 
-from seq2final.config.parameters import MlflowOptions
 from seq2final.core.records import ResultRecord
 from seq2final.methods import METHODS, JobNames
 from seq2final.protocols import STEP_SPLITS
@@ -67,12 +66,10 @@ class JobTracker:
     """Logs the jobs of one plan to MLflow (see the module docstring for the layout)."""
 
     client: MlflowClient
-    plan: RunPlan
-    options: MlflowOptions
+    plan: RunPlan  # its ``mlflow`` options; its plugins, imported wherever a model is loaded
     sequence_spec: str
     example: np.ndarray
     num_classes: int
-    plugins: tuple[str, ...] = ()  # imported again wherever a registered model is loaded
     sequence_digest: str = ""  # the stored sequence's content hash: the runs' dataset input
     seconds: float = 0.0  # time spent on MLflow, so its cost can be set against the run's
     _experiments: dict[str, str] = field(default_factory=dict)
@@ -80,40 +77,26 @@ class JobTracker:
     @classmethod
     def connect(
         cls,
-        options: MlflowOptions,
         plan: RunPlan,
         sequence_spec: str,
         example: np.ndarray,
         num_classes: int,
-        plugins: tuple[str, ...] = (),
         sequence_digest: str = "",
     ) -> JobTracker | None:
-        """The tracker of this plan, or None when tracking is off (``options.enabled``).
+        """The tracker of this plan, or None when tracking is off (``plan.mlflow.enabled``).
 
         The URI and every name were checked by the tracking hook before the run started;
-        ``example`` is a few uint8 N×C×H×W test images (the models' input example); ``plugins``
-        the run's plugin import paths, which its registered models import when loaded;
-        ``sequence_digest`` the stored sequence's content hash.
+        ``example`` is a few uint8 N×C×H×W test images (the models' input example);
+        ``sequence_digest`` the stored sequence's content hash. The plan's plugin import paths
+        are what its registered models import when loaded.
         """
-        if not options.enabled:
+        if not plan.mlflow.enabled:
             return None
-        return cls(
-            MlflowClient(),
-            plan,
-            options,
-            sequence_spec,
-            example,
-            num_classes,
-            tuple(plugins),
-            sequence_digest,
-        )
+        return cls(MlflowClient(), plan, sequence_spec, example, num_classes, sequence_digest)
 
     def names(self, job: JobPlan, record: ResultRecord | None = None) -> MlflowNames:
         """The job's experiment and registered-model names (``record``: see :func:`shown_names`)."""
-        view = job.view.name if job.view is not None else None
-        return MlflowNames.of(
-            self.options, **plan_fields(self.plan, shown_names(job, record).model_name(view))
-        )
+        return mlflow_names(self.plan, job, record)
 
     def _experiment_id(self, job: JobPlan) -> str:
         name = self.names(job).experiment
@@ -332,7 +315,7 @@ class JobTracker:
                 self.client.log_artifact(run_id, str(figure_path))
         self.client.log_artifact(run_id, str(store.record_path(job.key)))
         self.client.log_artifact(run_id, str(store.curves_path(job.key)))
-        if self.options.log_models:
+        if self.plan.mlflow.log_models:
             self._log_model(run_id, job, record, store)
 
     def _log_trials(self, run_id: str, job: JobPlan, record: ResultRecord) -> None:
@@ -369,7 +352,7 @@ class JobTracker:
             path = Path(folder) / "model"
             save_pyfunc_model(
                 path, store.model_path(job.key), self.example, self.num_classes,
-                record.engine["input_scale"], record.eval_step, self.plugins,
+                record.engine["input_scale"], record.eval_step, self.plan.plugins,
             )  # fmt: skip
             self.client.log_artifacts(run_id, str(path), "model")
         name = self.names(job, record).registered_model
@@ -404,6 +387,15 @@ class JobTracker:
             params=[Param(k, param_value(v)) for k, v in (params or {}).items()],
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )
+
+
+def mlflow_names(plan: RunPlan, job: JobPlan, record: ResultRecord | None = None) -> MlflowNames:
+    """A job's experiment and registered-model names: under a temporal protocol, its view's model
+    name (``record``: see :func:`shown_names`). The tracking hook checks these before any work."""
+    view = job.view.name if job.view is not None else None
+    return MlflowNames.of(
+        plan.mlflow, **plan_fields(plan, shown_names(job, record).model_name(view))
+    )
 
 
 def plan_fields(plan: RunPlan, method: str) -> dict[str, Any]:

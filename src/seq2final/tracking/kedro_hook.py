@@ -19,10 +19,10 @@ from kedro_mlflow.config.kedro_mlflow_config import KedroMlflowConfig
 from mlflow import MlflowClient
 from pydantic import ValidationError
 
-from seq2final.config.checks import CheckedParameters, sequence_spec
-from seq2final.config.parameters import RunParameters
+from seq2final.config.checks import CheckedParameters, CheckedRun
 from seq2final.core.errors import Seq2FinalError
-from seq2final.methods import JobNames, requested_jobs
+from seq2final.runs.planner import plan_run
+from seq2final.tracking.jobs import mlflow_names
 from seq2final.tracking.mlflow_io import store_setup_lock, trash_empty_default_experiment
 from seq2final.tracking.names import (
     MlflowNames,
@@ -51,7 +51,7 @@ class TrackingHook:
     """
 
     enabled = False  # until after_context_created has read the parameter
-    _run: RunParameters | None = None
+    _run: CheckedRun | None = None
     _summary: SequenceSummary | None = None
     _catalog: CatalogProtocol | None = None
     _project: Path = Path(".")
@@ -64,7 +64,8 @@ class TrackingHook:
         """Set MLflow up and check what the run will name, at the earliest hook, so a bad URI or
         name costs no work; open no experiment or run (the jobs open theirs when they log)."""
         run = self.checked.checked()
-        self.enabled = run.mlflow.enabled
+        options = run.parameters.mlflow
+        self.enabled = options.enabled
         self._run, self._summary = run, None  # one hook object serves every session of a process
         self._project, self._catalog = Path(context.project_path), None
         if not self.enabled:
@@ -72,11 +73,11 @@ class TrackingHook:
             return
         server = _server_settings(context)
         # a sweep's worker is given the sweep's server instead of mlflow.yml's
-        uri = run.mlflow.tracking_uri or _configured_uri(server)
+        uri = options.tracking_uri or _configured_uri(server)
         with fail_fast():
             try:
                 with store_setup_lock(uri):
-                    _point_mlflow_at(context, server, uri, own=run.mlflow.tracking_uri is None)
+                    _point_mlflow_at(context, server, uri, own=options.tracking_uri is None)
                     client = MlflowClient()
                     client.search_experiments(max_results=1)
                     trash_empty_default_experiment(client)
@@ -89,7 +90,7 @@ class TrackingHook:
                 ) from None
             names = _job_names(run)
             check_experiment_names([n.experiment for n in names])
-            if run.mlflow.log_models:
+            if options.log_models:
                 check_registry_names(
                     client, [m for n in names for m in (n.registered_model, n.best_model)]
                 )
@@ -145,10 +146,9 @@ class TrackingHook:
     def _sequence_summary(self) -> SequenceSummary:
         if self._summary is None:
             assert self._run is not None
-            run = self._run
-            spec = sequence_spec(run)
+            spec = self._run.spec
             self._summary = SequenceSummary(
-                MlflowClient(), run.mlflow, spec.name, spec.dataset, spec.seed
+                MlflowClient(), self._run.parameters.mlflow, spec.name, spec.dataset, spec.seed
             )
         return self._summary
 
@@ -221,25 +221,10 @@ def _as_uri(uri: str, project: Path) -> str:
     return (project / uri).as_uri() if urlparse(uri).scheme == "" else uri
 
 
-def _job_names(run: RunParameters) -> list[MlflowNames]:
-    """The names this run's jobs will use, as the tracker will render them (templates checked).
-
-    A job asked for under several names (``st_1`` and ``st_b`` on a ConvNet) is one job with one
-    name, the tables' (:class:`~seq2final.methods.JobNames`).
+def _job_names(run: CheckedRun) -> list[MlflowNames]:
+    """The names this run's jobs will use, as the tracker will render them (templates checked):
+    the plan's jobs' own (:func:`~seq2final.tracking.jobs.mlflow_names`), planned here with a
+    placeholder for the sequence's content, which keys hold and names do not.
     """
-    spec = sequence_spec(run)
-    asked: dict[str, list[str]] = {}
-    for job in requested_jobs(run.method, run.historical, run.final, run.arch):
-        asked.setdefault(job.method, []).append(job.requested)
-    return [
-        MlflowNames.of(
-            run.mlflow,
-            sequence=spec.name,
-            dataset=spec.dataset,
-            arch=run.arch,
-            method=JobNames.of(method, names).name,
-            budget=run.budget,
-            seed=spec.seed,
-        )
-        for method, names in asked.items()
-    ]
+    plan = plan_run(run, "names-only")
+    return [mlflow_names(plan, job) for job in plan.jobs]

@@ -6,12 +6,11 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from seq2final.config.parameters import EvaluateOptions, MlflowOptions
-from seq2final.core.plugins import plugin_paths
+from seq2final.config.parameters import EvaluateOptions
 from seq2final.core.records import ResultRecord
 from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import ORACLE, paper_columns
-from seq2final.protocols import PROTOCOLS, ProtocolOptions
+from seq2final.protocols import PROTOCOLS
 from seq2final.reporting.protocols import protocol_scores
 from seq2final.reporting.tables import shown_name
 from seq2final.runs.planner import load_states
@@ -40,8 +39,6 @@ def train_final_jobs(
     plan: RunPlan,
     states: HistoricalStore,
     store: ResultStore,
-    mlflow_options: MlflowOptions,
-    plugins: object,  # a path or a list of them; checked by plugin_paths
 ) -> ResultStore:
     """Fits every job of the plan that ``store`` lacks on its historical state, storing each as
     soon as it is fitted (tracked in MLflow unless tracking is off); the store, now holding them.
@@ -53,12 +50,10 @@ def train_final_jobs(
     # once per state, from the stored fits of it and of what it continues (no models read)
     costs = {key: historical_costs(key, states.summary) for key in loaded}
     tracker = JobTracker.connect(
-        mlflow_options,
         plan,
         json.dumps(sequence.manifest["spec"], separators=(",", ":")),
         example=sequence.step(-1).split("test")[0][:2],
         num_classes=len(sequence.class_names),
-        plugins=tuple(plugin_paths(plugins)),
         sequence_digest=sequence.content_hash,
     )
     train_jobs(plan, sequence, loaded, costs, store, tracker)
@@ -132,7 +127,7 @@ def protocol_rows(
     its headline number, best first."""
     chosen = PROTOCOLS[plan.protocol]
     records = [results[job.key] for job in plan.jobs]
-    scores = protocol_scores(records, plan.protocol, ProtocolOptions(**plan.protocol_options))
+    scores = protocol_scores(records, plan.protocol, plan.protocol_options)
     columns = ("method", *chosen.reports, "seconds", "")
     seconds: dict[str, float] = {}
     for record in records:

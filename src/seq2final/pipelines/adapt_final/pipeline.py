@@ -7,7 +7,6 @@ from kedro.pipeline import Node, Pipeline
 from seq2final.pipelines.adapt_final import nodes
 from seq2final.pipelines.build_sequences.pipeline import (
     in_namespace,
-    resolve_sequence_node,
     select_sequence_node,
 )
 from seq2final.pipelines.pretrain_historical.pipeline import plan_jobs_node
@@ -19,19 +18,11 @@ def create_pipeline(**kwargs) -> Pipeline:
     return in_namespace(
         NAMESPACE,
         [
-            resolve_sequence_node(),
             select_sequence_node(),
             plan_jobs_node(),
             Node(
                 nodes.train_final_jobs,
-                inputs=[
-                    "sequence",
-                    "job_plan",
-                    "historical_states",
-                    "result_store",
-                    "params:mlflow",
-                    "params:plugins",
-                ],
+                inputs=["sequence", "job_plan", "historical_states", "result_store"],
                 outputs="adapt_results",
                 name="train_final_jobs",
             ),

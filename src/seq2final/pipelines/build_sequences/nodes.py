@@ -13,25 +13,8 @@ from seq2final.data.fingerprints import source_change
 from seq2final.data.sampler import build_sequence
 from seq2final.data.sequence import ShiftSequence
 from seq2final.data.sources import SourceData, load_source
-from seq2final.data.spec import SequenceSpec, resolve_spec
-from seq2final.protocols import sequence_options
+from seq2final.data.spec import SequenceSpec
 from seq2final.reporting import plots
-
-
-def resolve_sequence(
-    sequence: str,
-    dataset: str | None,
-    data_path: str | None,
-    seed: int | None,
-    options: BuildOptions,
-    protocol: str,
-) -> SequenceSpec:
-    """The full specification of the sequence the run parameters name (under a temporal
-    protocol, with a test split for every step)."""
-    return resolve_spec(
-        sequence, dataset, data_path, seed, options.test_size, options.oracle_size,
-        **sequence_options(protocol),
-    )  # fmt: skip
 
 
 def load_source_data(spec: SequenceSpec, options: BuildOptions) -> SourceData:

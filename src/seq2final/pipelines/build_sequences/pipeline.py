@@ -25,24 +25,6 @@ def in_namespace(namespace: str, members: list[Node]) -> Pipeline:
     )
 
 
-def resolve_sequence_node() -> Node:
-    """Shared by every pipeline that reads a sequence, so each can run on its own."""
-    return Node(
-        nodes.resolve_sequence,
-        inputs=[
-            "params:sequence",
-            "params:dataset",
-            "params:data_path",
-            "params:seed",
-            "params:build_sequences",
-            "params:protocol",
-        ],
-        outputs="sequence_spec",
-        name="resolve_sequence",
-        namespace=NAMESPACE,
-    )
-
-
 def select_sequence_node() -> Node:
     """Shared: the stored sequence the run parameters name (or a message saying how to build it)."""
     return Node(
@@ -58,7 +40,6 @@ def create_pipeline(**kwargs) -> Pipeline:
     return in_namespace(
         NAMESPACE,
         [
-            resolve_sequence_node(),
             Node(
                 nodes.load_source_data,
                 inputs=["sequence_spec", "params:build_sequences"],

@@ -7,7 +7,6 @@ from kedro.pipeline import Node, Pipeline
 
 from seq2final.pipelines.build_sequences.pipeline import (
     in_namespace,
-    resolve_sequence_node,
     select_sequence_node,
 )
 from seq2final.pipelines.pretrain_historical import nodes
@@ -19,25 +18,7 @@ def plan_jobs_node() -> Node:
     """Shared with ``adapt_final``, so each of the two pipelines can run on its own."""
     return Node(
         nodes.plan_jobs,
-        inputs={
-            "spec": "sequence_spec",
-            "sequence": "sequence",
-            "method": "params:method",
-            "historical": "params:historical",
-            "final": "params:final",
-            "arch": "params:arch",
-            "budget": "params:budget",
-            "force": "params:force",
-            "budgets": "params:budgets",
-            "training": "params:training",
-            "tuning": "params:tuning",
-            "historical_modes": "params:historical_modes",
-            "final_modes": "params:final_modes",
-            "options": "params:pretrain_historical",
-            "protocol": "params:protocol",
-            "protocol_options": "params:protocol_options",
-            "protocol_view": "params:protocol_view",
-        },
+        inputs=["checked_run", "sequence"],
         outputs="job_plan",
         name="plan_jobs",
         namespace=NAMESPACE,
@@ -48,7 +29,6 @@ def create_pipeline(**kwargs) -> Pipeline:
     return in_namespace(
         NAMESPACE,
         [
-            resolve_sequence_node(),
             select_sequence_node(),
             plan_jobs_node(),
             Node(

@@ -6,7 +6,6 @@ from kedro.pipeline import Node, Pipeline
 
 from seq2final.pipelines.build_sequences.pipeline import (
     in_namespace,
-    resolve_sequence_node,
     select_sequence_node,
 )
 from seq2final.pipelines.quantify_shift import nodes
@@ -18,7 +17,6 @@ def create_pipeline(**kwargs) -> Pipeline:
     return in_namespace(
         NAMESPACE,
         [
-            resolve_sequence_node(),
             select_sequence_node(),
             Node(
                 nodes.embed_sequence,

@@ -8,7 +8,6 @@ from kedro.pipeline import Node, Pipeline
 
 from seq2final.pipelines.build_sequences.pipeline import (
     in_namespace,
-    resolve_sequence_node,
     select_sequence_node,
 )
 from seq2final.pipelines.evaluate.pipeline import tabulate_curves_node
@@ -23,7 +22,6 @@ def create_pipeline(**kwargs) -> Pipeline:
     return in_namespace(
         NAMESPACE,
         [
-            resolve_sequence_node(),
             select_sequence_node(),
             plan_jobs_node(),
             Node(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kedro.pipeline import Node, Pipeline
 
-from seq2final.pipelines.build_sequences.pipeline import in_namespace, resolve_sequence_node
+from seq2final.pipelines.build_sequences.pipeline import in_namespace
 from seq2final.pipelines.evaluate.pipeline import gather_results_node
 from seq2final.pipelines.visualize import nodes
 
@@ -28,7 +28,6 @@ def create_pipeline(**kwargs) -> Pipeline:
     return in_namespace(
         NAMESPACE,
         [
-            resolve_sequence_node(),
             gather_results_node(),
             Node(
                 nodes.interpolation_recipes,

@@ -1,0 +1,63 @@
+"""A mode's YAML block: its search spaces and its settings, read the way every mode reads them.
+
+A block is checked before any work (:func:`seq2final.config.checks.check_mode_configs`), which
+parses its search spaces; the checked block (:class:`ModeBlock`) keeps them parsed, and the plan
+hands it to the mode, so a space is parsed once per run (docs/architecture.md). A key still
+hashes the block's raw values: a ``ModeBlock`` reads as the mapping the user wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.schema import StrictModel, one_line
+from seq2final.training.search import SearchSpace
+
+S = TypeVar("S", bound=StrictModel)
+
+
+@dataclass(frozen=True, eq=False)  # equal as the mapping it reads as
+class ModeBlock(Mapping[str, Any]):
+    """A checked YAML block: its values as written (``raw``; ``where`` names the block in
+    messages) and its search spaces, parsed when it was checked."""
+
+    where: str
+    raw: Mapping[str, Any] = field(default_factory=dict)
+    spaces: Mapping[str, SearchSpace] = field(default_factory=dict, repr=False)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.raw[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.raw)
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+
+def space_of(config: Mapping[str, Any], key: str, where: str) -> SearchSpace:
+    """The search space ``key`` of a mode's YAML block (the parsed one of a checked block); a
+    missing one names the keys it has."""
+    if key not in config:
+        raise Seq2FinalError(
+            f"{where} has no '{key}' search space; valid keys: {', '.join(config)}"
+        )
+    if isinstance(config, ModeBlock) and key in config.spaces:
+        return config.spaces[key]
+    return SearchSpace.parse(config[key], f"{where}.{key}")
+
+
+def settings_of(model: type[S], config: Mapping[str, Any], where: str) -> S:
+    """A mode's settings beside its spaces (its ``settings`` schema, read from its YAML block),
+    checked: one line naming the bad value. The run's checks refuse a key that is neither a
+    setting nor a space before any work (:func:`seq2final.config.checks.check_mode_configs`)."""
+    values = {key: config[key] for key in model.model_fields if key in config}
+    try:
+        return model.model_validate(values)
+    except ValidationError as error:
+        raise Seq2FinalError(one_line(error, model, where)) from None
