@@ -8,16 +8,14 @@ import mlflow
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from kedro.io import CatalogProtocol
-from kedro.pipeline import Node, Pipeline
+from kedro.pipeline import Pipeline
 from mlflow.exceptions import MlflowException
 from rich.console import Console
 from rich.table import Table
 
 from seq2final.config.checks import CheckedParameters
-from seq2final.config.parameters import EvaluateOptions
 from seq2final.core.errors import Seq2FinalError
 from seq2final.data.family import is_family
-from seq2final.pipelines.adapt_final.nodes import run_table
 from seq2final.pipelines.robustness.pipeline import NAMESPACE as ROBUSTNESS
 from seq2final.pipelines.visualize import create_pipeline as visualize_pipeline
 from seq2final.reporting.tables import report_folder
@@ -88,20 +86,14 @@ class RunSummaryHook:
     def after_dataset_saved(self, dataset_name: str, data: Any) -> None:
         if dataset_name.endswith("_figures") and data:  # this run drew into the folder
             self._drawn.add(dataset_name)
-
-    @hook_impl
-    def after_node_run(self, node: Node, inputs: dict[str, Any]) -> None:
-        if "result_reports" in node.outputs:  # adapt_final's report, under any namespace
-            # typed by Kedro, from the hint of the node that takes it
-            evaluate: EvaluateOptions = inputs["params:evaluate"]
-            result = run_table(inputs["adapt_results"], inputs["job_plan"], evaluate.reference)
+        if dataset_name == "run_table":  # adapt_final's table, as its report holds it
             table = Table()
-            for column in result.columns:
+            for column in data.columns:
                 table.add_column(column, justify="left" if column in ("method", "") else "right")
-            for name, row in result.rows.items():
-                style = {result.reference: "italic", result.best: "bold"}.get(name)
+            for name, row in data.rows.items():
+                style = {data.reference: "italic", data.best: "bold"}.get(name)
                 table.add_row(*row, style=style)
-            self._tables.append((result.title, table))
+            self._tables.append((data.title, table))
 
     @hook_impl
     def after_pipeline_run(

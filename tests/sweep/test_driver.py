@@ -27,7 +27,7 @@ def test_states_then_long_jobs_then_final_step_jobs_each_largest_first():
     client = RecordingClient()
     request = SweepRequest(sequences=("s",), archs=("convnet_1", "resnet_4"))
     sweep = Sweep(
-        client, Path("."), None, {}, {}, request, Stores(None, None, None), False, lambda _: None
+        client, Path("."), None, {}, request, Stores(None, None, None), False, lambda _: None
     )
     sweep._arch_rank = architecture_order(request.archs)
 
@@ -86,7 +86,7 @@ def test_a_chain_grown_to_a_later_view_is_one_task_waiting_for_the_states_before
                     ResultStore(tmp_path / "r", tmp_path / "m", tmp_path / "c"))  # fmt: skip
     client = AfterClient()
     request = SweepRequest(sequences=("s",), archs=("convnet_1",))
-    sweep = Sweep(client, Path("."), None, {}, {}, request, stores, False, lambda _: None)
+    sweep = Sweep(client, Path("."), None, {}, request, stores, False, lambda _: None)
     run, fix = _plan(checked_run, "eval_fix", {"split_step": 3}, ["sft"])
     spec = run.spec
     assert len([s for s in fix.states if s.mode == "sequential"]) == 3  # steps 0..0, 0..1, 0..2

@@ -13,7 +13,6 @@ page under ``data/08_reporting/bench/`` (or ``--output``) and never ``docs/bench
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shlex
 import sys
@@ -36,12 +35,12 @@ from seq2final.bench.projection import (
     stack_sizes,
 )
 from seq2final.bench.search import measure_search
-from seq2final.config.checks import validate_parameters
+from seq2final.config.checks import CheckedRun, validate_parameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.startup import bootstrap_once
 from seq2final.data.sampler import build_sequence
+from seq2final.data.sequence import ShiftSequence
 from seq2final.data.sources import load_source
-from seq2final.data.spec import resolve_spec
 from seq2final.methods.blocks import space_of
 from seq2final.models import ARCHITECTURES
 from seq2final.training.engine import Engine
@@ -121,7 +120,7 @@ def bench(options: BenchOptions, say: Callable[[str], None]) -> None:
     project = Path.cwd()
     bootstrap_once(project)
     with KedroSession.create(project_path=project, env=options.env) as session:
-        params = session.load_context().params
+        params = session.load_context().config_loader["parameters"]  # raw, as the hooks read them
     engine = Engine.model_validate({**params["training"], "device": options.device})
     device = engine.torch_device()
     budgets = {}
@@ -183,20 +182,26 @@ def _listed(option: str, text: str, valid: Sequence[str]) -> list[str]:
     return names
 
 
-def _rcl(params: dict[str, Any], options: BenchOptions) -> tuple[Any, Any]:
-    """The real CIFAR-10 ``rcl`` sequence (its spec and its steps)."""
-    spec = resolve_spec("rcl", "npz", options.data_path)
-    return spec, build_sequence(
-        spec, load_source(spec.dataset, spec.data_path, params["build_sequences"]["raw_dir"])
-    )
+def _rcl(
+    params: dict[str, Any], options: BenchOptions, engine: Engine
+) -> tuple[CheckedRun, ShiftSequence]:
+    """The paper's protocol on the real CIFAR-10 ``rcl`` sequence, checked as a run checks it
+    (its ``paper`` budget, the ``final`` protocol, the preset's own sizes), and the sequence."""
+    sizes = {**params["build_sequences"], "test_size": None, "oracle_size": None}
+    run = validate_parameters({
+        **params, "sequence": "rcl", "dataset": "npz", "data_path": options.data_path,
+        "seed": None, "build_sequences": sizes, "budget": "paper", "protocol": "final",
+        "protocol_view": None, "method": None, "historical": None, "final": None,
+        "training": engine.model_dump(),
+    })  # fmt: skip
+    source = load_source("npz", options.data_path, run.parameters.build_sequences.raw_dir)
+    return run, build_sequence(run.spec, source)
 
 
 def _projection(
     params: dict[str, Any], options: BenchOptions, engine: Engine, say: Callable[[str], None]
 ) -> dict[str, Any]:
-    spec, sequence = _rcl(params, options)
-    paper = {**params, "budget": "paper", "training": engine.model_dump()}
-    run = dataclasses.replace(validate_parameters(paper), spec=spec)
+    run, sequence = _rcl(params, options, engine)
     on_gpu = engine.torch_device().type == "cuda"
     width, images = (16, 1000) if on_gpu else (8, 200)  # the CPU: minutes, not hours
     rows = []
@@ -231,7 +236,7 @@ def _search(
     budgets: dict[str, Any],
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    _, sequence = _rcl(params, options)
+    _, sequence = _rcl(params, options, engine)
     spaces = {
         fit: space_of(params["final_modes"][mode], "space", "final_modes")
         for fit, mode in (("baseline", "scratch"), ("ft", "ft"))

@@ -143,7 +143,7 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
         if url:  # every worker logs over HTTP to the one server
             worker_params["mlflow"] = {**base.get("mlflow", {}), "tracking_uri": url}
         run = Sweep(
-            client, project, options.env, worker_params, params, request, stores,
+            client, project, options.env, worker_params, request, stores,
             has_gpus(client, settings), say,
         )  # fmt: skip
         report = run.run(graph)

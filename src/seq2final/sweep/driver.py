@@ -71,7 +71,6 @@ class Sweep:
     project: Path
     env: str | None
     params: dict[str, Any]  # run parameters every task gets (budget, dataset, tracking URI, ...)
-    context_params: dict[str, Any]  # the project's parameters with ``params`` applied
     request: SweepRequest
     stores: Stores
     gpus: bool

@@ -8,6 +8,7 @@ are counted with a placeholder content digest, which gives the same numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -197,7 +198,11 @@ def plans_of(work: SequenceWork, request: SweepRequest, stores: Stores) -> list[
     options = work.run.parameters.pretrain_historical
     if options is not None and options.shared_history:  # states keyed by steps 0..T−1
         history = stores.sequences[work.spec.key].history_hash if work.built else UNBUILT
+    # every view of a protocol, and nothing forced: each task's own parameters name its view
+    # and whether it retrains (PipelineRun.params)
+    whole = dataclasses.replace(work.run, parameters=work.run.parameters.model_copy(
+        update={"protocol_view": None, "force": False}))  # fmt: skip
     return [
-        plan_run(work.run.asking(arch, **ask), data, history)
+        plan_run(whole.asking(arch, **ask), data, history)
         for arch, ask in itertools.product(request.archs, request.asks())
     ]

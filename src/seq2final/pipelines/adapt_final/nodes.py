@@ -163,12 +163,17 @@ def run_table(
     return RunTable(result_title(plan), RESULT_COLUMNS, rows, best, shown)
 
 
-def report_results(
+def rank_results(
     results: Mapping[str, ResultRecord], plan: RunPlan, evaluate: EvaluateOptions
-) -> dict[str, str]:
-    """The run's result table as Markdown, kept under ``result_reports`` (the terminal shows it
-    as a table when the run ends: :class:`seq2final.hooks.RunSummaryHook`)."""
-    table = run_table(results, plan, evaluate.reference)
+) -> RunTable:
+    """The run's result table, best first, with ``evaluate.reference`` marked (:func:`run_table`):
+    what the run's report holds and the terminal shows when the run ends
+    (:class:`seq2final.hooks.RunSummaryHook`)."""
+    return run_table(results, plan, evaluate.reference)
+
+
+def report_results(table: RunTable, plan: RunPlan) -> dict[str, str]:
+    """The run's result table as Markdown, kept under ``result_reports``."""
     name = f"{plan.sequence_key}/{plan.arch}-{plan.budget_name}"
     if PROTOCOLS[plan.protocol].temporal:
         name += f"-{plan.protocol}"

@@ -27,8 +27,14 @@ def create_pipeline(**kwargs) -> Pipeline:
                 name="train_final_jobs",
             ),
             Node(
-                nodes.report_results,
+                nodes.rank_results,
                 inputs=["adapt_results", "job_plan", "params:evaluate"],
+                outputs="run_table",
+                name="rank_results",
+            ),
+            Node(
+                nodes.report_results,
+                inputs=["run_table", "job_plan"],
                 outputs="result_reports",
                 name="report_results",
             ),
