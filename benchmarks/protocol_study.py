@@ -48,13 +48,13 @@ from seq2final.bench.machine import describe_machine
 from seq2final.config.checks import validate_parameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write
-from seq2final.core.records import ResultRecord
 from seq2final.core.startup import bootstrap_once
 from seq2final.pipelines.evaluate.nodes import gather_results
 from seq2final.protocols import FIRST_MODEL, ProtocolOptions
 from seq2final.reporting.protocols import protocol_scores
 from seq2final.reporting.tables import shown_name, train_flops_once
 from seq2final.training import Engine
+from seq2final.training.records import ResultRecord
 
 PROJECT = Path(__file__).resolve().parents[1]
 KEPT = PROJECT / "benchmarks" / "results" / "protocol_study"

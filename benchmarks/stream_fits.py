@@ -35,6 +35,7 @@ from unittest import mock
 from kedro.framework.session import KedroSession
 from torch import nn
 
+from seq2final.bench.projection import counted_fit
 from seq2final.core.startup import bootstrap_once
 from seq2final.data.sources.portraits import write_synthetic_portraits
 from seq2final.methods.context import Context
@@ -82,9 +83,7 @@ def run_stream(runtime: Mapping[str, Any], train: bool) -> tuple[Counter[str], f
         owners[ctx.owner_key] += 1
         if train:
             return tuned(ctx, stage, space, make_model, task)
-        ctx.fits.append({"stage": stage, "params": {}, "valid_accuracy": 0.0, "best_epoch": 0,
-                         "epochs": 0, "trials": 0, "train_flops": 0, "eval_flops": 0,
-                         "history": [], "trial_summaries": []})  # fmt: skip
+        ctx.fits.append(counted_fit(stage, 0))
         model = make_model()
         model.eval()
         return model, SimpleNamespace(extras={})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from seq2final.core.records import RECORD_FORMAT, ResultRecord
+from seq2final.training.records import RECORD_FORMAT, ResultRecord
 
 
 def make_record(**fields) -> ResultRecord:

@@ -8,11 +8,13 @@ from seq2final.bench.search import SearchRun, epochs_to_target, measure_search, 
 from seq2final.data.sampler import build_sequence
 from seq2final.data.spec import resolve_spec
 from seq2final.training.engine import Engine
+from seq2final.training.records import TrialRecord
 from seq2final.training.search import Budget, SearchSpace
 
 
 def trial(number, state, value, epochs):
-    return {"number": number, "state": state, "value": value, "valid_curve": [0.1] * (epochs + 1)}
+    return TrialRecord(number=number, state=state, params={}, value=value,
+                       valid_curve=[0.1] * (epochs + 1))  # fmt: skip
 
 
 def test_epochs_count_until_a_finished_trial_reaches_the_target():

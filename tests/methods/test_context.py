@@ -43,11 +43,11 @@ def test_the_paper_grid_fused_picks_what_it_picks_one_trial_at_a_time(tmp_path, 
     task = Task([learnable(80)], learnable(40, seed=1))
     one_model, one = tuned(context(tmp_path / "one", fuse=1), task)
     fused_model, fused = tuned(context(tmp_path / "fused", fuse=4), task)
-    assert fused["params"] == one["params"] and fused["best_epoch"] == one["best_epoch"]
-    assert [t["value"] for t in fused["trial_summaries"]] == [
-        t["value"] for t in one["trial_summaries"]
+    assert fused.params == one.params and fused.best_epoch == one.best_epoch
+    assert [t.value for t in fused.trial_summaries] == [
+        t.value for t in one.trial_summaries
     ]  # every grid point's selected validation accuracy
-    assert len({t["value"] for t in one["trial_summaries"]}) > 1  # the choice was not a tie
+    assert len({t.value for t in one.trial_summaries}) > 1  # the choice was not a tie
     for name, value in one_model.state_dict().items():
         assert torch.allclose(value, fused_model.state_dict()[name], rtol=0, atol=1e-9), name
 
@@ -91,5 +91,5 @@ def test_a_killed_fused_study_resumes_without_redoing_finished_trials(
     assert 1 <= len(finished_first) < 4
     resumed = tuned(context(tmp_path / "killed", fuse=4, patience=1, epochs=8), task)[1]
     assert widths[1:] == [4 - len(finished_first)]  # only the unfinished trials trained again
-    assert resumed["params"] == uninterrupted["params"]
-    assert resumed["valid_accuracy"] == uninterrupted["valid_accuracy"]
+    assert resumed.params == uninterrupted.params
+    assert resumed.valid_accuracy == uninterrupted.valid_accuracy

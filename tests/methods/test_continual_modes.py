@@ -51,20 +51,20 @@ def test_si_agem_and_swa_train_their_chains_and_continue_them(project, stores_of
 
     # SI: its own step-0 fit (Ω needs step 0's path), the anchor at step T−1 under si_c
     si = stores.states[records["si"].historical_state]
-    assert [f["stage"] for f in si.fits] == ["step0", "step1"]
+    assert [f.stage for f in si.fits] == ["step0", "step1"]
     (chain,) = si.chains.values()
     assert chain.anchor_weight == "si_c" and len(chain.anchors) == 1
     values, importance = chain.anchors[0]
     for name, parameter in chain.last.named_parameters():
         assert torch.equal(values[name], parameter.detach())
-    assert any(f["best_epoch"] > 0 for f in si.fits)  # some selected epoch moved the weights
+    assert any(f.best_epoch > 0 for f in si.fits)  # some selected epoch moved the weights
     assert any(bool((v != 0).any()) for v in importance.values())
     assert "si_c" in records["si"].hyperparameters["final"]  # the final step is pulled too
 
     # A-GEM and SWA start from the shared step-0 model
     for method in ("agem", "swa"):
         state = stores.states[records[method].historical_state]
-        assert [f["stage"] for f in state.fits] == ["step1"]
+        assert [f.stage for f in state.fits] == ["step1"]
 
     # SWA: the average of the chain's end-of-step models and the final step's, and its record's
     # validation accuracy is the average's (not the fine-tuned model's)
@@ -73,7 +73,7 @@ def test_si_agem_and_swa_train_their_chains_and_continue_them(project, stores_of
     swa = records["swa"]
     (sequence,) = [stores.sequences[k] for k in stores.sequences]
     valid = TensorSplit.from_arrays(*sequence.step(-1).split("valid"))
-    logits = predict_logits(stores.results.model(swa.job_key), valid, Engine(**swa.engine), None)
+    logits = predict_logits(stores.results.model(swa.job_key), valid, swa.engine, None)
     assert swa.valid_accuracy == float((logits.argmax(1) == valid.y).float().mean())
 
 

@@ -223,10 +223,10 @@ def test_sft_gated_end_to_end_stores_plain_models_scored_as_gated(project, store
     plain = set(build_model("convnet_1", 10).state_dict())
     chain = stores.states[record.historical_state].chains["main"]
     assert len(chain.models) == 2 and all(set(m.state_dict()) == plain for m in chain.models)
-    (final_fit,) = [f for f in record.fits if f["stage"].endswith("final")]
-    assert 0.0 < final_fit["closed_gates"] < 1.0, final_fit
+    (final_fit,) = [f for f in record.fits if f.stage.endswith("final")]
+    assert 0.0 < final_fit.closed_gates < 1.0, final_fit
     model = stores.results.model(record.job_key)
     assert set(model.state_dict()) == plain
     valid = TensorSplit.from_arrays(*sequence.step(-1).split("valid"))
-    got = accuracy(model, valid, Engine(**record.engine))
-    assert got == pytest.approx(final_fit["valid_accuracy"], abs=1e-6)
+    got = accuracy(model, valid, record.engine)
+    assert got == pytest.approx(final_fit.valid_accuracy, abs=1e-6)

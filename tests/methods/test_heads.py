@@ -136,7 +136,7 @@ def test_ncm_and_prototype_tuning_end_to_end(project, stores_of, monkeypatch):
     ncm, proto = records["ncm"], records["proto_tune"]
     assert ncm.historical_state == proto.historical_state
     erm = stores.states[ncm.historical_state].chains["main"].last
-    engine = Engine(**ncm.engine)
+    engine = ncm.engine
     # NED's detection score of the final step in the ERM model's features, by hand: history's
     # training images make the class means; its validation images against the final test
     from seq2final.methods.heads import detection_auroc
@@ -161,7 +161,7 @@ def test_ncm_and_prototype_tuning_end_to_end(project, stores_of, monkeypatch):
         assert torch.equal(ours, expected[name]), name
     assert ncm.trials == 0 and ncm.epochs == 0
     assert ncm.train_flops == image_flops(model, train, engine, None) * len(train)
-    assert [f["stage"] for f in proto.fits] == ["prototypes", "head"]
+    assert [f.stage for f in proto.fits] == ["prototypes", "head"]
     tuned = stores.results.model(proto.job_key)  # only the head moved
     body = {k: v for k, v in tuned.state_dict().items() if not k.startswith("fc.")}
     assert all(torch.equal(v, erm.state_dict()[k]) for k, v in body.items() if "running" not in k)

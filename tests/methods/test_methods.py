@@ -18,6 +18,7 @@ from seq2final.methods import (
 )
 from seq2final.methods.requests import canonical_modes, check_combination, resolve_request
 from seq2final.methods.schedules import check_schedules, schedule_lr, selected_schedules
+from seq2final.training.records import FitRecord
 from seq2final.training.search import SearchSpace, get_budget
 
 
@@ -120,7 +121,8 @@ def _chain_choice(valid_by_chain: dict[str, float]):
     models = {name: nn.Linear(1, 1) for name in valid_by_chain}
 
     def fit_chain(name: str, chain: ModelChain) -> nn.Module:
-        ctx.fits.append({"valid_accuracy": valid_by_chain[name]})
+        ctx.fits.append(FitRecord(stage=name, params={}, valid_accuracy=valid_by_chain[name],
+                                  best_epoch=1, epochs=1, trials=1))  # fmt: skip
         return models[name]
 
     chains = {name: ModelChain(models=[nn.Linear(1, 1)]) for name in valid_by_chain}

@@ -3,11 +3,11 @@
 from result_records import make_record
 
 from seq2final.config.parameters import TuningOptions
-from seq2final.core.records import ResultRecord
 from seq2final.methods import ModeBlock
 from seq2final.pipelines.adapt_final.nodes import run_table
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.training.engine import Engine
+from seq2final.training.records import ResultRecord
 from seq2final.training.search import Budget
 
 

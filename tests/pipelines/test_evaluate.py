@@ -7,10 +7,10 @@ import pytest
 from result_records import make_record
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.core.records import ResultRecord
 from seq2final.data.spec import resolve_spec
 from seq2final.pipelines.evaluate.nodes import gather_results
 from seq2final.runs.result_store import ResultStore
+from seq2final.training.records import ResultRecord
 
 TINY = {
     "sequence": "source100:rotation60:corruption100:label_flip60",

@@ -43,7 +43,7 @@ import numpy as np
 import pytest
 import torch
 
-from seq2final.core.records import RECORD_FORMAT
+from seq2final.training.records import RECORD_FORMAT
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "every_method_smoke"
 # The default run's records as three CPUs computed them: the measurements behind the tolerances.

@@ -13,11 +13,11 @@ from kedro.framework.session import KedroSession
 
 from seq2final.cli import cli
 from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
-from seq2final.core.records import SharedFlops
 from seq2final.core.startup import bootstrap_once
 from seq2final.methods import HISTORICAL_MODES, METHODS, requested_jobs
 from seq2final.models import forward_macs
-from seq2final.training import Engine, TensorSplit, predict_logits
+from seq2final.training import TensorSplit, predict_logits
+from seq2final.training.records import SharedFlops
 from seq2final.training.tuner import open_storage
 
 TINY = {
@@ -69,7 +69,7 @@ def test_all_methods_end_to_end(every_method_run, every_method_params, stores_of
     for record in records:
         assert json.loads(results.record_path(record.job_key).read_text()).keys() >= FIELDS
         # the record's metrics are its stored model's, recomputed here on the final test split
-        model, engine = results.model(record.job_key), Engine(**record.engine)
+        model, engine = results.model(record.job_key), record.engine
         logits = predict_logits(model, test, engine, record.eval_step)
         assert float((logits.argmax(1) == test.y).float().mean()) == record.test_accuracy
         assert float(F.cross_entropy(logits, test.y)) == pytest.approx(record.test_nll)
@@ -80,14 +80,14 @@ def test_all_methods_end_to_end(every_method_run, every_method_params, stores_of
         else:
             assert record.trials >= 1 and list(curves["epoch"][:3]) == [0, 1, 2]
         # compute: the job's own fits, every trial; the states it continues, shown as shared
-        assert record.train_flops == sum(f["train_flops"] for f in record.fits) > 0
-        assert record.eval_flops == sum(f["eval_flops"] for f in record.fits) > 0
+        assert record.train_flops == sum(f.train_flops for f in record.fits) > 0
+        assert record.eval_flops == sum(f.eval_flops for f in record.fits) > 0
         if record.historical_state is not None:
             state = states[record.historical_state]
-            shared = {record.historical_state: sum(f["train_flops"] for f in state.fits)}
+            shared = {record.historical_state: sum(f.train_flops for f in state.fits)}
             if state.info["step0"] is not None:  # a chain: the step-0 model it starts from
                 step0 = states[state.info["step0"]]
-                shared[state.info["step0"]] = sum(f["train_flops"] for f in step0.fits)
+                shared[state.info["step0"]] = sum(f.train_flops for f in step0.fits)
                 assert shared[state.info["step0"]] > 0
             assert record.historical_flops == SharedFlops(shared=True, states=shared)
         if record.eval_step is None:  # a plain model: the zoo's count of its forward pass
@@ -111,7 +111,7 @@ def test_all_methods_end_to_end(every_method_run, every_method_params, stores_of
     assert sft.chosen == {"chain": schedule}
     assert sft.hyperparameters[f"{schedule}/final"]["lr"] == pytest.approx(2e-4 * 0.5**3)
     chain_fits = states[sft.historical_state].fits
-    assert {f["stage"]: f["params"]["lr"] for f in chain_fits} == pytest.approx(
+    assert {f.stage: f.params["lr"] for f in chain_fits} == pytest.approx(
         {f"{schedule}/step1": 1e-4, f"{schedule}/step2": 5e-5}
     )
 
@@ -151,7 +151,7 @@ def test_on_a_resnet_every_side_tuning_method_trains_its_own_modules(project, st
     (sequence,) = [stores.sequences[k] for k in stores.sequences]
     test = TensorSplit.from_arrays(*sequence.step(-1).split("test"))
     for record in by_method.values():
-        model, engine = results.model(record.job_key), Engine(**record.engine)
+        model, engine = results.model(record.job_key), record.engine
         logits = predict_logits(model, test, engine, record.eval_step)
         assert float((logits.argmax(1) == test.y).float().mean()) == record.test_accuracy
     assert {states[r.historical_state].mode for r in by_method.values() if r.historical_state} == {
@@ -193,7 +193,7 @@ def test_sft_reports_every_schedule_and_keeps_the_best_on_validation(project, st
     [record] = [results[k] for k in results]
     chains = record.chains
     assert list(chains) == schedules
-    fits = {f["stage"]: f["valid_accuracy"] for f in record.fits}
+    fits = {f.stage: f.valid_accuracy for f in record.fits}
     assert {n: c["valid_accuracy"] for n, c in chains.items()} == {
         n: fits[f"{n}/final"] for n in schedules
     }
@@ -340,10 +340,10 @@ def test_every_method_trains_its_trials_fused_when_asked(project, stores_of, mon
     assert {name for r in records for name in (r.method, *r.aliases)} == set(fusing)
     fits = [fit for r in records for fit in r.fits]
     fits += [fit for key in stores.states for fit in stores.states[key].fits]
-    closed = [fit for fit in fits if fit["stage"] in ("ncm", "prototypes")]  # NED's heads
-    assert len(closed) == 2 and all(fit["trials"] == 0 for fit in closed)
+    closed = [fit for fit in fits if fit.stage in ("ncm", "prototypes")]  # NED's heads
+    assert len(closed) == 2 and all(fit.trials == 0 for fit in closed)
     tuned = [fit for fit in fits if fit not in closed]
-    assert all(fit["trials"] == 2 for fit in tuned)
+    assert all(fit.trials == 2 for fit in tuned)
     assert stacks and set(stacks) == {2} and len(stacks) == len(tuned)
 
 
@@ -383,6 +383,6 @@ def test_as_is_scores_the_historical_model_without_a_final_fit(project, stores_o
     stores = stores_of(project)
     [record] = [stores.results[k] for k in stores.results]
     assert (record.method, record.historical, record.final) == ("erm+as_is", "erm", "as_is")
-    assert [f["stage"] for f in record.fits] == []
+    assert [f.stage for f in record.fits] == []
     erm = stores.states[record.historical_state].chains["main"].last
     assert _frozen_equal(stores.results.model(record.job_key), erm)

@@ -6,10 +6,10 @@ import torch
 from kedro.framework.session import KedroSession
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.core.records import StepView
 from seq2final.core.startup import bootstrap_once
 from seq2final.methods.context import Context
 from seq2final.training import Engine, TensorSplit, predict_logits
+from seq2final.training.records import StepView
 
 TINY = {
     "sequence": "source100:rotation60:corruption100:label_flip60",  # steps 0..3
@@ -84,7 +84,7 @@ def test_eval_stream_trains_each_family_on_the_steps_it_should_see(project, fits
     } | {("baseline", "0-0")}
     for record in records:
         # every step's accuracy is the stored model's, recomputed here
-        model, engine = stores.results.model(record.job_key), Engine(**record.engine)
+        model, engine = stores.results.model(record.job_key), record.engine
         for step in range(4):
             for split in ("train", "test"):
                 data = TensorSplit.from_arrays(*sequence.step(step).split(split))
@@ -143,7 +143,7 @@ def test_a_chain_grows_with_the_stream_each_step_fitted_once_over_every_view(
     jobs = [r for r in records if r.historical == "sequential" or r.view.name == "0-0"]
     states = [k for k in stores.states if k.startswith(("sequential-", "step0-"))]
     flops = sum(r.train_flops for r in jobs) + sum(
-        fit["train_flops"] for k in states for fit in stores.states.summary(k).fits
+        fit.train_flops for k in states for fit in stores.states.summary(k).fits
     )
     assert row["train_flops"] == flops and flops > 0
 

@@ -13,12 +13,11 @@ import pytest
 from mlflow import MlflowClient
 from result_records import make_record
 
-from seq2final.core.records import ResultRecord
 from seq2final.methods import paper_columns
 from seq2final.pipelines.visualize import nodes
 from seq2final.reporting.interpolation import accuracy, path_key
 from seq2final.reporting.tables import shown_name
-from seq2final.training.engine import Engine
+from seq2final.training.records import ResultRecord
 from seq2final.training.tensors import TensorSplit
 
 FOLDER = "source100-rotation60-corruption100-label_flip60-digits"
@@ -56,7 +55,7 @@ def test_interpolation_endpoints_are_the_two_models_test_accuracies(every_method
             assert path["test_accuracy"].iloc[-1] == pytest.approx(record.test_accuracy)
     assert {"ft", "lp_ft", "sft", "ewc", "st_1", "sst_1", "jm", "jst_1"} <= set(drawn)
     assert not {"baseline", "erm", "oracle"} & set(drawn)  # trained from scratch: no path
-    engine = Engine(**records["ft"].engine)
+    engine = records["ft"].engine
     erm = states[records["ft"].historical_state].chains["main"].last
     for name in ("ft", "st_1"):  # both start from ERM on the historical steps
         assert drawn[name]["test_accuracy"].iloc[0] == pytest.approx(

@@ -7,7 +7,6 @@ import pandas as pd
 import pytest
 from result_records import make_record
 
-from seq2final.core.records import ResultRecord
 from seq2final.reporting.comparisons import paired_comparison
 from seq2final.reporting.tables import (
     ResultTable,
@@ -22,6 +21,7 @@ from seq2final.reporting.tables import (
     total_train_flops,
     train_flops_once,
 )
+from seq2final.training.records import ResultRecord
 
 
 def _records(table: dict[str, dict[str, float]], seed: int = 1) -> list[ResultRecord]:

@@ -10,6 +10,12 @@ from seq2final.models import build_model
 from seq2final.runs.result_store import ResultStore, ResultStoreDataset
 from seq2final.runs.state_store import HistoricalStore, HistoricalStoreDataset
 from seq2final.runs.training import historical_costs
+from seq2final.training.records import FitRecord
+
+
+def _fit(stage: str, train_flops: int) -> FitRecord:
+    return FitRecord(stage=stage, params={}, valid_accuracy=0.5, best_epoch=0, epochs=0, trials=0,
+                     train_flops=train_flops)  # fmt: skip
 
 
 def _state(arch: str) -> HistoricalState:
@@ -61,7 +67,7 @@ def test_a_grown_chain_state_stores_only_what_it_adds_to_the_state_it_extends(tm
     first = HistoricalState("sequential_ewc", "convnet_1", {
         "main": ModelChain(models[:1], {"lr": {"grid": [0.1]}}, [anchor]),
         "si": ModelChain(models[:1], None, [anchor], "si_c"),
-    }, [{"stage": "x", "train_flops": 5}], {"extends": None, "step0": None})  # fmt: skip
+    }, [_fit("x", 5)], {"extends": None, "step0": None})  # fmt: skip
     store.put("k0", first)
     loaded = HistoricalStore(tmp_path / "states")["k0"]  # from the files, not the recent ones
     second_anchor = ({"w": torch.zeros(2)}, {"w": torch.ones(2)})
@@ -70,7 +76,7 @@ def test_a_grown_chain_state_stores_only_what_it_adds_to_the_state_it_extends(tm
         "main": ModelChain([*main.models, models[1]], main.final_space,
                            [*main.anchors, second_anchor]),
         "si": ModelChain([*si.models, models[1]], None, [second_anchor], "si_c"),
-    }, [{"stage": "y", "train_flops": 7}], {"extends": "k0", "step0": None}, loaded)  # fmt: skip
+    }, [_fit("y", 7)], {"extends": "k0", "step0": None}, loaded)  # fmt: skip
     store.put("k1", second)
     payload = torch.load(tmp_path / "states/k1/state.pt", weights_only=True)
     saved = payload["chains"]
@@ -84,5 +90,11 @@ def test_a_grown_chain_state_stores_only_what_it_adds_to_the_state_it_extends(tm
     assert [a[0]["w"].tolist() for a in back.chains["si"].anchors] == [[0, 0]]
     # a job's cost walks the chain through the stored fits alone
     assert historical_costs("k1", store.summary) == {"k1": 7, "k0": 5}
+    # a state stored before fits were typed kept its selected trial's epochs in each fit
+    summary = tmp_path / "states/k0/state.json"
+    stored = json.loads(summary.read_text())
+    stored["fits"][0]["history"] = [{"epoch": 0, "valid_accuracy": 0.5}]
+    summary.write_text(json.dumps(stored))
+    assert store.summary("k0").fits == [_fit("x", 5)]
     kept = store["k1"]  # the states just written or read are kept, without what they extend
     assert kept.chains["main"].models[1] is models[1] and kept.extends is None

@@ -108,9 +108,7 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
         [run.info.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'"
     )
     expected = sorted(
-        (fit["stage"], t["number"], t["state"])
-        for fit in record.fits
-        for t in fit["trial_summaries"]
+        (fit.stage, t.number, t.state) for fit in record.fits for t in fit.trial_summaries
     )
     got = sorted(
         (t.data.tags["stage"], int(t.data.params["trial"]), t.data.tags["trial_state"])
@@ -377,7 +375,9 @@ def test_each_trial_is_a_child_run_whose_status_says_how_the_trial_ended(tmp_pat
          "valid_curve": [0.1]},
         {"number": 2, "state": "FAIL", "params": {"lr": 1e-1}, "value": None, "valid_curve": []},
     ]  # fmt: skip
-    record = make_record(method="ft", fits=[{"stage": "final", "trial_summaries": trials}])
+    fit = {"stage": "final", "params": {"lr": 1e-3}, "valid_accuracy": widened, "best_epoch": 1,
+           "epochs": 1, "trials": 2, "trial_summaries": trials}  # fmt: skip
+    record = make_record(method="ft", fits=[fit])
     tracker._log_trials(parent, job, record)
     experiment = client.get_experiment_by_name("seq2final/s").experiment_id
     children = client.search_runs([experiment], filter_string="tags.kind = 'trial'")

@@ -8,6 +8,7 @@ from seq2final.training.engine import Engine
 from seq2final.training.flops import FitCost, counted_flops, fit_cost
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.objectives import Task
+from seq2final.training.records import TrialRecord
 from seq2final.training.tensors import TensorSplit
 
 # a 3→4-channel 3×3 convolution (padding 1) on 8×8 images, then a linear layer 256 → 2
@@ -41,9 +42,13 @@ def test_a_fits_cost_is_its_step_scaled_to_epochs_passes_and_every_trial():
                            per_image=CONV + LINEAR)  # fmt: skip
     # counted on a few images, scaled: the same for a batch of 100
     assert fit_cost(_model(), task, HyperParameters(lr=1e-3), Engine(batch_size=100)) == cost
-    trials = [{"valid_curve": [0.1, 0.2, 0.3, 0.3]}, {"valid_curve": [0.1, 0.1]}]  # 3 + 1 epochs
-    assert cost.of_trials(trials) == {"train_flops": 4 * 10 * per_image,
-                                      "eval_flops": 6 * 6 * (CONV + LINEAR)}  # fmt: skip
+    trials = [
+        TrialRecord(
+            number=0, state="COMPLETE", params={}, value=0.3, valid_curve=[0.1, 0.2, 0.3, 0.3]
+        ),
+        TrialRecord(number=1, state="PRUNED", params={}, value=None, valid_curve=[0.1, 0.1]),
+    ]  # 3 + 1 epochs; fmt: skip
+    assert cost.of_trials(trials) == (4 * 10 * per_image, 6 * 6 * (CONV + LINEAR))
 
 
 def test_an_agem_fit_also_pays_a_reference_gradient_on_its_memory_every_step():

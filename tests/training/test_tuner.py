@@ -86,7 +86,7 @@ def test_a_trial_left_running_by_a_killed_process_is_closed_and_redrawn(tmp_path
     resumed._study("study").ask()  # what a kill in the middle of a trial leaves behind
     second = Objective()
     tuned = resumed.tune("study", SPACE, second)
-    states = [t["state"] for t in tuned.trials]
+    states = [t.state for t in tuned.trials]
     assert "RUNNING" not in states and states.count("FAIL") == 2
     assert tuned.finished_trials == 5
     uninterrupted = Objective()
@@ -208,7 +208,7 @@ def test_successive_halving_prunes_each_worse_trial_at_its_first_rung(tmp_path):
     # The first trial is the best at every rung and runs to the end; every later one is worse
     # than it at the first rung (min_epochs = 2) and stops there.
     assert curve.stopped_at == [12, 2, 2, 2, 2, 2]
-    assert [t["state"] for t in tuned.trials] == ["COMPLETE"] + ["PRUNED"] * 5
+    assert [t.state for t in tuned.trials] == ["COMPLETE"] + ["PRUNED"] * 5
 
 
 def test_hyperband_prunes_each_worse_trial_at_its_brackets_first_rung(tmp_path):
@@ -333,7 +333,7 @@ def test_a_trial_pruned_by_its_own_objective_is_recorded_as_pruned(tmp_path):
     tuned = Tuner(Budget(sampler="grid", max_epochs=1), None, tmp_path, seed=0).tune(
         "s", SPACE, objective
     )
-    states = [t["state"] for t in tuned.trials]
+    states = [t.state for t in tuned.trials]
     assert states.count("PRUNED") == 4 and states.count("COMPLETE") == 4
 
 

@@ -42,6 +42,7 @@ from seq2final.training.fused import fit_fused
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import fit
 from seq2final.training.objectives import Task
+from seq2final.training.records import FitRecord
 from seq2final.training.search import SearchSpace
 
 PAPER_SEQUENCES = ("clr", "rcl", "rrr", "ttt", "sss")
@@ -57,6 +58,13 @@ class FitWork:
     epochs: int
     train_images: int  # per trial and epoch
     valid_images: int  # per trial and epoch (and once before training)
+
+
+def counted_fit(stage: str, trials: int) -> FitRecord:
+    """The record of a fit counted and not trained: what a mode reads of its fits (the last
+    one's validation accuracy) is there, and no compute is charged."""
+    return FitRecord(stage=stage, params={}, valid_accuracy=0.0, best_epoch=0, epochs=0,
+                     trials=trials, train_flops=0, eval_flops=0)  # fmt: skip
 
 
 def count_fits(run: CheckedRun, sequence: ShiftSequence, arch: str) -> list[FitWork]:
@@ -79,9 +87,7 @@ def count_fits(run: CheckedRun, sequence: ShiftSequence, arch: str) -> list[FitW
         trials = space.grid_size() if ctx.budget.sampler == "grid" else ctx.budget.trials or 1
         work.append(FitWork(ctx.owner_key, stage, trials, ctx.budget.max_epochs, images,
                             len(task.valid)))  # fmt: skip
-        ctx.fits.append({"stage": stage, "params": {}, "valid_accuracy": 0.0, "best_epoch": 0,
-                         "epochs": 0, "trials": trials, "train_flops": 0, "eval_flops": 0,
-                         "history": [], "trial_summaries": []})  # fmt: skip
+        ctx.fits.append(counted_fit(stage, trials))
         model = make_model()
         model.eval()
         return model

@@ -34,6 +34,7 @@ from seq2final.training.engine import Engine, accuracy
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import fit
 from seq2final.training.objectives import Task
+from seq2final.training.records import TrialRecord
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.tuner import Tuned, Tuner
@@ -70,14 +71,24 @@ class SearchRun:
     trials: int
 
 
-def epochs_to_target(trials: list[dict[str, Any]], target: float) -> tuple[int, int | None]:
+@dataclass(frozen=True)
+class Outcome:
+    """One study's outcome as the measurement keeps it (JSON, so a killed one resumes)."""
+
+    trials: list[TrialRecord]
+    best_valid: float
+    test_accuracy: float
+    params: dict[str, Any]
+
+
+def epochs_to_target(trials: list[TrialRecord], target: float) -> tuple[int, int | None]:
     """(epochs spent in all, epochs spent when a finished trial first reached ``target``), over
     a study's trial summaries (:attr:`Tuned.trials`) in the order they ran."""
     spent, reached = 0, None
-    for trial in sorted(trials, key=lambda t: t["number"]):
-        spent += max(0, len(trial["valid_curve"]) - 1)  # epoch 0 is the initial model
-        value = trial["value"]
-        finished = trial["state"] == "COMPLETE" and value is not None
+    for trial in sorted(trials, key=lambda t: t.number):
+        spent += max(0, len(trial.valid_curve) - 1)  # epoch 0 is the initial model
+        value = trial.value
+        finished = trial.state == "COMPLETE" and value is not None
         if reached is None and finished and value >= target:
             reached = spent
     return spent, reached
@@ -189,7 +200,7 @@ def measure_search(
     outcomes = store / "outcomes.json" if store is not None else None
     done = json.loads(outcomes.read_text()) if outcomes is not None and outcomes.exists() else {}
 
-    def study(fit_name: str, seed: int, name: str, budget: Budget) -> dict[str, Any]:
+    def study(fit_name: str, seed: int, name: str, budget: Budget) -> Outcome:
         key = digest({**common, "fit": fit_name, "seed": seed, "budget": budget.model_dump(),
                       "space": spaces[fit_name].describe()})  # fmt: skip
         if key not in done:
@@ -198,29 +209,31 @@ def measure_search(
                     f"{fit_name}-{seed}-{name}", budget, spaces[fit_name], fits[fit_name], task,
                     test, engine, seed, folder,
                 )  # fmt: skip
-                done[key] = {"trials": tuned.trials, "best_valid": tuned.fit.valid_accuracy,
+                done[key] = {"trials": [t.model_dump(mode="json") for t in tuned.trials],
+                             "best_valid": tuned.fit.valid_accuracy,
                              "test_accuracy": test_accuracy, "params": tuned.params}  # fmt: skip
                 if outcomes is not None:
                     atomic_write(outcomes, lambda partial: partial.write_text(json.dumps(done)))
-        return done[key]
+        stored = done[key]
+        return Outcome([TrialRecord.model_validate(t) for t in stored["trials"]],
+                       stored["best_valid"], stored["test_accuracy"], stored["params"])  # fmt: skip
 
     runs: list[SearchRun] = []
     grids: list[dict[str, Any]] = []
     for fit_name in fits:
         for seed in seeds:
             outcome = study(fit_name, seed, "grid", grid)
-            total, _ = epochs_to_target(outcome["trials"], 0.0)
-            best = outcome["best_valid"]
+            total, _ = epochs_to_target(outcome.trials, 0.0)
+            best = outcome.best_valid
             grids.append({"fit": fit_name, "seed": seed, "epochs": total, "best_valid": best,
-                          "test_accuracy": outcome["test_accuracy"],
-                          "params": outcome["params"]})  # fmt: skip
+                          "test_accuracy": outcome.test_accuracy,
+                          "params": outcome.params})  # fmt: skip
             log.info("%s %d grid: valid %.3f, %d epochs", fit_name, seed, best, total)
             for name, budget in budgets.items():
                 outcome = study(fit_name, seed, name, budget)
-                spent, reached = epochs_to_target(outcome["trials"], best - margin)
-                runs.append(SearchRun(name, fit_name, seed, spent, reached,
-                                      outcome["best_valid"], outcome["test_accuracy"],
-                                      len(outcome["trials"])))  # fmt: skip
+                spent, reached = epochs_to_target(outcome.trials, best - margin)
+                runs.append(SearchRun(name, fit_name, seed, spent, reached, outcome.best_valid,
+                                      outcome.test_accuracy, len(outcome.trials)))  # fmt: skip
                 log.info("%s %d %s: %d epochs, target after %s", fit_name, seed, name, spent,
                          reached)  # fmt: skip
     return {"margin": margin, "grids": grids, "runs": [vars(r) for r in runs],

@@ -7,6 +7,8 @@ is valid, never as pydantic's multi-line report.
 
 from __future__ import annotations
 
+from typing import get_args
+
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from seq2final.core.errors import Seq2FinalError
@@ -32,6 +34,9 @@ def one_line(error: ValidationError, model: type[BaseModel], what: str = "parame
     if first["type"] == "extra_forbidden":
         owner: object = model
         for part in location[:-1]:
+            if part.isdigit():  # an item of a list: the list's item type
+                owner = next(iter(get_args(owner)), None)
+                continue
             fields = getattr(owner, "model_fields", {})
             owner = fields[part].annotation if part in fields else None
         valid = getattr(owner, "model_fields", None)

@@ -31,6 +31,7 @@ from seq2final.core.registry import Registry
 from seq2final.core.schema import StrictModel
 from seq2final.methods.context import Context
 from seq2final.training.hyperparameters import declared
+from seq2final.training.records import FitRecord
 from seq2final.training.terms import LOSS_TERMS, Anchor, AnchorPull, mode_schemas, pull_towards
 from seq2final.training.wrappers import ModelWrapper
 
@@ -74,7 +75,7 @@ class HistoricalState:
     mode: str
     arch: str
     chains: dict[str, ModelChain]
-    fits: list[dict[str, Any]] = field(default_factory=list)
+    fits: list[FitRecord] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
     extends: HistoricalState | None = field(default=None, repr=False)
 

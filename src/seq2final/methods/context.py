@@ -27,6 +27,7 @@ from seq2final.training.fused import FusedTrial, fit_fused
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import FitResult, clone_model, fit
 from seq2final.training.objectives import Task
+from seq2final.training.records import FitRecord
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.tuner import TrialRun, Tuner
@@ -56,7 +57,8 @@ class Context:
     tuner: Tuner
     owner_key: str
     device: torch.device
-    fits: list[dict[str, Any]] = field(default_factory=list)
+    fits: list[FitRecord] = field(default_factory=list)
+    learning_curves: list[dict[str, Any]] = field(default_factory=list)
     warm_start: nn.Module | None = None
 
     @property
@@ -126,19 +128,21 @@ class Context:
         model.load_state_dict(tuned.state_dict)
         model.dropout = float(tuned.params.get("dropout", 0.0))
         model.eval()
+        train_flops, eval_flops = cost.of_trials(tuned.trials)  # pruned trials' epochs too
         self.fits.append(
-            {
-                "stage": stage,
-                "params": tuned.params,
-                "valid_accuracy": tuned.fit.valid_accuracy,
-                "best_epoch": tuned.fit.best_epoch,
-                "epochs": tuned.fit.epochs,
-                "trials": tuned.finished_trials,
-                **cost.of_trials(tuned.trials),  # every trial's epochs, pruned ones included
-                "history": tuned.fit.history,
-                "trial_summaries": tuned.trials,
-            }
+            FitRecord(
+                stage=stage,
+                params=tuned.params,
+                valid_accuracy=tuned.fit.valid_accuracy,
+                best_epoch=tuned.fit.best_epoch,
+                epochs=tuned.fit.epochs,
+                trials=tuned.finished_trials,
+                train_flops=train_flops,
+                eval_flops=eval_flops,
+                trial_summaries=tuned.trials,
+            )
         )
+        self.learning_curves.extend({"stage": stage, **row} for row in tuned.fit.history)
         log.info(
             "%s%s: valid %.3f (epoch %d of %d, %d trial(s)) with %s",
             f"{progress.label} · " if progress.label not in ("", stage) else "",
@@ -163,18 +167,16 @@ class Context:
         per_image = image_flops(model, valid, self.engine, None)
         valid_accuracy = accuracy(model, valid, self.engine)
         self.fits.append(
-            {
-                "stage": stage,
-                "params": {},
-                "valid_accuracy": valid_accuracy,
-                "best_epoch": 0,
-                "epochs": 0,
-                "trials": 0,
-                "train_flops": per_image * int(forward_images),
-                "eval_flops": per_image * len(valid),
-                "history": [],
-                "trial_summaries": [],
-            }
+            FitRecord(
+                stage=stage,
+                params={},
+                valid_accuracy=valid_accuracy,
+                best_epoch=0,
+                epochs=0,
+                trials=0,
+                train_flops=per_image * int(forward_images),
+                eval_flops=per_image * len(valid),
+            )
         )
         log.info("%s: valid %.3f (closed form, %d images)", stage, valid_accuracy, forward_images)
         return valid_accuracy

@@ -61,7 +61,7 @@ def continue_chains(
     best: str | None = None
     for name, chain in state.chains.items():
         model = fit_chain(name, chain)
-        accuracy = ctx.fits[-1]["valid_accuracy"] if score is None else score(model)
+        accuracy = ctx.fits[-1].valid_accuracy if score is None else score(model)
         candidates[name] = (model, accuracy)
         if best is None or candidates[name][1] > candidates[best][1]:
             best = name

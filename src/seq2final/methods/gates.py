@@ -230,8 +230,9 @@ def gated_fit(
     gains ``closed_gates``, the share of gated units the selected model closed."""
     task = replace(task, callbacks=[*task.callbacks, adapters.callback()])
     gated = ctx.tuned_fit(stage, space, lambda: adapters.wrap(clone_model(start)), task)
-    ctx.fits[-1]["closed_gates"] = closed_share(gated)  # the fit's record, in the job's result
-    log.info("%s: %.1f %% of gated units closed", stage, 100 * ctx.fits[-1]["closed_gates"])
+    closed = closed_share(gated)
+    ctx.fits[-1] = ctx.fits[-1].model_copy(update={"closed_gates": closed})  # in the job's result
+    log.info("%s: %.1f %% of gated units closed", stage, 100 * closed)
     return remove_gates(gated, fold)
 
 

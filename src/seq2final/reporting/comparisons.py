@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from seq2final.core.records import ResultRecord
+from seq2final.training.records import ResultRecord
 
 
 def paired_differences(

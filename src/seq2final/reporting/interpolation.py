@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 from torch import nn
 
-from seq2final.core.records import ResultRecord
 from seq2final.methods import HistoricalState
 from seq2final.models import JointModel, interpolate, scale_side_modules
 from seq2final.training.engine import Engine, accuracy
+from seq2final.training.records import ResultRecord
 from seq2final.training.tensors import TensorSplit
 
 

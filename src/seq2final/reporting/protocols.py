@@ -15,7 +15,6 @@ from typing import Any
 
 import pandas as pd
 
-from seq2final.core.records import ResultRecord
 from seq2final.protocols import PROTOCOLS, ProtocolOptions, StepAccuracies, options_for
 from seq2final.reporting.tables import (
     ResultTable,
@@ -25,6 +24,7 @@ from seq2final.reporting.tables import (
     to_csv_frame,
     train_flops_once,
 )
+from seq2final.training.records import ResultRecord
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from seq2final.core.records import ResultRecord
 from seq2final.methods import ORACLE, JobNames, paper_columns
 from seq2final.models import ARCHITECTURES
+from seq2final.training.records import ResultRecord
 
 Style = Literal["", "bold", "italic", "bold_italic"]
 

@@ -24,7 +24,6 @@ from torch import nn
 
 from seq2final.config.parameters import CurveOptions
 from seq2final.core.errors import Seq2FinalError
-from seq2final.core.records import StepView
 from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import HistoricalState
@@ -43,6 +42,7 @@ from seq2final.training.curves import (
     nested_order,
     subset,
 )
+from seq2final.training.records import StepView
 from seq2final.training.tensors import TensorSplit
 
 log = logging.getLogger(__name__)

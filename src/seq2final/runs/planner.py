@@ -13,7 +13,6 @@ from typing import Any
 
 from seq2final.config.checks import CheckedRun
 from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
-from seq2final.core.records import StepView
 from seq2final.core.seeds import derived_seed
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import (
@@ -32,6 +31,7 @@ from seq2final.protocols import (
 )
 from seq2final.runs.keys import grown_state_key, job_key, key_base, state_key, step0_key
 from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan
+from seq2final.training.records import StepView
 
 
 def plan_run(run: CheckedRun, data: str, history: str | None = None) -> RunPlan:

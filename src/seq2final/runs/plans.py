@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seq2final.config.parameters import MlflowOptions, TuningOptions
-from seq2final.core.records import StepView
 from seq2final.methods import METHODS, JobNames, ModeBlock
 from seq2final.protocols import ProtocolOptions
 from seq2final.training.engine import Engine
+from seq2final.training.records import StepView
 from seq2final.training.search import Budget
 
 STEP0 = "step0"

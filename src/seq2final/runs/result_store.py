@@ -20,9 +20,9 @@ from pydantic import ValidationError
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write, stored_files
-from seq2final.core.records import ResultRecord
 from seq2final.core.schema import one_line
 from seq2final.models.storage import pack, unpack
+from seq2final.training.records import ResultRecord
 
 
 class ResultStore(Mapping[str, ResultRecord]):

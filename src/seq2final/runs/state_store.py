@@ -21,6 +21,7 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write, json_safe
 from seq2final.methods import HistoricalState, ModelChain
 from seq2final.models.storage import pack, unpack
+from seq2final.training.records import FitRecord
 
 
 def _added(items: list[Any], earlier: list[Any] | None) -> tuple[int, list[Any]]:
@@ -59,7 +60,7 @@ def pack_state(state: HistoricalState) -> dict[str, Any]:
         "mode": state.mode,
         "arch": state.arch,
         "chains": chains,
-        "fits": state.fits,
+        "fits": [fit.to_json() for fit in state.fits],
         "info": state.info,
     }
 
@@ -78,8 +79,14 @@ def unpack_state(payload: dict[str, Any], base: HistoricalState | None = None) -
             chain.get("anchor_weight", "ewc_lambda"),  # states saved before SI existed
         )
     return HistoricalState(
-        payload["mode"], payload["arch"], chains, payload["fits"], payload["info"]
+        payload["mode"], payload["arch"], chains, _fits(payload["fits"]), payload["info"]
     )
+
+
+def _fits(stored: list[dict[str, Any]]) -> list[FitRecord]:
+    """A state's fit records as stored (states stored before the records were typed included:
+    :class:`FitRecord` reads them)."""
+    return [FitRecord.model_validate(fit) for fit in stored]
 
 
 class HistoricalStore(Mapping[str, HistoricalState]):
@@ -132,7 +139,8 @@ class HistoricalStore(Mapping[str, HistoricalState]):
         """State ``key`` without its models (its mode, arch, fits and info, from ``state.json``):
         what a job's cost needs, read without loading a stream's chain."""
         record = json.loads((self.root / key / "state.json").read_text())
-        return HistoricalState(record["mode"], record["arch"], {}, record["fits"], record["info"])
+        return HistoricalState(record["mode"], record["arch"], {}, _fits(record["fits"]),
+                               record["info"])  # fmt: skip
 
     def __iter__(self) -> Iterator[str]:
         if not self.root.exists():
@@ -153,7 +161,7 @@ class HistoricalStore(Mapping[str, HistoricalState]):
                             "mode": state.mode,
                             "arch": state.arch,
                             "info": state.info,
-                            "fits": state.fits,
+                            "fits": [fit.to_json() for fit in state.fits],
                         }
                     ),
                     indent=1,

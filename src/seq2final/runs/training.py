@@ -21,7 +21,6 @@ from torch import nn
 
 from seq2final.core.files import json_safe
 from seq2final.core.progress import Progress
-from seq2final.core.records import RECORD_FORMAT, ResultRecord, StepView
 from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import (
     FINAL_MODES,
@@ -44,6 +43,7 @@ from seq2final.runs.state_store import HistoricalStore
 from seq2final.training.engine import Engine, predict_logits
 from seq2final.training.flops import image_flops
 from seq2final.training.metrics import classification_metrics
+from seq2final.training.records import RECORD_FORMAT, ResultRecord, StepView
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.tuner import Tuner
 
@@ -182,7 +182,7 @@ def historical_costs(key: str | None, summary: Callable[[str], HistoricalState])
     costs = {}
     while key is not None:
         state = summary(key)
-        costs[key] = sum(fit.get("train_flops", 0) for fit in state.fits)
+        costs[key] = sum(fit.train_flops or 0 for fit in state.fits)
         key = state.info.get("extends") or state.info.get("step0")
     return costs
 
@@ -218,9 +218,9 @@ def fit_job(
     wall = time.perf_counter() - started
     valid_accuracy = outcome.valid_accuracy
     if valid_accuracy is None:
-        valid_accuracy = ctx.fits[-1]["valid_accuracy"]
+        valid_accuracy = ctx.fits[-1].valid_accuracy
     method = METHODS.get(job.method)
-    record = {
+    fields: dict[str, Any] = {
         "format": RECORD_FORMAT,
         "job_key": job.key,
         "sequence": plan.sequence_name,
@@ -241,23 +241,23 @@ def fit_job(
         "test_nll": metrics["nll"],
         "ece": metrics["ece"],
         "valid_accuracy": valid_accuracy,
-        "epochs": sum(f["epochs"] for f in ctx.fits),
-        "trials": sum(f["trials"] for f in ctx.fits),
+        "epochs": sum(f.epochs for f in ctx.fits),
+        "trials": sum(f.trials for f in ctx.fits),
         "wall_seconds": wall,
         "device": str(ctx.device),
         "parameters": count_parameters(outcome.model, "paper"),
         "test_size": len(test),
-        "hyperparameters": {f["stage"]: f["params"] for f in ctx.fits},
+        "hyperparameters": {f.stage: f.params for f in ctx.fits},
         "chosen": outcome.chosen,
         "chains": chains,
         "eval_step": outcome.step,
-        "engine": plan.engine.recorded(),
-        "fits": [{k: v for k, v in f.items() if k != "history"} for f in ctx.fits],
+        "engine": plan.engine,
+        "fits": ctx.fits,
         # compute: this job's own fits, every trial included; the historical state and the
         # step-0 model it continues are shared by the methods that continue them, so they are
         # charged to themselves, by key, and shown here
-        "train_flops": sum(f["train_flops"] for f in ctx.fits),
-        "eval_flops": sum(f["eval_flops"] for f in ctx.fits),
+        "train_flops": sum(f.train_flops or 0 for f in ctx.fits),
+        "eval_flops": sum(f.eval_flops or 0 for f in ctx.fits),
         "inference_flops_per_image": image_flops(outcome.model, test, ctx.engine, outcome.step),
         "historical_flops": {"shared": True, "states": dict(costs)} if costs else None,
         "detection_auroc": shared_detection(
@@ -265,12 +265,12 @@ def fit_job(
         ),
     }
     if job.view is not None:  # scored by a temporal protocol: every step's accuracy
-        record["view"] = job.view.model_dump()
-        record["step_accuracies"] = step_accuracies(
+        fields["view"] = job.view.model_dump()
+        fields["step_accuracies"] = step_accuracies(
             outcome.model, sequence, ctx.engine, outcome.step
         )
-    curves = [{"stage": f["stage"], **row} for f in ctx.fits for row in f["history"]]
-    return JobOutcome(ResultRecord.model_validate(json_safe(record)), outcome.model, curves), ctx
+    record = ResultRecord.model_validate(json_safe(fields))  # the engine and fits as they are
+    return JobOutcome(record, outcome.model, ctx.learning_curves), ctx
 
 
 class Tracker(Protocol):

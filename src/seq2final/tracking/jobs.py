@@ -35,7 +35,6 @@ import pandas as pd
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 
-from seq2final.core.records import ResultRecord
 from seq2final.methods import METHODS, JobNames
 from seq2final.protocols import STEP_SPLITS
 from seq2final.reporting.plots import learning_curves
@@ -53,6 +52,7 @@ from seq2final.tracking.mlflow_io import (
 )
 from seq2final.tracking.names import MlflowNames
 from seq2final.tracking.pyfunc import save_pyfunc_model
+from seq2final.training.records import ResultRecord
 
 log = logging.getLogger(__name__)
 
@@ -320,30 +320,30 @@ class JobTracker:
 
     def _log_trials(self, run_id: str, job: JobPlan, record: ResultRecord) -> None:
         for fit in record.fits:
-            for trial in fit.get("trial_summaries", []):
+            for trial in fit.trial_summaries:
                 tags = {
                     **self._tags(job, record),
                     "kind": "trial",
                     "mlflow.parentRunId": run_id,
-                    "stage": fit["stage"],
-                    "trial_state": trial["state"],
+                    "stage": fit.stage,
+                    "trial_state": trial.state,
                 }
                 child = self.client.create_run(
                     self._experiment_id(job),
-                    run_name=f"{fit['stage']} trial {trial['number']}",
+                    run_name=f"{fit.stage} trial {trial.number}",
                     tags=tags,
                 ).info.run_id
                 now = int(time.time() * 1000)
                 metrics = [
                     Metric("curve/valid_accuracy", metric_value(v), now, epoch)
-                    for epoch, v in enumerate(trial.get("valid_curve") or [])
+                    for epoch, v in enumerate(trial.valid_curve)
                 ]
-                if trial.get("value") is not None:
-                    metrics.append(Metric("valid_accuracy", metric_value(trial["value"]), now, 0))
-                params = {f"hp.{k}": v for k, v in trial["params"].items()}
-                params.update(stage=fit["stage"], trial=trial["number"])
+                if trial.value is not None:
+                    metrics.append(Metric("valid_accuracy", metric_value(trial.value), now, 0))
+                params: dict[str, Any] = {f"hp.{k}": v for k, v in trial.params.items()}
+                params.update(stage=fit.stage, trial=trial.number)
                 self._batch(child, metrics=metrics, params=params)
-                self.client.set_terminated(child, _TRIAL_STATUS.get(trial["state"], "KILLED"))
+                self.client.set_terminated(child, _TRIAL_STATUS.get(trial.state, "KILLED"))
 
     def _log_model(
         self, run_id: str, job: JobPlan, record: ResultRecord, store: ResultStore
@@ -352,7 +352,7 @@ class JobTracker:
             path = Path(folder) / "model"
             save_pyfunc_model(
                 path, store.model_path(job.key), self.example, self.num_classes,
-                record.engine["input_scale"], record.eval_step, self.plan.plugins,
+                record.engine.input_scale, record.eval_step, self.plan.plugins,
             )  # fmt: skip
             self.client.log_artifacts(run_id, str(path), "model")
         name = self.names(job, record).registered_model
@@ -425,7 +425,7 @@ def _run_name(plan: RunPlan, job: JobPlan, method: str) -> str:
 
 def _final_stage(record: ResultRecord) -> str:
     """The fit that made the final model: the chosen chain's last fit, else the last fit."""
-    stages = [fit["stage"] for fit in record.fits]
+    stages = [fit.stage for fit in record.fits]
     chain = record.chosen.get("chain")
     if chain and chain != "main":
         stages = [s for s in stages if s.startswith(f"{chain}/")] or stages

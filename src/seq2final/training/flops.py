@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
@@ -28,6 +27,7 @@ from seq2final.training.callbacks import FitState
 from seq2final.training.engine import Engine, autocast, run_model, scale_images
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.objectives import Task, objective_loss
+from seq2final.training.records import TrialRecord
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import Batch
 
@@ -64,13 +64,12 @@ class FitCost:
     valid_pass: int
     per_image: int
 
-    def of_trials(self, trials: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-        """Training and validation FLOPs of every trial of a study: epochs run × an epoch, and a
+    def of_trials(self, trials: Sequence[TrialRecord]) -> tuple[int, int]:
+        """(training, validation) FLOPs of every trial of a study: epochs run × an epoch, and a
         validation pass for each epoch plus the one before training."""
-        epochs = [max(0, len(t.get("valid_curve", [])) - 1) for t in trials]
-        passes = [len(t.get("valid_curve", [])) for t in trials]
-        return {"train_flops": self.train_epoch * sum(epochs),
-                "eval_flops": self.valid_pass * sum(passes)}  # fmt: skip
+        epochs = [max(0, len(t.valid_curve) - 1) for t in trials]
+        passes = [len(t.valid_curve) for t in trials]
+        return self.train_epoch * sum(epochs), self.valid_pass * sum(passes)
 
 
 def fit_cost(

@@ -30,6 +30,7 @@ from seq2final.core.liveness import ProcessToken, current_process
 from seq2final.core.progress import current
 from seq2final.core.seeds import derived_seed
 from seq2final.training.loop import FitResult
+from seq2final.training.records import TrialRecord
 from seq2final.training.search import Budget, SearchSpace
 
 log = logging.getLogger(__name__)
@@ -77,11 +78,11 @@ class Tuned:
     params: dict[str, float]
     fit: FitResult
     state_dict: dict[str, torch.Tensor]
-    trials: list[dict[str, Any]] = field(default_factory=list)
+    trials: list[TrialRecord] = field(default_factory=list)
 
     @property
     def finished_trials(self) -> int:
-        return sum(t["state"] in ("COMPLETE", "PRUNED") for t in self.trials)
+        return sum(t.finished for t in self.trials)
 
 
 class Tuner:
@@ -260,13 +261,13 @@ class Tuner:
             )
         self.checkpoints.append(checkpoint)
         trials = [
-            {
-                "number": t.number,
-                "state": t.state.name,
-                "params": t.user_attrs.get("params", t.params),
-                "value": t.value,
-                "valid_curve": t.user_attrs.get("valid_curve", []),
-            }
+            TrialRecord(
+                number=t.number,
+                state=t.state.name,
+                params=t.user_attrs.get("params", t.params),
+                value=t.value,
+                valid_curve=t.user_attrs.get("valid_curve", []),
+            )
             for t in study.get_trials(deepcopy=False)
             if t.state != trial_state.WAITING
         ]

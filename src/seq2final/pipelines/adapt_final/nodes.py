@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from seq2final.config.parameters import EvaluateOptions
-from seq2final.core.records import ResultRecord
 from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import ORACLE, paper_columns
 from seq2final.protocols import PROTOCOLS
@@ -19,6 +18,7 @@ from seq2final.runs.result_store import ResultStore
 from seq2final.runs.state_store import HistoricalStore
 from seq2final.runs.training import historical_costs, train_jobs
 from seq2final.tracking.jobs import JobTracker
+from seq2final.training.records import ResultRecord
 
 RESULT_COLUMNS = ("method", "test", "valid", "epochs", "seconds", "")
 

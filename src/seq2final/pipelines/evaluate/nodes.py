@@ -12,7 +12,6 @@ import pandas as pd
 
 from seq2final.config.parameters import EvaluateOptions
 from seq2final.core.errors import Seq2FinalError
-from seq2final.core.records import ResultRecord
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import ORACLE, paper_columns
 from seq2final.protocols import PROTOCOLS, ProtocolOptions
@@ -33,6 +32,7 @@ from seq2final.reporting.tables import (
     total_train_flops,
 )
 from seq2final.runs.result_store import ResultStore
+from seq2final.training.records import ResultRecord
 
 log = logging.getLogger(__name__)
 

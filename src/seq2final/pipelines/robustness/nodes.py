@@ -10,7 +10,6 @@ from matplotlib.figure import Figure
 
 from seq2final.config.parameters import BuildOptions, RobustnessOptions
 from seq2final.core.errors import Seq2FinalError
-from seq2final.core.records import ResultRecord
 from seq2final.data.family import Member, is_family, members
 from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.pipelines.evaluate.nodes import sequence_records
@@ -18,6 +17,7 @@ from seq2final.protocols import sequence_options
 from seq2final.reporting import plots
 from seq2final.reporting.robustness import accuracy_deltas, history_value, robustness_slopes
 from seq2final.reporting.tables import report_folder, shown_name
+from seq2final.training.records import ResultRecord
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,9 @@ from typing import Any
 
 from torch import nn
 
-from seq2final.core.records import ResultRecord
 from seq2final.methods import HistoricalState
 from seq2final.models import JointModel
-from seq2final.training.engine import Engine
+from seq2final.training.records import ResultRecord
 from seq2final.training.tensors import TensorSplit
 
 log = logging.getLogger(__name__)
@@ -76,8 +75,3 @@ class JobModels:
         elif isinstance(final, JointModel) and record.eval_step:
             points = [(final, t) for t in range(record.eval_step)]
         return [*points, (final, record.eval_step)]
-
-
-def job_engine(record: ResultRecord) -> Engine:
-    """The engine the job was trained with (input scale, batch sizes), so accuracies match."""
-    return Engine(**record.engine)

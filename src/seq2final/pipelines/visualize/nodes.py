@@ -18,11 +18,10 @@ from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 
 from seq2final.config.parameters import VisualizeOptions
-from seq2final.core.records import ResultRecord
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import ORACLE, HistoricalState, paper_columns
 from seq2final.models import JointModel
-from seq2final.pipelines.visualize.finished_jobs import JobModels, job_engine
+from seq2final.pipelines.visualize.finished_jobs import JobModels
 from seq2final.protocols import PROTOCOLS, ProtocolOptions
 from seq2final.reporting import plots
 from seq2final.reporting.curves import curve_table, p_rep_table, sequence_curves
@@ -38,6 +37,7 @@ from seq2final.reporting.tables import (
     total_train_flops,
 )
 from seq2final.training.curves import SCRATCH
+from seq2final.training.records import ResultRecord
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def interpolation_recipes(
             ends = path_ends(record, models.final(record), models.state(record))
             if ends is None:  # a scratch job: stored as an empty path
                 return pd.DataFrame(columns=["s", "test_accuracy"])
-            engine = job_engine(record)
+            engine = record.engine
             device = engine.torch_device()
             ends.start, ends.end = ends.start.to(device), ends.end.to(device)
             log.info("interpolation path of %s (%d points)", record.job_key, points)
@@ -201,7 +201,7 @@ def plot_svcca(
             continue
         trajectories = {n: models.trajectory(r) for n, r in group.items() if n != ORACLE}
         frame = svcca_similarity(
-            trajectories, models.final(group[ORACLE]), data, job_engine(group[ORACLE])
+            trajectories, models.final(group[ORACLE]), data, group[ORACLE].engine
         )
         frames.append(frame.assign(budget=budget, arch=arch, seed=seed))
         figure = plots.svcca_panels(
@@ -223,11 +223,11 @@ def plot_adjacency_sweep(
             continue
         trials = pd.DataFrame(
             [
-                {"adjacency": t["params"].get("adjacency"), "valid_accuracy": _trial_value(t),
-                 "state": t["state"]}
+                {"adjacency": t.params.get("adjacency"), "valid_accuracy": t.reached,
+                 "state": t.state}
                 for fit in group["jm"].fits
-                for t in fit.get("trial_summaries", [])
-                if _trial_value(t) is not None and t["params"].get("adjacency") is not None
+                for t in fit.trial_summaries
+                if t.reached is not None and t.params.get("adjacency") is not None
             ],
             columns=["adjacency", "valid_accuracy", "state"],
         )  # fmt: skip
@@ -238,14 +238,6 @@ def plot_adjacency_sweep(
             trials, references, f"{spec.name}, {arch}, budget {budget}: JM's λ_adj"
         )
     return _formats(figures)
-
-
-def _trial_value(trial: Mapping[str, Any]) -> float | None:
-    """A trial's validation accuracy: its value, or for a pruned trial the last epoch it reached."""
-    if trial.get("value") is not None:
-        return float(trial["value"])
-    curve = trial.get("valid_curve") or []
-    return float(curve[-1]) if curve else None
 
 
 def plot_heatmaps(

@@ -1,10 +1,12 @@
-"""The result record: what a finished job reports, typed and versioned.
+"""The records of training: what a trial, a fit and a finished job report, typed and versioned.
 
 A job's record is written once, as JSON, beside its model (``data/07_model_output/results``), and
 read by everything after it: the run's table, ``evaluate``'s tables, ``visualize``'s figures,
-MLflow, the sweep and the benchmarks. One pydantic model says what it holds, so a reader gets
-attributes checked once on load instead of string keys looked up in many modules, and a record
-that does not match is refused in one line naming the file.
+MLflow, the sweep and the benchmarks. Pydantic models say what it holds down to its leaves (the
+engine it ran with, each fit, each trial of a fit), so a reader gets attributes checked once on
+load instead of string keys looked up in many modules, and a record that does not match is
+refused in one line naming the file. The records live with training because a record's engine
+block is the :class:`~seq2final.training.engine.Engine` itself, and the tuner writes the trials.
 
 ``format`` is the record's layout version. Records written before it existed have none and read as
 format 1, with what earlier releases wrote: records from before FLOPs were counted have no FLOP
@@ -17,7 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
+
+from seq2final.training.engine import Engine
 
 RECORD_FORMAT = 2
 """The layout records are written in: 2 adds ``format`` to format 1's fields."""
@@ -36,6 +40,72 @@ class StepView(_Record):
     name: str
     steps: tuple[int, ...]
     mixed_seed: int | None = None
+
+
+class TrialRecord(_Record):
+    """One trial of a fit's study, as the tuner left it: its number, Optuna's state
+    (``COMPLETE``, ``PRUNED``, ``FAIL``, ``RUNNING``), the hyper-parameters it drew, its
+    validation accuracy (``None`` for a trial that did not finish) and its validation accuracy
+    after every epoch it ran (before training first)."""
+
+    number: int
+    state: str
+    params: dict[str, Any]
+    value: float | None
+    valid_curve: list[float] = []
+
+    @property
+    def finished(self) -> bool:
+        """Trained to its end or stopped by the pruner: it counts as a trial of the fit."""
+        return self.state in ("COMPLETE", "PRUNED")
+
+    @property
+    def reached(self) -> float | None:
+        """Its validation accuracy, or for a pruned trial the last epoch's it reached."""
+        if self.value is not None:
+            return self.value
+        return self.valid_curve[-1] if self.valid_curve else None
+
+
+class FitRecord(_Record):
+    """One tuned fit of a state or job (docs/architecture.md, "Records").
+
+    ``stage`` names the fit within its owner (``final``, ``history``, ``main/step3``, ...);
+    ``params`` are the selected trial's hyper-parameters, ``valid_accuracy``, ``best_epoch`` and
+    ``epochs`` its validation accuracy, the epoch it kept and the epochs it ran; ``trials`` counts
+    the finished trials and ``trial_summaries`` lists every trial. The FLOPs are every trial's
+    (``None`` in records written before FLOPs were counted). ``closed_gates``: for a gated fit,
+    the share of gated units the selected model closed.
+    """
+
+    stage: str
+    params: dict[str, Any]
+    valid_accuracy: float
+    best_epoch: int
+    epochs: int
+    trials: int
+    train_flops: int | None = None
+    eval_flops: int | None = None
+    trial_summaries: list[TrialRecord] = []
+    closed_gates: float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _without_curve(cls, data: Any) -> Any:
+        """States stored before a fit's learning curve moved to the job's curves kept it in the
+        fit as ``history``; nothing reads it from there, so it is dropped on load."""
+        if isinstance(data, dict) and "history" in data:
+            data = {k: v for k, v in data.items() if k != "history"}
+        return data
+
+    def to_json(self) -> dict[str, Any]:
+        """The fit as records keep it: FLOPs and ``closed_gates`` only where there are some."""
+        return self.model_dump(mode="json", exclude=self._unset())
+
+    def _unset(self) -> set[str]:
+        return {
+            n for n in ("train_flops", "eval_flops", "closed_gates") if getattr(self, n) is None
+        }
 
 
 class SharedFlops(_Record):
@@ -85,8 +155,8 @@ class ResultRecord(_Record):
     chosen: dict[str, Any] = {}
     chains: dict[str, dict[str, float]] = {}
     eval_step: int | None = None
-    engine: dict[str, Any]
-    fits: list[dict[str, Any]]
+    engine: Engine
+    fits: list[FitRecord]
     train_flops: int | None = None  # None: written before FLOPs were counted
     eval_flops: int | None = None
     inference_flops_per_image: int | None = None
@@ -105,10 +175,18 @@ class ResultRecord(_Record):
             data = {**data, "historical_flops": {"shared": True, "states": states}}
         return data
 
+    @field_serializer("engine")
+    def _engine(self, engine: Engine) -> dict[str, Any]:
+        return engine.recorded()
+
+    @field_serializer("fits")
+    def _fits(self, fits: list[FitRecord]) -> list[dict[str, Any]]:
+        return [fit.to_json() for fit in fits]
+
     def to_json(self) -> dict[str, Any]:
         """The record as written: ``view`` and ``step_accuracies`` only under a protocol, the
         FLOP fields only where they were counted and the detection AUROC only where there is a
-        historical model to measure it with."""
+        historical model to measure it with; the engine as :meth:`Engine.recorded` gives it."""
         optional = (
             "view",
             "step_accuracies",

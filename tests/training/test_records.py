@@ -7,11 +7,12 @@ import pytest
 from result_records import make_record
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.core.records import RECORD_FORMAT, ResultRecord
 from seq2final.models import build_model
 from seq2final.runs.result_store import ResultStore
+from seq2final.training.records import RECORD_FORMAT, ResultRecord
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden/default_run_smoke/AVX2.json"
+STUDIES = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
 def _store(tmp_path: Path) -> ResultStore:
@@ -29,7 +30,8 @@ def test_records_written_before_the_format_existed_load_as_format_1(tmp_path):
     for key, old in written.items():
         record = store[key]
         assert record.format == 1 and record.job_key == key
-        assert record.test_accuracy == old["test_accuracy"] and record.fits == old["fits"]
+        assert record.test_accuracy == old["test_accuracy"]
+        assert [fit.to_json() for fit in record.fits] == old["fits"]
         # nothing is lost or changed: written again, the record is the old file plus its format
         assert record.to_json() == {**old, "wall_seconds": 1.5, "format": 1}
 
@@ -48,6 +50,55 @@ def test_a_record_round_trips_through_the_store_at_the_current_format(tmp_path):
     assert on_disk["step_accuracies"]["0"] == {"test": 0.5, "test_size": 200}  # a count stays one
     assert isinstance(on_disk["step_accuracies"]["0"]["test_size"], int)
     assert "view" not in make_record().to_json()  # only a protocol's views carry one
+
+
+def test_every_stored_study_record_reads_typed_to_its_leaves_and_writes_back_as_it_was():
+    """The studies' records under ``benchmarks/results`` were written by earlier releases:
+    each one's engine, fits and trials read as typed records, and written again it is the
+    same JSON, key order included, but for ``augment: none``, which some wrote in the engine
+    and :meth:`Engine.recorded` leaves out (it means what no ``augment`` means)."""
+    paths = sorted(STUDIES.rglob("*.json"))
+    records = [json.loads(path.read_text()) for path in paths]
+    records = [r for r in records if isinstance(r, dict) and "job_key" in r]
+    assert len(records) >= 300  # the protocol, intensity and representation studies' jobs
+    trials = 0
+    for written in records:
+        record = ResultRecord.model_validate(written)
+        assert record.engine.batch_size == written["engine"]["batch_size"]
+        for fit, stored in zip(record.fits, written["fits"], strict=True):
+            assert fit.stage == stored["stage"] and fit.train_flops == stored["train_flops"]
+            trials += len(fit.trial_summaries)
+            assert [t.valid_curve for t in fit.trial_summaries] == [
+                t["valid_curve"] for t in stored["trial_summaries"]
+            ]
+        engine = written["engine"]
+        if engine.get("augment") == "none":
+            written = {**written, "engine": {k: v for k, v in engine.items() if k != "augment"}}
+        assert json.dumps(record.to_json()) == json.dumps(written)
+    assert trials > len(records)
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        (lambda r: r["fits"][0].update(valid_acuracy=0.5), "unknown key 'fits.0.valid_acuracy'; valid: stage, params,"),
+        (lambda r: r["fits"][0]["trial_summaries"][0].update(value="best"),
+         "'fits.0.trial_summaries.0.value' = 'best'"),
+        (lambda r: r["engine"].update(batch_size=0), "'engine.batch_size' = 0"),
+    ],
+)  # fmt: skip
+def test_a_leaf_that_does_not_match_is_refused_naming_where_it_is(tmp_path, where, message):
+    store = _store(tmp_path)
+    store.results.mkdir()
+    written = {
+        **next(iter(json.loads(GOLDEN.read_text())["records"].values())),
+        "wall_seconds": 1.5,
+    }
+    where(written)
+    store.record_path("k").write_text(json.dumps(written))
+    with pytest.raises(Seq2FinalError) as error:
+        store["k"]
+    assert message in str(error.value) and "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize(
