@@ -6,7 +6,7 @@ import torch
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import build_model
 from seq2final.training import FitCallback, HyperParameters, Task, fit
-from seq2final.training.augment import augment_batch, augmentation
+from seq2final.training.augment import Augmenter, augment_batch, augmentation
 from seq2final.training.engine import Engine
 from seq2final.training.tensors import TensorSplit
 
@@ -64,12 +64,23 @@ def test_flip_crop_draws_per_image_and_keeps_the_pixels_it_shows():
         assert values <= set(images[0][images[0] > 0].tolist())
 
 
-def test_augment_is_in_the_key_only_when_on_and_never_fused():
+def test_an_augmenter_draws_from_its_own_seeded_stream_whatever_else_draws():
+    images = torch.arange(2 * 16 * 16, dtype=torch.uint8).reshape(1, 2, 16, 16).repeat(8, 1, 1, 1)
+    first, second = Augmenter("flip_crop", (16, 16), 3), Augmenter("flip_crop", (16, 16), 3)
+    torch.manual_seed(0)
+    drawn = [first(images) for _ in range(3)]
+    for batch in drawn:
+        torch.rand(100)  # dropout or another model drawing in between changes nothing
+        assert torch.equal(second(images), batch)
+    assert not torch.equal(drawn[0], drawn[1])  # the stream moves on from batch to batch
+    assert not torch.equal(Augmenter("flip_crop", (16, 16), 4)(images), drawn[0])
+    assert Augmenter("none", (16, 16), 3)(images) is images
+
+
+def test_augment_is_in_the_key_only_when_on_and_fuses_like_any_option():
     assert "augment" not in Engine().results_key()
     assert Engine(augment="flip_crop").results_key()["augment"] == "flip_crop"
-    assert Engine(augment="randaugment", fuse="auto").fuse_width() == 1
-    with pytest.raises(ValueError, match="fuse 4 with .*augment"):
-        Engine(augment="flip_crop", fuse=4)
+    assert Engine(augment="flip_crop", fuse=4).fuse == 4  # a stack augments as a single fit
 
 
 def test_an_unknown_augment_is_one_line_naming_the_valid_ones(tmp_path):

@@ -7,7 +7,7 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.models import build_model
 from seq2final.training import FitCallback, HyperParameters, LossTerm, ModelWrapper, Task, fit
 from seq2final.training import loop as training
-from seq2final.training.engine import Engine
+from seq2final.training.engine import Engine, fuse_width, unfusable
 from seq2final.training.tensors import TensorSplit
 
 ENGINE = Engine(batch_size=8, eval_batch_size=16, patience=2)
@@ -134,8 +134,8 @@ def test_a_fit_with_any_callback_trains_its_trials_one_at_a_time():
 
     both = Term()
     task = Task([_data()], _data(seed=1), terms=[both], callbacks=[both])
-    assert not task.fusable and task.unfusable == ["Term"]
-    assert Task([_data()], _data(seed=1), terms=[both]).fusable
+    assert unfusable(Engine(), task) == ["Term"] and fuse_width(Engine(fuse=4), task) == 1
+    assert unfusable(Engine(), Task([_data()], _data(seed=1), terms=[both])) == []
 
 
 def test_a_refused_fit_hands_the_model_back_as_it_came(monkeypatch):

@@ -15,7 +15,7 @@ from seq2final.training.continual import (
     reservoir_indices,
     si_importance,
 )
-from seq2final.training.engine import Engine, scale_images
+from seq2final.training.engine import Engine, scale_images, unfusable
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import fit
 from seq2final.training.mixing import BatchMixing
@@ -189,9 +189,12 @@ def test_the_loop_projects_against_the_whole_memory_when_the_reference_batch_cov
 
 def test_si_agem_mixing_and_coral_fits_train_their_trials_one_at_a_time():
     data = _data()
-    assert Task([data], data).fusable
-    assert Task([data, data], data, objective="irm").fusable
-    assert not Task([data], data, callbacks=[PathTracking()]).fusable
-    assert not Task([data], data, callbacks=[GradientProjection(data, 4)]).fusable
-    assert not Task([data], data, callbacks=[BatchMixing("mixup", 2.0)]).fusable
-    assert not Task([data, data], data, objective="coral").fusable
+    engine = Engine()
+    assert unfusable(engine, Task([data], data)) == []
+    assert unfusable(engine, Task([data, data], data, objective="irm")) == []
+    assert unfusable(engine, Task([data], data, callbacks=[PathTracking()])) == ["PathTracking"]
+    projection = Task([data], data, callbacks=[GradientProjection(data, 4)])
+    assert unfusable(engine, projection) == ["GradientProjection"]
+    mixing = Task([data], data, callbacks=[BatchMixing("mixup", 2.0)])
+    assert unfusable(engine, mixing) == ["BatchMixing"]
+    assert unfusable(engine, Task([data, data], data, objective="coral")) == ["coral"]

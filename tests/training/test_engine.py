@@ -8,7 +8,7 @@ from seq2final.config.checks import validate_parameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import build_model
 from seq2final.training import Engine, HyperParameters, Task, TensorSplit, fit, loop
-from seq2final.training.engine import autocast
+from seq2final.training.engine import autocast, fuse_width
 
 
 def _split(n: int, seed: int) -> TensorSplit:
@@ -70,16 +70,20 @@ def test_bf16_on_the_cpu_computes_in_bfloat16_and_trains():
 def test_fuse_auto_means_one_trial_at_a_time_on_the_cpu_and_bad_values_are_one_line(
     monkeypatch, project_parameters
 ):
+    task = Task([_split(4, 0)], _split(4, 1))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert Engine(device="auto").fuse_width() == 1 and Engine(fuse=6).fuse_width() == 6
+    assert fuse_width(Engine(device="auto"), task) == 1 and fuse_width(Engine(fuse=6), task) == 6
     monkeypatch.setattr(Engine, "torch_device", lambda self: torch.device("cuda"))
-    assert Engine().fuse_width() == 16 and Engine(compile=True).fuse_width() == 1
+    assert fuse_width(Engine(), task) == 16 and fuse_width(Engine(compile=True), task) == 1
+    assert fuse_width(Engine(augment="flip_crop"), task) == 16
+    with pytest.raises(ValueError, match="fuse 4 with amp fp16, compile: fused trials support"):
+        Engine(fuse=4, amp="fp16", compile=True)
     params = project_parameters
     for training, message in [
         ({"fuse": 0}, "fuse 0: valid: auto or a number of trials >= 1"),
         ({"fuse": "all"}, "fuse 'all': valid: auto or a number of trials >= 1"),
         ({"fuse": 4, "channels_last": True}, "fused trials support none of them"),
-        ({"fuse": 2, "compile": True}, "fuse 2 with amp fp16, channels_last, compile or augment"),
+        ({"fuse": 2, "compile": True}, "fuse 2 with compile: fused trials support none"),
     ]:
         with pytest.raises(Seq2FinalError, match=f"parameter 'training.*{message}"):
             validate_parameters({**params, "training": training})

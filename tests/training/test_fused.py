@@ -132,6 +132,20 @@ def test_fused_equals_single_fits_for_the_joint_model(mode, learnable):
     assert_same_fits(*single_and_fused(build, task, hps=hps, seeds=[6, 7]))
 
 
+def test_a_stack_augments_its_training_images_as_single_fits_do(learnable):
+    """Augmentation is part of the batch both fits build (``loop.training_images``), each model
+    drawing from its own augmenter: with ``flip_crop`` a stack computes what its single fits
+    compute, and not what they compute without augmentation."""
+    task = Task([learnable(60)], learnable(30, seed=1))
+    engine = ENGINE.model_copy(update={"augment": "flip_crop"})
+    build = functools.partial(build_model, "convnet_4", 10)
+    singles, fused = single_and_fused(build, task, HPS[:2], SEEDS[:2], engine)
+    assert_same_fits(singles, fused)
+    _, plain = single_and_fused(build, task, HPS[:2], SEEDS[:2], ENGINE)
+    for (_, augmented), (_, not_augmented) in zip(fused, plain, strict=True):
+        assert augmented.history[1]["train_loss"] != not_augmented.history[1]["train_loss"]
+
+
 def test_per_model_dropout_rates_give_per_model_drop_fractions():
     from seq2final.models.architectures import apply_dropout
 

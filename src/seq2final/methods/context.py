@@ -21,7 +21,7 @@ from seq2final.core.progress import current
 from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.models import build_model
-from seq2final.training.engine import Engine, accuracy
+from seq2final.training.engine import Engine, accuracy, fuse_width
 from seq2final.training.flops import fit_cost, image_flops
 from seq2final.training.fused import FusedTrial, fit_fused
 from seq2final.training.hyperparameters import HyperParameters
@@ -119,7 +119,7 @@ class Context:
             models = [make_model() for _ in runs]
             fit_fused(models, task, trials, self.engine, self.budget.max_epochs)
 
-        width = self.engine.fuse_width() if task.fusable else 1
+        width = fuse_width(self.engine, task)
         progress = current()
         with progress.fit(stage):
             tuned = self.tuner.tune(f"{self.owner_key}/{stage}", space, objective, fused, width)

@@ -3,8 +3,10 @@
 Control+Shift finds that augmentation raises clean accuracy and softens, without removing, the
 drop under a covariate shift; ``training.augment`` makes it one switch of any fit. Each image of a
 training batch gets its own draw of torchvision's v2 transforms, on the fit's device and on the
-uint8 pixels (before the input scale), from the fit's seeded global generator, so a seed gives the
-same batches. Validation, test and the partners of mixing methods are never augmented.
+uint8 pixels (before the input scale), from a random stream of the fit's own (an
+:class:`Augmenter`, seeded by the fit's seed): a seed gives the same batches, and a model of a
+fused stack draws what its single fit draws whatever the others and dropout draw. Validation,
+test and the partners of mixing methods are never augmented.
 """
 
 from __future__ import annotations
@@ -46,3 +48,26 @@ def augment_batch(images: torch.Tensor, transform: v2.Transform | None) -> torch
     if transform is None:
         return images
     return torch.stack([transform(image) for image in images])
+
+
+class Augmenter:
+    """One model's augmentation of its training batches, from a random stream of its own.
+
+    torchvision's transforms draw from torch's global generator, which dropout draws from too
+    (and under ``vmap`` even at rate 0); each call runs on this augmenter's own state, seeded by
+    ``seed``, so what a model's images draw depends on its seed and its batches alone.
+    """
+
+    def __init__(self, kind: Augment, size: tuple[int, int], seed: int) -> None:
+        self.transform = augmentation(kind, size)
+        self._state = torch.Generator().manual_seed(seed).get_state()
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        """Each image of the batch through its own draw (the batch as it is without one)."""
+        if self.transform is None:
+            return images
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(self._state)
+            out = augment_batch(images, self.transform)
+            self._state = torch.get_rng_state()
+        return out

@@ -6,7 +6,7 @@ what it computes (:meth:`Engine.results_key`) are part of every stored state's a
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from pydantic import Field, field_validator, model_validator
@@ -17,6 +17,9 @@ from seq2final.core.schema import StrictModel
 from seq2final.models import JointModel
 from seq2final.training.augment import Augment
 from seq2final.training.tensors import TensorSplit
+
+if TYPE_CHECKING:  # a task is what the engine's fusability reads; objectives import the engine
+    from seq2final.training.objectives import Task
 
 AUTO_FUSE = 16
 """Trials per stack under ``fuse: auto`` on CUDA: a paper grid of 8 (or 16 with a penalty's
@@ -30,8 +33,8 @@ class Engine(StrictModel):
     original code fed. ``device``: ``auto`` picks CUDA when available.
     ``freeze_bn_stats``: frozen layers' BN statistics stay fixed (the original let them move).
     ``fuse``: how many of a fit's trials train together as one stacked model
-    (:mod:`seq2final.training.fused`); ``auto`` fuses on CUDA and not on the CPU, where a
-    stack runs slower than its models one after another. It changes how trials are scheduled,
+    (:mod:`seq2final.training.fused`; :func:`fuse_width`); ``auto`` fuses on CUDA and not on
+    the CPU, where a stack runs slower than its models one after another. It changes how trials are scheduled,
     not what a fit computes, so it is no part of any key. ``compile``: a single fit's training
     step (forward, loss and penalties) runs through ``torch.compile``; like ``channels_last`` it
     changes how a fit computes, not what, so it is no part of any key either.
@@ -67,28 +70,13 @@ class Engine(StrictModel):
 
     @model_validator(mode="after")
     def _fusable(self) -> Engine:
-        if self.fuse != "auto" and self.fuse > 1 and not self._can_fuse():
+        unsupported = unfusable(self)
+        if self.fuse != "auto" and self.fuse > 1 and unsupported:
             raise ValueError(
-                f"fuse {self.fuse} with amp fp16, channels_last, compile or augment: fused trials "
-                "support none of them; valid: fuse 1 or auto with those options"
+                f"fuse {self.fuse} with {', '.join(unsupported)}: fused trials support none of "
+                "them; valid: fuse 1 or auto with those options"
             )
         return self
-
-    def _can_fuse(self) -> bool:
-        return (
-            self.amp != "fp16"
-            and not self.channels_last
-            and not self.compile
-            and self.augment == "none"
-        )
-
-    def fuse_width(self) -> int:
-        """How many trials train together: ``fuse``, or for ``auto`` :data:`AUTO_FUSE` on CUDA
-        (1 where fused trials cannot run: fp16 loss scaling, channels_last, compile, augment) and 1 on the
-        CPU."""
-        if self.fuse != "auto":
-            return int(self.fuse)
-        return AUTO_FUSE if self.torch_device().type == "cuda" and self._can_fuse() else 1
 
     def torch_device(self) -> torch.device:
         """The device fits run on; a device or precision this machine lacks is one line."""
@@ -132,6 +120,35 @@ class Engine(StrictModel):
             "freeze_bn_stats": self.freeze_bn_stats,
             **({"augment": self.augment} if self.augment != "none" else {}),
         }
+
+
+def unfusable(engine: Engine, task: Task | None = None) -> list[str]:
+    """What keeps a fit's trials from training as one stacked model
+    (:mod:`seq2final.training.fused`): the engine's options a stack cannot run (fp16 loss
+    scaling, channels_last, compile) and, given the fit's task, its callbacks (a stack calls
+    none) and its loss terms not written for ``vmap``. Empty: the trials can fuse.
+
+    The one place this is decided: the engine's check of an explicit ``fuse``, the width a fit's
+    trials train at (:func:`fuse_width`) and :func:`~seq2final.training.fused.fit_fused`'s
+    refusal all ask here."""
+    options = {"amp fp16": engine.amp == "fp16", "channels_last": engine.channels_last,
+               "compile": engine.compile}  # fmt: skip
+    found = [name for name, on in options.items() if on]
+    if task is not None:
+        found += [term.name for term in task.loss_terms if not term.fusable]
+        found += [type(c).__name__ for c in task.callbacks]
+    return found
+
+
+def fuse_width(engine: Engine, task: Task) -> int:
+    """How many of the task's trials train together: 1 where :func:`unfusable` finds anything,
+    else ``fuse``, or for ``auto`` :data:`AUTO_FUSE` on CUDA and 1 on the CPU (where a stack
+    runs slower than its models one after another)."""
+    if unfusable(engine, task):
+        return 1
+    if engine.fuse != "auto":
+        return int(engine.fuse)
+    return AUTO_FUSE if engine.torch_device().type == "cuda" else 1
 
 
 def pick_fast_kernels(device: torch.device) -> None:

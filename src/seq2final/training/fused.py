@@ -9,13 +9,22 @@ reference):
 
 * its own learning rate, L2 weight, dropout rate and penalty weights (per-model tensors);
 * its own seed: its own generator draws its batch order (each model gathers its own batch
-  indices) and IRM permutations exactly as its single fit would; dropout masks are drawn per
-  model but from the stack's stream, so only at dropout 0 do the two agree;
+  indices) and IRM permutations, and its own augmenter its augmentation, exactly as its single
+  fit would; dropout masks are drawn per model but from the stack's stream (seeded by the first
+  trial's seed), so only at dropout 0 do the two agree;
 * its own Adam state, early stopping, best-epoch selection and pruning: a model that stops is
   taken out of the stack (no update, no BN change afterwards) and the rest train on.
 
 At dropout 0 the fused results equal K single fits to float tolerance (batched convolutions sum
 in another order); the tests check selected epochs, accuracies and weights.
+
+It is built from the single fit's public parts (:mod:`seq2final.training.loop`: the batch order,
+the training images with their augmentation, the training mode, the history rows, the model
+handed back) and shares its rules (:class:`~seq2final.training.rules.Selection`); whether a fit
+can fuse is :func:`~seq2final.training.engine.unfusable`'s answer. What is its own is what a stack
+needs: one Adam step of every model at once, each with its own learning rate (Adam's update is
+the one :class:`torch.optim.Adam` makes, checked by the tests against single fits), and one
+validation pass of every model under ``vmap``.
 """
 
 from __future__ import annotations
@@ -33,15 +42,23 @@ from torch.func import functional_call, stack_module_state
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import set_trainable
-from seq2final.training.engine import Engine, autocast, pick_fast_kernels, scale_images
+from seq2final.training.augment import Augmenter
+from seq2final.training.engine import (
+    Engine,
+    autocast,
+    pick_fast_kernels,
+    scale_images,
+    unfusable,
+)
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import (
+    BatchOrder,
     EpochCallback,
     FitResult,
-    _Cycler,
-    _restore,
-    _row,
-    _train_mode,
+    epoch_row,
+    hand_back,
+    train_mode,
+    training_images,
 )
 from seq2final.training.objectives import Task, objective_loss
 from seq2final.training.rules import Selection
@@ -74,7 +91,8 @@ class _Member:
     index: int
     trial: FusedTrial
     generator: torch.Generator
-    cyclers: list[_Cycler]
+    orders: list[BatchOrder]
+    augmenter: Augmenter
     selection: Selection
     history: list[dict[str, float]] = field(default_factory=list)
     best_state: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -182,23 +200,20 @@ def fit_fused(
         raise Seq2FinalError(
             f"fit_fused needs one trial per model, got {len(trials)} for {len(models)} model(s)"
         )
-    if not task.fusable:
+    unsupported = unfusable(engine, task)
+    if unsupported:
         raise Seq2FinalError(
-            f"fused fits cannot train this task: {', '.join(task.unfusable)} cannot run in a "
+            f"fused fits cannot train this fit: {', '.join(unsupported)} cannot run in a "
             "stack; train its trials one at a time (training.fuse: 1)"
-        )
-    if engine.amp == "fp16" or engine.channels_last:
-        raise Seq2FinalError(
-            "fused fits run without fp16 loss scaling and channels_last; set training.fuse to 1 "
-            "for those options"
         )
     device = next(models[0].parameters()).device
     pick_fast_kernels(device)
+    torch.manual_seed(trials[0].seed)  # the stack's stream of dropout masks
     flags = [{name: p.requires_grad for name, p in m.named_parameters()} for m in models]
     for model in models:
         if task.trainable is not None:
             set_trainable(model, task.trainable)
-        _train_mode(model, engine)
+        train_mode(model, engine)
     if not any(p.requires_grad for p in models[0].parameters()):
         raise Seq2FinalError("nothing to train: every parameter of the model is frozen")
     base = copy.deepcopy(models[0]).to("meta")  # the structure; the values come from the stack
@@ -209,8 +224,10 @@ def fit_fused(
     members = []
     for index, trial in enumerate(trials):
         generator = torch.Generator(device).manual_seed(trial.seed)
-        cyclers = [_Cycler(len(d), engine.batch_size, generator) for d in domains]
-        members.append(_Member(index, trial, generator, cyclers, Selection(engine.patience)))
+        orders = [BatchOrder(len(d), engine.batch_size, generator) for d in domains]
+        augmenter = Augmenter(engine.augment, tuple(valid.x.shape[-2:]), trial.seed)
+        members.append(_Member(index, trial, generator, orders, augmenter,
+                               Selection(engine.patience)))  # fmt: skip
     stack = _Stack(models, members)
     batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in domains)
     steps = task.steps or [None] * len(domains)
@@ -233,7 +250,7 @@ def fit_fused(
             ce_sum = torch.zeros(len(stack.members), dtype=torch.float64, device=device)
             correct = torch.zeros(len(stack.members), dtype=torch.int64, device=device)
             count = 0
-            _train_mode(base, engine)
+            train_mode(base, engine)
             for _ in range(batches_per_epoch):
                 xs, ys, ws, drawn = _gather(stack.members, domains, task, engine)
                 with autocast(engine, device):
@@ -256,7 +273,7 @@ def fit_fused(
     results: list[FitResult | None] = []
     for model, member, flag in zip(models, members, flags, strict=True):
         model.load_state_dict(member.best_state)
-        _restore(model, flag, float(member.trial.hp.dropout))
+        hand_back(model, flag, float(member.trial.hp.dropout))
         chosen = member.selection
         result = FitResult(chosen.best_accuracy, chosen.best_epoch, member.epochs, member.history)
         results.append(None if member.pruned else result)
@@ -266,10 +283,10 @@ def fit_fused(
 def _gather(
     members: list[_Member], domains: list[TensorSplit], task: Task, engine: Engine
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor | None], list]:
-    """Each model's next batch of every domain, stacked: images [K, B, ...], labels, weights and
-    what the objective draws per batch (IRM's permutations), drawn from each model's generator in
-    the order its single fit draws."""
-    indices = [[cycler.next() for cycler in member.cyclers] for member in members]
+    """Each model's next batch of every domain, stacked: images [K, B, ...] (augmented as a
+    single fit's are), labels, weights and what the objective draws per batch (IRM's
+    permutations), drawn from each model's generator in the order its single fit draws."""
+    indices = [[order.next() for order in member.orders] for member in members]
     objective = task.objective
     assert isinstance(objective, LossTerm)
     per_model = [
@@ -283,7 +300,11 @@ def _gather(
     xs, ys, ws = [], [], []
     for d, domain in enumerate(domains):
         index = torch.stack([own[d] for own in indices])
-        xs.append(scale_images(domain.x[index], engine))
+        if engine.augment == "none":  # one gather for the stack
+            xs.append(scale_images(domain.x[index], engine))
+        else:  # each model's images through its own augmenter, as its single fit's
+            xs.append(torch.stack([training_images(domain, own[d], m.augmenter, engine)
+                                   for m, own in zip(members, indices, strict=True)]))  # fmt: skip
         ys.append(domain.y[index])
         ws.append(None if domain.weight is None else domain.weight[index])
     return xs, ys, ws, drawn
@@ -337,7 +358,7 @@ def _after_epoch(
     kept = []
     for position, member in enumerate(stack.members):
         accuracy = accuracies[position]
-        member.history.append(_row(epoch, train_losses[position], train_accuracies[position],
+        member.history.append(epoch_row(epoch, train_losses[position], train_accuracies[position],
                                    losses[position], accuracy))  # fmt: skip
         member.epochs = epoch
         if member.selection.observe(epoch, accuracy):

@@ -13,6 +13,11 @@ at named points of this loop — so the loop keeps the original code's rules in 
 * which epoch is kept and when the fit stops: :mod:`seq2final.training.rules`, shared with the
   fused fit.
 
+The fused fit (:mod:`seq2final.training.fused`) is built from this module's public parts: the
+batch order (:class:`BatchOrder`), the training images of a batch with their augmentation
+(:func:`training_images`), the training mode (:func:`train_mode`), a history row
+(:func:`epoch_row`) and the model as a fit hands it back (:func:`hand_back`).
+
 Unlike the original, one validation pass per epoch yields both loss and accuracy, and training
 metrics accumulate during the training pass itself, so an epoch costs one pass over the training
 data and one over the validation data. Data stay uint8 tensors (moved to the device once); a batch
@@ -33,7 +38,7 @@ from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import set_trainable
-from seq2final.training.augment import augment_batch, augmentation
+from seq2final.training.augment import Augmenter
 from seq2final.training.callbacks import FitState
 from seq2final.training.engine import (
     Engine,
@@ -64,7 +69,7 @@ class FitResult:
 EpochCallback = Callable[[int, float], None]
 
 
-class _Cycler:
+class BatchOrder:
     """Batches of one domain as index slices of a shuffled order, reshuffled when exhausted; the
     order is drawn on the generator's device, so a GPU fit never copies indices from the host."""
 
@@ -96,7 +101,15 @@ def _validate(
     return loss_value, accuracy_value
 
 
-def _train_mode(model: nn.Module, engine: Engine, freeze_bn_stats: bool = False) -> None:
+def training_images(
+    domain: TensorSplit, index: torch.Tensor, augmenter: Augmenter, engine: Engine
+) -> torch.Tensor:
+    """One model's training images at ``index``, each through its own draw of the fit's
+    augmentation (:mod:`seq2final.training.augment`), scaled for the model."""
+    return scale_images(augmenter(domain.x[index]), engine)
+
+
+def train_mode(model: nn.Module, engine: Engine, freeze_bn_stats: bool = False) -> None:
     """Training mode; where the engine or the coming epoch (``FitState.freeze_bn_stats``) asks,
     the BN layers whose parameters are all frozen keep their statistics fixed (eval mode)."""
     model.train()
@@ -147,8 +160,8 @@ def fit(
     steps = task.steps or [None] * len(domains)
     weights = task.step_weights or [1.0] * len(domains)
     valid = task.valid.to(device)  # on the device once, not once per epoch
-    cyclers = [_Cycler(len(d), engine.batch_size, generator) for d in domains]
-    augment = augmentation(engine.augment, tuple(valid.x.shape[-2:]))
+    orders = [BatchOrder(len(d), engine.batch_size, generator) for d in domains]
+    augmenter = Augmenter(engine.augment, tuple(valid.x.shape[-2:]), seed)
     batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in domains)
     state = FitState(model, parameters, optimizer, scaler, engine, hp, generator, domains)
     callbacks = task.callbacks
@@ -165,11 +178,11 @@ def fit(
         for callback in callbacks:
             callback.before_fit(state)
     except BaseException:  # a callback refused the fit (a wrapper's empty phase): leave the model
-        _restore(model, flags, hp.dropout)  # as it came
+        hand_back(model, flags, hp.dropout)  # as it came
         raise
     valid_loss, valid_accuracy = _validate(model, valid, task.valid_step, engine)
     state.valid_loss, state.valid_accuracy = valid_loss, valid_accuracy
-    history = [_row(0, math.nan, math.nan, valid_loss, valid_accuracy)]
+    history = [epoch_row(0, math.nan, math.nan, valid_loss, valid_accuracy)]
     selection = Selection(engine.patience)
     selection.observe(0, valid_accuracy)
     best_state, best_extras = _snapshot(model), _kept(state, callbacks)
@@ -181,18 +194,18 @@ def fit(
             state.epoch = epoch
             for callback in callbacks:
                 callback.before_epoch(state)
-            _train_mode(model, engine, state.freeze_bn_stats)
+            train_mode(model, engine, state.freeze_bn_stats)
             ce_sum = torch.zeros((), dtype=torch.float64, device=device)
             correct = torch.zeros((), dtype=torch.int64, device=device)
             count = 0
             for _ in range(batches_per_epoch):
                 batches = []
-                for d, (domain, cycler, step, loss_weight) in enumerate(
-                    zip(domains, cyclers, steps, weights, strict=True)
+                for d, (domain, order, step, loss_weight) in enumerate(
+                    zip(domains, orders, steps, weights, strict=True)
                 ):
-                    index = cycler.next()
+                    index = order.next()
                     weight = None if domain.weight is None else domain.weight[index]
-                    x = scale_images(augment_batch(domain.x[index], augment), engine)
+                    x = training_images(domain, index, augmenter, engine)
                     y = domain.y[index]
                     batch = Batch(x, y, weight, step, loss_weight)
                     for callback in callbacks:
@@ -220,7 +233,7 @@ def fit(
             valid_loss, valid_accuracy = _validate(model, valid, task.valid_step, engine)
             state.valid_loss, state.valid_accuracy = valid_loss, valid_accuracy
             train_loss, train_accuracy = float(ce_sum) / count, float(correct) / count
-            history.append(_row(epoch, train_loss, train_accuracy, valid_loss, valid_accuracy))
+            history.append(epoch_row(epoch, train_loss, train_accuracy, valid_loss, valid_accuracy))
             if progress is not None:
                 progress(1)
             if selection.observe(epoch, valid_accuracy):
@@ -233,13 +246,13 @@ def fit(
                 break
     finally:
         model.load_state_dict(best_state)
-        _restore(model, flags, hp.dropout)
+        hand_back(model, flags, hp.dropout)
     for callback in callbacks:
         callback.after_fit(state)
     return FitResult(selection.best_accuracy, selection.best_epoch, epoch, history, best_extras)
 
 
-def _restore(model: nn.Module, flags: dict[str, bool], dropout: float) -> None:
+def hand_back(model: nn.Module, flags: dict[str, bool], dropout: float) -> None:
     """The model as a fit hands it back: its trainable flags as they came, the fit's dropout rate
     (as a number, not a compiled step's tensor), in eval mode."""
     model.dropout = dropout
@@ -256,9 +269,10 @@ def _kept(state: FitState, callbacks: list) -> dict[str, Any]:
     return dict(state.extras)
 
 
-def _row(
+def epoch_row(
     epoch: int, train_loss: float, train_acc: float, valid_loss: float, valid_acc: float
 ) -> dict[str, float]:
+    """One epoch of a fit's history (epoch 0, before training, has no training metrics)."""
     return {
         "epoch": epoch,
         "train_loss": train_loss,

@@ -73,25 +73,19 @@ class Task:
             raise Seq2FinalError("a fit needs non-empty training domains and validation set")
         declared(self._schemas())  # a hyper-parameter two parts declare stops here
 
+    @property
+    def loss_terms(self) -> list[LossTerm]:
+        """Every term of the fit's loss: the objective, then the penalties."""
+        assert isinstance(self.objective, LossTerm)  # a name is resolved on construction
+        return [self.objective, *self.penalties]
+
     def _schemas(self) -> list[tuple[str, type[BaseModel]]]:
-        return schemas([self.objective, *self.penalties])
+        return schemas(self.loss_terms)
 
     def hyperparameters(self, values: Mapping[str, Any]) -> HyperParameters:
         """``values`` checked against what the fit's loss terms declare, every missing
         one at its default."""
         return complete(values, self._schemas())
-
-    @property
-    def unfusable(self) -> list[str]:
-        """The parts that keep the fit's trials from training as one stack: its callbacks (a
-        stack calls none) and the terms not written for ``vmap``."""
-        terms = [t.name for t in (self.objective, *self.penalties) if not t.fusable]
-        return terms + [type(c).__name__ for c in self.callbacks]
-
-    @property
-    def fusable(self) -> bool:
-        """Whether the fit's trials can train as one stack (:attr:`unfusable` is empty)."""
-        return not self.unfusable
 
 
 def objective_loss(
