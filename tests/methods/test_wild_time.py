@@ -70,7 +70,7 @@ def test_the_coral_objective_adds_lambda_times_the_penalty_to_the_domains_mean_l
     task = Task([TensorSplit(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), torch.zeros(1).long())],
                 TensorSplit(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), torch.zeros(1).long()),
                 objective="coral")  # fmt: skip
-    hp = task.hyperparameters({"lr": 1e-3, "coral": 0.9})
+    hp = task.checked_hyperparameters({"lr": 1e-3, "coral": 0.9})
     loss, *_ = objective_loss(model, batches, task, hp, None)
     outputs = [model(x) for x in xs]
     ce = (F.cross_entropy(outputs[0], ys[0]) + F.cross_entropy(outputs[1], ys[1])) / 2
@@ -134,7 +134,9 @@ def test_the_mixup_loss_weighs_each_labels_loss_by_its_share_of_the_image():
     task = Task([TensorSplit(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), torch.zeros(1).long())],
                 TensorSplit(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), torch.zeros(1).long()))  # fmt: skip
     batch = Batch(x, y, None, None, 1.0, None, other, mix)
-    loss, *_ = objective_loss(model, [batch], task, task.hyperparameters({"lr": 1e-3}), None)
+    loss, *_ = objective_loss(
+        model, [batch], task, task.checked_hyperparameters({"lr": 1e-3}), None
+    )
     logits = model(x)
     expected = 0.3 * F.cross_entropy(logits, y) + 0.7 * F.cross_entropy(logits, other)
     torch.testing.assert_close(loss, expected)

@@ -43,7 +43,7 @@ class Recording(FitCallback):
 
 POINTS = {
     "before_fit", "on_selected", "before_epoch", "transform_batch", "after_backward",
-    "before_step", "after_step", "after_epoch", "after_fit",
+    "before_update", "after_update", "after_epoch", "after_fit",
 }  # fmt: skip
 
 
@@ -56,7 +56,7 @@ def test_callbacks_fire_in_the_documented_order_and_number(monkeypatch):
     result = fit(build_model("convnet_1", 3), task, HyperParameters(lr=1e-3), ENGINE, 10, seed=0)
     assert (result.epochs, result.best_epoch) == (4, 2)
     step = [("transform_batch", "E", 0), ("transform_batch", "E", 1), ("after_backward", "E"),
-            ("before_step", "E"), ("after_step", "E")]  # fmt: skip
+            ("before_update", "E"), ("after_update", "E")]  # fmt: skip
 
     def epoch(e, selected):
         calls = [("before_epoch", e)]
@@ -115,15 +115,15 @@ def test_several_callbacks_fire_at_each_point_in_the_order_the_task_lists_them(m
         def before_fit(self, fit):
             order.append(("before_fit", self.name))
 
-        def after_step(self, fit):
-            order.append(("after_step", self.name))
+        def after_update(self, state):
+            order.append(("after_update", self.name))
 
     task = Task([_data()], _data(seed=1), callbacks=[Named("a"), Named("b")])
     fit(build_model("convnet_1", 3), task, HyperParameters(lr=1e-3), ENGINE, 1, seed=0)
     assert (
         order
         == [("before_fit", "a"), ("before_fit", "b")]
-        + [("after_step", "a"), ("after_step", "b")] * 2
+        + [("after_update", "a"), ("after_update", "b")] * 2
     )  # two steps of 8 images
 
 
@@ -133,9 +133,9 @@ def test_a_fit_with_any_callback_trains_its_trials_one_at_a_time():
             return None
 
     both = Term()
-    task = Task([_data()], _data(seed=1), terms=[both], callbacks=[both])
+    task = Task([_data()], _data(seed=1), penalties=[both], callbacks=[both])
     assert unfusable(Engine(), task) == ["Term"] and fuse_width(Engine(fuse=4), task) == 1
-    assert unfusable(Engine(), Task([_data()], _data(seed=1), terms=[both])) == []
+    assert unfusable(Engine(), Task([_data()], _data(seed=1), penalties=[both])) == []
 
 
 def test_a_refused_fit_hands_the_model_back_as_it_came(monkeypatch):
@@ -152,3 +152,34 @@ def test_a_refused_fit_hands_the_model_back_as_it_came(monkeypatch):
 def test_a_phase_of_no_epochs_is_refused():
     with pytest.raises(Seq2FinalError, match="phase 1 lasts 0 epochs; valid: a whole number >= 1"):
         ModelWrapper.callback(type("Zero", (ModelWrapper,), {"phases": lambda self: [(0, None)]})())
+
+
+def test_parts_written_with_the_names_before_they_were_renamed_are_warned_and_still_work():
+    """``before_step``/``after_step`` (now ``before_update``/``after_update``: a step is a
+    time step), ``Task(terms=)`` (now ``penalties=``: terms are every loss term) and a wrapper's
+    ``fixed_statistics`` (now ``freeze_bn_stats``, as the engine says it)."""
+    with pytest.warns(DeprecationWarning, match="Old.after_step is now after_update"):
+
+        class Old(FitCallback):
+            def __init__(self):
+                self.updates = 0
+
+            def after_step(self, state):
+                self.updates += 1
+
+    class Nothing(LossTerm):
+        def penalty(self, inputs, hp):
+            return None
+
+    old, nothing = Old(), Nothing()
+    with pytest.warns(DeprecationWarning, match=r"Task\(terms=...\) is now Task\(penalties="):
+        task = Task([_data()], _data(seed=1), terms=[nothing], callbacks=[old])
+    assert task.penalties == [nothing] and task.all_penalties[1:] == [nothing]
+    fit(build_model("convnet_1", 3), task, HyperParameters(lr=1e-3), ENGINE, 1, seed=0)
+    assert old.updates == 2  # 16 images in batches of 8: two updates in the one epoch
+    with pytest.warns(DeprecationWarning, match="Fixed.fixed_statistics is now freeze_bn_stats"):
+
+        class Fixed(ModelWrapper):
+            fixed_statistics = True
+
+    assert Fixed().freeze_bn_stats and not ModelWrapper().freeze_bn_stats

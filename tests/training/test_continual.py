@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seq2final.methods.continual import reservoir_indices, si_importance
 from seq2final.training import loop as training
 from seq2final.training.continual import (
     EpisodicMemory,
@@ -12,8 +13,6 @@ from seq2final.training.continual import (
     PathIntegral,
     PathTracking,
     project_conflicting,
-    reservoir_indices,
-    si_importance,
 )
 from seq2final.training.engine import Engine, scale_images, unfusable
 from seq2final.training.hyperparameters import HyperParameters
@@ -60,9 +59,9 @@ def test_the_path_integral_sums_minus_gradient_times_step_over_every_step():
         F.cross_entropy(model(x), y).backward()
         grads = {name: p.grad.clone() for name, p in model.named_parameters()}
         before = {name: p.detach().clone() for name, p in model.named_parameters()}
-        path.before_step()
+        path.before_update()
         optimizer.step()
-        path.after_step()
+        path.after_update()
         for name, p in model.named_parameters():
             by_hand[name] -= grads[name] * (p.detach() - before[name])
     for name, value in path.snapshot().items():
@@ -77,8 +76,8 @@ def test_a_step_a_gradient_scaler_skipped_adds_nothing_to_the_path():
     path = PathIntegral(list(model.named_parameters()))
     for p in model.parameters():
         p.grad = torch.full_like(p, float("inf"))
-    path.before_step()  # the skipped step: no update
-    path.after_step()
+    path.before_update()  # the skipped step: no update
+    path.after_update()
     assert all(torch.equal(v, torch.zeros_like(v)) for v in path.snapshot().values())
 
 

@@ -105,7 +105,7 @@ def test_fused_equals_single_fits_with_ewc_anchors(learnable):
     anchor = build_model("convnet_1", 10)
     values = {n: p.detach().clone() for n, p in anchor.named_parameters()}
     fisher = {n: torch.rand_like(p) for n, p in anchor.named_parameters()}
-    task = Task([learnable()], learnable(60, seed=1), terms=[Ewc([(values, fisher)])])
+    task = Task([learnable()], learnable(60, seed=1), penalties=[Ewc([(values, fisher)])])
     hps = [HyperParameters(lr=3e-3, ewc_lambda=10.0), HyperParameters(lr=3e-3, ewc_lambda=0.1)]
     build = lambda: build_model("convnet_1", 10)  # noqa: E731
     assert_same_fits(*single_and_fused(build, task, hps=hps, seeds=[4, 4]))
@@ -118,7 +118,7 @@ def test_fused_equals_single_fits_for_the_joint_model(mode, learnable):
     ``convnet_1``, for the reason given in the EWC test (adjacency pulls as EWC does)."""
     task = Task([learnable(100), learnable(100, seed=2)], learnable(60, seed=1), objective="joint",
                 steps=[0, 1], valid_step=1, step_weights=[1.0, 3.0],
-                terms=[Adjacency()])  # fmt: skip
+                penalties=[Adjacency()])  # fmt: skip
     layers = [["conv1", "fc"]]
 
     def build():

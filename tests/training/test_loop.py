@@ -121,7 +121,7 @@ def test_dro_back_propagates_only_the_worst_domain():
     worst = (easy, hard)[losses.index(max(losses))]
     task = Task([easy, hard], easy, objective="dro")
     loss, *_ = objectives.objective_loss(
-        model, [batch(easy), batch(hard)], task, task.hyperparameters({"lr": 1.0}), None
+        model, [batch(easy), batch(hard)], task, task.checked_hyperparameters({"lr": 1.0}), None
     )
     loss.backward()
     got = [p.grad.clone() for p in model.parameters()]
@@ -168,7 +168,7 @@ def test_a_huge_adjacency_penalty_makes_step_modules_nearly_equal(monkeypatch):
             objective="joint",
             steps=[0, 1, 2],
             valid_step=2,
-            terms=[Adjacency()],
+            penalties=[Adjacency()],
         )
         fit(model, task, HyperParameters(lr=0.02, adjacency=adjacency), ENGINE, 8, seed=0)
         return float(model.adjacency_norm()) / initial
@@ -224,10 +224,10 @@ def test_bad_hyper_parameters_name_the_valid_values():
     task = Task([_data()], _data(seed=1), objective="irm")
     with pytest.raises(ValueError, match=r"unknown hyper-parameter\(s\) momentum; valid: dropout, "
                        r"irm_penalty, lr, weight_decay$"):  # fmt: skip
-        task.hyperparameters({"lr": 1.0, "momentum": 0.9})
+        task.checked_hyperparameters({"lr": 1.0, "momentum": 0.9})
     with pytest.raises(ValueError, match="irm_penalty' = -1.0: Input should be greater than or"):
-        task.hyperparameters({"lr": 1.0, "irm_penalty": -1.0})
-    assert task.hyperparameters({"lr": 0.5}) == HyperParameters(
+        task.checked_hyperparameters({"lr": 1.0, "irm_penalty": -1.0})
+    assert task.checked_hyperparameters({"lr": 0.5}) == HyperParameters(
         lr=0.5, dropout=0.0, irm_penalty=1.0, weight_decay=0.0
     )  # the defaults the terms declare
 
@@ -267,7 +267,7 @@ def test_joint_loss_weights_steps_and_divides_by_their_number():
         model,
         _batches(a, b, steps=[0, 1], weights=[1.0, 3.0]),
         task,
-        task.hyperparameters({"lr": 1.0}),
+        task.checked_hyperparameters({"lr": 1.0}),
         None,
     )
     model.eval()  # no dropout in the model; BN in train mode in both computations
@@ -280,7 +280,7 @@ def test_irm_loss_sums_domains_each_with_its_weighted_penalty():
     model = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
     a, b = _data(6, size=2), _data(6, seed=4, size=2)
     task = Task([a, b], a, objective="irm")
-    hp = task.hyperparameters({"lr": 1.0, "irm_penalty": 2.5})
+    hp = task.checked_hyperparameters({"lr": 1.0, "irm_penalty": 2.5})
     loss, *_ = objectives.objective_loss(
         model, _batches(a, b), task, hp, torch.Generator().manual_seed(1)
     )

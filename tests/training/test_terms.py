@@ -172,7 +172,7 @@ def test_a_hyper_parameter_two_active_parts_declare_is_one_line():
             return None
 
     with pytest.raises(Seq2FinalError) as error:
-        Task([_split()], _split(), terms=[Twice()])
+        Task([_split()], _split(), penalties=[Twice()])
     assert str(error.value) == (
         "hyper-parameter 'weight_decay' is declared by both loss term 'l2' and loss term 'twice'; "
         "valid: a name no other active term declares"

@@ -102,7 +102,7 @@ class Context:
         """:meth:`tuned_fit`, also returning the selected trial's fit (for what a mode computes
         from the fit itself, such as SI's path integral)."""
 
-        def objective(params, seed, report):
+        def train_trial(params, seed, report):
             model = make_model()
             hp = HyperParameters(params)  # checked and completed by the fit
             epochs = self.budget.max_epochs
@@ -110,7 +110,7 @@ class Context:
             result = fit(model, task, hp, self.engine, epochs, seed, report, progress.epoch)
             return result, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
-        def fused(runs: list[TrialRun]) -> None:
+        def train_stack(runs: list[TrialRun]) -> None:
             trials = [
                 FusedTrial(HyperParameters(run.params), run.seed, run.report,
                            functools.partial(_finish_on_cpu, run))
@@ -122,7 +122,9 @@ class Context:
         width = fuse_width(self.engine, task)
         progress = current()
         with progress.fit(stage):
-            tuned = self.tuner.tune(f"{self.owner_key}/{stage}", space, objective, fused, width)
+            tuned = self.tuner.tune(
+                f"{self.owner_key}/{stage}", space, train_trial, train_stack, width
+            )
         model = make_model()
         cost = fit_cost(model, task, HyperParameters(tuned.params), self.engine)
         model.load_state_dict(tuned.state_dict)

@@ -18,9 +18,10 @@ step t alone, from the model of time t−1.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from pydantic import Field
 from torch import nn
@@ -43,17 +44,49 @@ from seq2final.methods.blocks import settings_of, space_of
 from seq2final.methods.context import Context
 from seq2final.methods.final import continue_chains, fine_tune_chain
 from seq2final.methods.historical import fine_tuned_step
-from seq2final.training.continual import (
-    GradientProjection,
-    PathTracking,
-    reservoir_indices,
-    si_importance,
-)
+from seq2final.training.continual import GradientProjection, PathTracking
 from seq2final.training.engine import Engine, accuracy, scale_images
 from seq2final.training.loop import clone_model
 from seq2final.training.objectives import Task, parameters_of
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import Si
+
+
+def si_importance(
+    omega: dict[str, torch.Tensor],
+    start: dict[str, torch.Tensor],
+    end: dict[str, torch.Tensor],
+    damping: float,
+    previous: dict[str, torch.Tensor] | None = None,
+) -> dict[str, torch.Tensor]:
+    """SI's importance after a step of the sequence: the previous importance plus
+    ω / ((θ_end − θ_start)² + ξ) per parameter (ξ: ``damping``, Wild-Time's ε, 0.001)."""
+    importance = {}
+    for name, value in omega.items():
+        change = end[name].to(value) - start[name].to(value)
+        added = value / (change.pow(2) + damping)
+        importance[name] = added if previous is None else previous[name].to(value) + added
+    return importance
+
+
+def reservoir_indices(offered: Sequence[int], capacity: int, seed: int) -> list[tuple[int, int]]:
+    """Which of a stream of items an episodic memory of ``capacity`` keeps (reservoir sampling,
+    Vitter's algorithm R, as Wild-Time's A-GEM buffer does): ``offered`` gives the items' count
+    per step; the result lists (step, index within the step) of the kept items, in memory order.
+    Every item seen so far is in the memory with equal probability, capacity/seen."""
+    rng = np.random.default_rng(seed)
+    memory: list[tuple[int, int]] = []
+    seen = 0
+    for step, count in enumerate(offered):
+        for index in range(count):
+            if len(memory) < capacity:
+                memory.append((step, index))
+            else:
+                slot = int(rng.integers(0, seen + 1))
+                if slot < capacity:
+                    memory[slot] = (step, index)
+            seen += 1
+    return memory
 
 
 class SISettings(StrictModel):
@@ -108,7 +141,7 @@ def _sequential_si(
     space = space_of(config, "space", _SI)
     start = ctx.new_model("step0") if t == 0 else chain.last
     before = parameters_of(start)
-    task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), terms=[Si(chain.anchors)],
+    task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), penalties=[Si(chain.anchors)],
                 callbacks=[PathTracking()])  # fmt: skip
     model, fit = ctx.tuned(f"step{t}", space, lambda: clone_model(start), task)
     after = parameters_of(model)

@@ -134,7 +134,7 @@ def fine_tune_chain(
     the mode's, pulled towards the chain's anchors (EWC's, SI's) as its space's λ says: what
     every final mode that continues a plain model does, whatever else its task adds."""
     space = chain_space(chain, config, "space")
-    task = replace(task, terms=[*task.terms, chain.pull()])
+    task = replace(task, penalties=[*task.penalties, chain.pull()])
     return ctx.tuned_fit(stage_name(name, "final"), space, lambda: clone_model(chain.last), task)
 
 
@@ -169,14 +169,14 @@ def _linear_probe_fine_tune(
     train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
 
     def fit_chain(name: str, chain: ModelChain) -> nn.Module:
-        probe = Task([train], valid, trainable=["fc"], terms=[chain.pull()])
+        probe = Task([train], valid, trainable=["fc"], penalties=[chain.pull()])
         head = ctx.tuned_fit(
             stage_name(name, "head"),
             space_of(config, "head_space", "final_modes.lp_ft"),
             lambda: clone_model(chain.last),
             probe,
         )
-        task = Task([train], valid, terms=[chain.pull()])
+        task = Task([train], valid, penalties=[chain.pull()])
         space = chain_space(chain, config, "space")
         return ctx.tuned_fit(stage_name(name, "all"), space, lambda: clone_model(head), task)
 
@@ -235,7 +235,7 @@ def _joint(name: str, mode: str, side_module: str, stem_head: str) -> FinalRunne
             steps=list(range(steps)),
             valid_step=steps - 1,
             step_weights=weights,
-            terms=[Adjacency()],
+            penalties=[Adjacency()],
         )
 
         def make() -> nn.Module:

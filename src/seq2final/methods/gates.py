@@ -201,7 +201,7 @@ class GatingAdapters(ModelWrapper):
     ``gate_epochs`` epochs, the network and its BatchNorm statistics fixed, then every
     parameter."""
 
-    fixed_statistics = True
+    freeze_bn_stats = True
 
     def __init__(self, settings: GateSettings | None = None) -> None:
         self.settings = settings or GateSettings()
@@ -253,7 +253,7 @@ def _sft_gated(
 ) -> ModelChain:
     adapters = GatingAdapters(settings_of(GateSettings, config, "historical_modes.sft_gated"))
     space = space_of(config, "space", "historical_modes.sft_gated")
-    task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), terms=[chain.pull()])
+    task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), penalties=[chain.pull()])
     model = gated_fit(ctx, stage_name(name, f"step{t}"), adapters, space, chain.last, task, False)
     return replace(chain, models=[*chain.models, model])
 
@@ -273,7 +273,7 @@ def _ft_gated(
     train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
 
     def fit_chain(name: str, chain: ModelChain) -> nn.Module:
-        task = Task([train], valid, terms=[chain.pull()])
+        task = Task([train], valid, penalties=[chain.pull()])
         space = chain_space(chain, config, "space")
         return gated_fit(ctx, stage_name(name, "final"), adapters, space, chain.last, task, True)
 

@@ -174,7 +174,7 @@ def _proto_tune(
 
     def fit_chain(name: str, chain: ModelChain) -> nn.Module:
         start = nearest_mean_model(ctx, chain, "euclidean", stage_name(name, "prototypes"))
-        task = Task([train], valid, trainable=["fc"], terms=[chain.pull()])
+        task = Task([train], valid, trainable=["fc"], penalties=[chain.pull()])
         return ctx.tuned_fit(stage_name(name, "head"), space, lambda: clone_model(start), task)
 
     return continue_chains(ctx, state, fit_chain, None)

@@ -136,7 +136,7 @@ def _ewc_start(
 def _sequential_ewc(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
 ) -> ModelChain:
-    task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), terms=[Ewc(chain.anchors)])
+    task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), penalties=[Ewc(chain.anchors)])
     grown = fine_tuned_step(ctx, name, chain, t, space_of(config, "space", _EWC), task)
     data = ctx.split(t, "train").to(ctx.device)
     anchor = (parameters_of(grown.last), fisher_information(grown.last, data, ctx.engine))

@@ -44,7 +44,7 @@ def side_fit(
         objective="joint",
         steps=[steps - 1],
         valid_step=steps - 1,
-        terms=[Adjacency()],
+        penalties=[Adjacency()],
     )
     return ctx.tuned_fit(
         stage,

@@ -10,9 +10,9 @@ point                  when                                                    t
 ``on_selected``        an epoch became the selected one (epoch 0 included)     ≥ 1
 ``before_epoch``       before each training epoch                              per epoch
 ``transform_batch``    each domain's batch, before the forward pass            per batch, domain
-``after_backward``     the step's gradients exist, before the optimiser step   per batch
-``before_step``        just before the optimiser step                          per batch
-``after_step``         just after the optimiser step                           per batch
+``after_backward``     the batch's gradients exist, before the update          per batch
+``before_update``      just before the optimiser's update                      per batch
+``after_update``       just after the optimiser's update                       per batch
 ``after_epoch``        after each epoch's validation and selection             per epoch
 ``after_fit``          the selected epoch's weights are back in the model      once
 =====================  ======================================================  ==============
@@ -28,6 +28,7 @@ by a registered term and checked before any work.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +48,7 @@ class FitState:
     without fp16); ``unscale`` unscales the gradients in place (at most once per step).
     ``freeze_bn_stats``: set in ``before_epoch``, the coming epoch keeps the BatchNorm statistics
     of layers whose parameters are all frozen fixed, as ``Engine.freeze_bn_stats`` does for a
-    whole fit (a model wrapper's phases with ``fixed_statistics``). ``valid_loss`` and
+    whole fit (a model wrapper's phases with ``freeze_bn_stats``). ``valid_loss`` and
     ``valid_accuracy`` are the last validation's (epoch 0's before training), what a schedule
     reads in ``after_epoch``; ``stop`` set there ends the fit after that epoch, its selected
     epoch kept (a schedule that has run its course)."""
@@ -74,34 +75,52 @@ class FitState:
         self.scaler.unscale_(self.optimizer)
 
 
+RENAMED_POINTS = {"before_step": "before_update", "after_step": "after_update"}
+"""Points renamed after 0.1.0 (a *step* is a time step of the sequence; the optimiser's is an update):
+a callback that still defines an old name is warned when its class is made and is called at the
+new point."""
+
+
 class FitCallback:
     """Subclass and override the points you need (all do nothing by default)."""
 
-    def before_fit(self, fit: FitState) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for old, new in RENAMED_POINTS.items():
+            if old in cls.__dict__ and new not in cls.__dict__:
+                warnings.warn(
+                    f"{cls.__name__}.{old} is now {new}: define {new} instead (the old name "
+                    "stops being called in a later release)",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                setattr(cls, new, cls.__dict__[old])
+
+    def before_fit(self, state: FitState) -> None:
         pass
 
-    def on_selected(self, fit: FitState) -> None:
+    def on_selected(self, state: FitState) -> None:
         pass
 
-    def before_epoch(self, fit: FitState) -> None:
+    def before_epoch(self, state: FitState) -> None:
         pass
 
-    def transform_batch(self, fit: FitState, domain: int, batch: Batch) -> Batch:
+    def transform_batch(self, state: FitState, domain: int, batch: Batch) -> Batch:
         return batch
 
-    def after_backward(self, fit: FitState) -> None:
+    def after_backward(self, state: FitState) -> None:
         pass
 
-    def before_step(self, fit: FitState) -> None:
+    def before_update(self, state: FitState) -> None:
         pass
 
-    def after_step(self, fit: FitState) -> None:
+    def after_update(self, state: FitState) -> None:
         pass
 
-    def after_epoch(self, fit: FitState) -> None:
+    def after_epoch(self, state: FitState) -> None:
         pass
 
-    def after_fit(self, fit: FitState) -> None:
+    def after_fit(self, state: FitState) -> None:
         pass
 
     def extra_train_flops(self, model: nn.Module, engine: Engine, steps: int) -> float:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -38,12 +37,12 @@ class PathIntegral:
         self._before: list[torch.Tensor] = []
         self._grads: list[torch.Tensor | None] = []
 
-    def before_step(self) -> None:
+    def before_update(self) -> None:
         """Remember the parameters and the (unscaled) gradients the next step will use."""
         self._before = [p.detach().clone() for _, p in self.named]
         self._grads = [None if p.grad is None else p.grad.detach().clone() for _, p in self.named]
 
-    def after_step(self) -> None:
+    def after_update(self) -> None:
         """Add this step's −g·Δθ. A step a gradient scaler skipped (an inf or NaN gradient under
         ``amp: fp16``) moved nothing and adds nothing: non-finite gradients count as 0, so ω
         is never poisoned by inf·0."""
@@ -55,43 +54,6 @@ class PathIntegral:
     def snapshot(self) -> dict[str, torch.Tensor]:
         """ω so far, on the CPU (kept with the epoch it belongs to)."""
         return {name: value.detach().cpu().clone() for name, value in self.total.items()}
-
-
-def si_importance(
-    omega: dict[str, torch.Tensor],
-    start: dict[str, torch.Tensor],
-    end: dict[str, torch.Tensor],
-    damping: float,
-    previous: dict[str, torch.Tensor] | None = None,
-) -> dict[str, torch.Tensor]:
-    """SI's importance after a step of the sequence: the previous importance plus
-    ω / ((θ_end − θ_start)² + ξ) per parameter (ξ: ``damping``, Wild-Time's ε, 0.001)."""
-    importance = {}
-    for name, value in omega.items():
-        change = end[name].to(value) - start[name].to(value)
-        added = value / (change.pow(2) + damping)
-        importance[name] = added if previous is None else previous[name].to(value) + added
-    return importance
-
-
-def reservoir_indices(offered: Sequence[int], capacity: int, seed: int) -> list[tuple[int, int]]:
-    """Which of a stream of items an episodic memory of ``capacity`` keeps (reservoir sampling,
-    Vitter's algorithm R, as Wild-Time's A-GEM buffer does): ``offered`` gives the items' count
-    per step; the result lists (step, index within the step) of the kept items, in memory order.
-    Every item seen so far is in the memory with equal probability, capacity/seen."""
-    rng = np.random.default_rng(seed)
-    memory: list[tuple[int, int]] = []
-    seen = 0
-    for step, count in enumerate(offered):
-        for index in range(count):
-            if len(memory) < capacity:
-                memory.append((step, index))
-            else:
-                slot = int(rng.integers(0, seen + 1))
-                if slot < capacity:
-                    memory[slot] = (step, index)
-            seen += 1
-    return memory
 
 
 def project_conflicting(
@@ -146,20 +108,20 @@ class PathTracking(FitCallback):
     """SI's callback: tracks the path integral ω over every optimiser step (the gradients
     unscaled first) and keeps ω up to the selected epoch as ``extras["path_integral"]``."""
 
-    def before_fit(self, fit: FitState) -> None:
+    def before_fit(self, state: FitState) -> None:
         self.path = PathIntegral(
-            [(n, p) for n, p in fit.model.named_parameters() if p.requires_grad]
+            [(n, p) for n, p in state.model.named_parameters() if p.requires_grad]
         )
 
-    def on_selected(self, fit: FitState) -> None:
-        fit.extras["path_integral"] = self.path.snapshot()
+    def on_selected(self, state: FitState) -> None:
+        state.extras["path_integral"] = self.path.snapshot()
 
-    def before_step(self, fit: FitState) -> None:
-        fit.unscale()
-        self.path.before_step()
+    def before_update(self, state: FitState) -> None:
+        state.unscale()
+        self.path.before_update()
 
-    def after_step(self, fit: FitState) -> None:
-        self.path.after_step()
+    def after_update(self, state: FitState) -> None:
+        self.path.after_update()
 
 
 class GradientProjection(FitCallback):
@@ -169,14 +131,14 @@ class GradientProjection(FitCallback):
     def __init__(self, memory: TensorSplit, batch_size: int) -> None:
         self.memory, self.batch_size = memory, batch_size
 
-    def before_fit(self, fit: FitState) -> None:
-        device = next(fit.model.parameters()).device
+    def before_fit(self, state: FitState) -> None:
+        device = next(state.model.parameters()).device
         self.episodic = EpisodicMemory(
-            self.memory.to(device), self.batch_size, fit.engine, fit.generator
+            self.memory.to(device), self.batch_size, state.engine, state.generator
         )
 
-    def after_backward(self, fit: FitState) -> None:
-        self.episodic.project(fit.model, fit.parameters, fit.scale)
+    def after_backward(self, state: FitState) -> None:
+        self.episodic.project(state.model, state.parameters, state.scale)
 
     def extra_train_flops(self, model: nn.Module, engine: Engine, steps: int) -> float:
         """Every step also takes a gradient on a reference batch of the memory."""

@@ -80,7 +80,7 @@ def fit_cost(
     a validation pass. ``step`` is the time a joint
     model is evaluated at."""
     model = copy.deepcopy(model)  # its BN statistics and gradients move while counting
-    hp = task.hyperparameters(hp)
+    hp = task.checked_hyperparameters(hp)
     if task.trainable is not None:
         set_trainable(model, task.trainable)  # frozen layers' weight gradients are not computed
     device = next(model.parameters()).device

@@ -220,7 +220,7 @@ def fit_fused(
     stacked = _Objective(base, task)
     domains = [d.to(device) for d in task.domains]
     valid = task.valid.to(device)
-    trials = [replace(t, hp=task.hyperparameters(t.hp)) for t in trials]
+    trials = [replace(t, hp=task.checked_hyperparameters(t.hp)) for t in trials]
     members = []
     for index, trial in enumerate(trials):
         generator = torch.Generator(device).manual_seed(trial.seed)

@@ -138,7 +138,7 @@ def fit(
     tuner reports to its pruner there and may raise to stop the fit); ``progress(1)`` after every
     epoch (a progress bar). The model must already be on its device.
     """
-    hp = task.hyperparameters(hp)
+    hp = task.checked_hyperparameters(hp)
     device = next(model.parameters()).device
     pick_fast_kernels(device)
     if engine.channels_last:
@@ -220,11 +220,11 @@ def fit(
                 for callback in callbacks:
                     callback.after_backward(state)
                 for callback in callbacks:
-                    callback.before_step(state)
+                    callback.before_update(state)
                 scaler.step(optimizer)
                 scaler.update()
                 for callback in callbacks:
-                    callback.after_step(state)
+                    callback.after_update(state)
                 ce_sum, correct, count = (
                     ce_sum + batch_ce,
                     correct + batch_correct,

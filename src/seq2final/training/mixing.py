@@ -68,9 +68,9 @@ class BatchMixing(FitCallback):
             raise Seq2FinalError(f"unknown mixing '{kind}'; valid: {', '.join(MIXINGS)}")
         self.kind, self.alpha = kind, alpha
 
-    def before_fit(self, fit: FitState) -> None:
-        self.mixers = [Mixer(self.kind, self.alpha, d, fit.engine) for d in fit.domains]
+    def before_fit(self, state: FitState) -> None:
+        self.mixers = [Mixer(self.kind, self.alpha, d, state.engine) for d in state.domains]
 
-    def transform_batch(self, fit: FitState, domain: int, batch: Batch) -> Batch:
-        x, mixed_y, mix = self.mixers[domain](batch.x, batch.y, fit.generator)
+    def transform_batch(self, state: FitState, domain: int, batch: Batch) -> Batch:
+        x, mixed_y, mix = self.mixers[domain](batch.x, batch.y, state.generator)
         return replace(batch, x=x, mixed_y=mixed_y, mix=mix)

@@ -8,8 +8,9 @@ per-domain losses, and penalties) and the callbacks that act at named points of 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import torch
@@ -40,7 +41,7 @@ class Task:
     """What one fit trains: data, loss terms and callbacks, and what is not searched.
 
     ``objective`` is the term that combines the domains' losses (a registered name or an
-    instance); ``terms`` are the penalty terms beyond the L2 term every fit has (EWC's pull, the
+    instance); ``penalties`` are the penalty terms beyond the L2 term every fit has (EWC's pull, the
     joint models' adjacency term, a user's term); ``callbacks`` act at named points of the loop
     (:mod:`seq2final.training.callbacks`: A-GEM's projection, SI's path integral, batch mixing).
     ``steps`` gives, per training domain, the time index a joint model runs it at (``None`` for
@@ -55,15 +56,24 @@ class Task:
     valid_step: int | None = None
     step_weights: list[float] | None = None
     trainable: Sequence[str] | None = None
-    terms: list[LossTerm] = field(default_factory=list)
+    penalties: list[LossTerm] = field(default_factory=list)
     callbacks: list[FitCallback] = field(default_factory=list)
-    penalties: list[LossTerm] = field(init=False, repr=False)
+    terms: InitVar[list[LossTerm] | None] = None
+    all_penalties: list[LossTerm] = field(init=False, repr=False)
     """The L2 term every fit has, then the task's own, in the order they are added (made once
     here, not on every training step)."""
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, terms: list[LossTerm] | None) -> None:
+        if terms is not None:  # its name in 0.1.0, where "terms" were a task's penalties
+            warnings.warn(
+                "Task(terms=...) is now Task(penalties=...): 'terms' names every loss term, "
+                "objectives too (a mode's terms=)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            self.penalties = [*self.penalties, *terms]
         self.objective = resolve(self.objective)
-        self.penalties = [L2(), *self.terms]
+        self.all_penalties = [L2(), *self.penalties]
         if not is_objective(type(self.objective)):
             raise Seq2FinalError(
                 f"loss term '{self.objective.name}' is a penalty, not an objective; valid "
@@ -77,12 +87,12 @@ class Task:
     def loss_terms(self) -> list[LossTerm]:
         """Every term of the fit's loss: the objective, then the penalties."""
         assert isinstance(self.objective, LossTerm)  # a name is resolved on construction
-        return [self.objective, *self.penalties]
+        return [self.objective, *self.all_penalties]
 
     def _schemas(self) -> list[tuple[str, type[BaseModel]]]:
         return schemas(self.loss_terms)
 
-    def hyperparameters(self, values: Mapping[str, Any]) -> HyperParameters:
+    def checked_hyperparameters(self, values: Mapping[str, Any]) -> HyperParameters:
         """``values`` checked against what the fit's loss terms declare, every missing
         one at its default."""
         return complete(values, self._schemas())
@@ -122,7 +132,7 @@ def objective_loss(
             count += len(batch.y)
     data_loss = objective.combine(inputs, hp)
     penalties = torch.zeros((), device=device)
-    for term in task.penalties:
+    for term in task.all_penalties:
         value = term.penalty(inputs, hp)
         if value is not None:
             penalties = penalties + value

@@ -37,14 +37,14 @@ log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-TrialObjective = Callable[
+TrainTrial = Callable[
     [dict[str, float], int, Callable[[int, float], None]], tuple[FitResult, dict[str, torch.Tensor]]
 ]
 
 
 @dataclass(eq=False)
 class TrialRun:
-    """One asked trial, as an objective sees it: its values and seed, ``report`` to call after
+    """One asked trial, as the training of a trial sees it: its values and seed, ``report`` to call after
     each epoch (it raises :class:`optuna.TrialPruned` once the trial is pruned, and has told the
     study so) and ``finish`` to call with the fit's result and weights when the model stops."""
 
@@ -66,7 +66,7 @@ class TrialRun:
             raise optuna.TrialPruned()
 
 
-FusedObjective = Callable[[list[TrialRun]], None]
+TrainStack = Callable[[list[TrialRun]], None]
 """Trains several trials together; calls each run's ``report`` per epoch and ``finish`` when
 its model stops (a pruned one's ``report`` has raised :class:`optuna.TrialPruned`)."""
 
@@ -152,14 +152,15 @@ class Tuner:
         self,
         name: str,
         space: SearchSpace,
-        objective: TrialObjective,
-        fused: FusedObjective | None = None,
+        train_trial: TrainTrial,
+        train_stack: TrainStack | None = None,
         width: int = 1,
     ) -> Tuned:
         """Run (or resume) study ``name`` and return its best trial.
 
-        With ``fused`` and ``width`` > 1, up to ``width`` trials are asked at a time and handed
-        to ``fused`` together (one stacked fit); each is told as soon as its model stops, so a
+        ``train_trial`` trains one trial. With ``train_stack`` and ``width`` > 1, up to
+        ``width`` trials are asked at a time and handed to ``train_stack`` together (one stacked
+        fit); each is told as soon as its model stops, so a
         killed fused study keeps the trials that finished. Under TPE the first batch holds only
         the start-up (random) trials, so the model-based draws see them.
 
@@ -224,19 +225,19 @@ class Tuner:
             for run in runs:
                 run.finish = functools.partial(finish, run)
             try:
-                if fused is not None and size > 1:
+                if train_stack is not None and size > 1:
                     for _ in runs:
                         progress.trial()
                     with ExitStack() as beating:
                         for run in runs:
                             beating.enter_context(_heartbeat(self.storage, run.trial._trial_id))
-                        fused(runs)
+                        train_stack(runs)
                 else:
                     for run in runs:
                         progress.trial()
                         try:
                             with _heartbeat(self.storage, run.trial._trial_id):
-                                run.finish(*objective(run.params, run.seed, run.report))
+                                run.finish(*train_trial(run.params, run.seed, run.report))
                         except optuna.TrialPruned:  # raised outside report: tell it here
                             if not run.told:
                                 run.trial.set_user_attr("valid_curve", run.curve)
@@ -245,7 +246,7 @@ class Tuner:
                 unfinished = [run.trial.number for run in runs if not run.told]
                 if unfinished:
                     raise Seq2FinalError(
-                        f"study '{name}': the fused objective left trial(s) {unfinished} "
+                        f"study '{name}': the stacked training left trial(s) {unfinished} "
                         "neither finished nor pruned"
                     )
             except BaseException:

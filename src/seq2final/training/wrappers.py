@@ -20,6 +20,7 @@ starts, before its first epoch.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,14 +37,25 @@ Phase = tuple[int | None, Sequence[str] | None]
 class ModelWrapper:
     """Subclass and override :meth:`wrap` and/or :meth:`phases`.
 
-    ``fixed_statistics``: in a phase that trains some of the parameters only, the BatchNorm
+    ``freeze_bn_stats``: in a phase that trains some of the parameters only, the BatchNorm
     layers it leaves frozen run in eval mode (their running statistics normalise, and stay as
     they are), so such a phase changes nothing of them; by default they move with the batches,
     as the original's frozen layers' did. :meth:`configured` gives the wrapper a mode's YAML
     block asks for, which the run's checks check against the budget's epochs.
     """
 
-    fixed_statistics: bool = False
+    freeze_bn_stats: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "fixed_statistics" in cls.__dict__:  # its name in 0.1.0
+            warnings.warn(
+                f"{cls.__name__}.fixed_statistics is now freeze_bn_stats, the engine's and the "
+                "fit state's name for it (the old name stops being read in a later release)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            cls.freeze_bn_stats = cls.__dict__["fixed_statistics"]
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """The model the fit trains, made from ``model`` (the same one by default)."""
@@ -55,7 +67,7 @@ class ModelWrapper:
 
     def callback(self) -> FitCallback:
         """The fit callback that runs :meth:`phases` (put it on the fit's task)."""
-        return _Phases(self.phases(), type(self).__name__, self.fixed_statistics)
+        return _Phases(self.phases(), type(self).__name__, self.freeze_bn_stats)
 
     def configured(self, config: Mapping[str, Any]) -> ModelWrapper:
         """The wrapper a mode's YAML block ``config`` asks for (the run's checks check that one);
@@ -83,18 +95,18 @@ class ModelWrapper:
 class _Phases(FitCallback):
     """Before each epoch, only the current phase's parameters keep receiving gradients."""
 
-    def __init__(self, phases: list[Phase], owner: str, fixed_statistics: bool = False) -> None:
+    def __init__(self, phases: list[Phase], owner: str, freeze_bn_stats: bool = False) -> None:
         for index, (epochs, _) in enumerate(phases):
             if epochs is not None and (not isinstance(epochs, int) or epochs < 1):
                 raise Seq2FinalError(
                     f"model wrapper {owner}: phase {index + 1} lasts {epochs!r} epochs; valid: a "
                     "whole number >= 1, or None for the rest of the fit"
                 )
-        self.phases, self.owner, self.fixed_statistics = phases, owner, fixed_statistics
+        self.phases, self.owner, self.freeze_bn_stats = phases, owner, freeze_bn_stats
 
-    def before_fit(self, fit: FitState) -> None:
-        trained = {id(p) for p in fit.parameters}
-        self.check([n for n, p in fit.model.named_parameters() if id(p) in trained])
+    def before_fit(self, state: FitState) -> None:
+        trained = {id(p) for p in state.parameters}
+        self.check([n for n, p in state.model.named_parameters() if id(p) in trained])
 
     def check(self, names: list[str]) -> None:
         """Every phase trains some of ``names`` (the parameters the fit trains)."""
@@ -112,17 +124,17 @@ class _Phases(FitCallback):
             return set(self.names)
         return {n for n in self.names if any(n.startswith(p) for p in prefixes)}
 
-    def before_epoch(self, fit: FitState) -> None:
+    def before_epoch(self, state: FitState) -> None:
         start = 1
         chosen = self.phases[-1][1]
         for epochs, prefixes in self.phases:
-            if epochs is None or fit.epoch < start + epochs:
+            if epochs is None or state.epoch < start + epochs:
                 chosen = prefixes
                 break
             start += epochs
         trained = self._chosen(chosen)
-        fit.freeze_bn_stats = self.fixed_statistics and chosen is not None
-        for name, parameter in fit.model.named_parameters():
+        state.freeze_bn_stats = self.freeze_bn_stats and chosen is not None
+        for name, parameter in state.model.named_parameters():
             if name in self.names:
                 parameter.requires_grad_(name in trained)
                 if name not in trained:
