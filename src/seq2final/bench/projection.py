@@ -22,7 +22,6 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 from unittest import mock
 
 import torch
@@ -32,7 +31,7 @@ from seq2final.bench.fit_speed import synchronize, synthetic_split
 from seq2final.bench.fused_speed import trials_of
 from seq2final.config.checks import CheckedRun
 from seq2final.data.sequence import ShiftSequence
-from seq2final.methods import METHODS
+from seq2final.methods import METHODS, HistoricalState
 from seq2final.methods.context import Context
 from seq2final.models import build_model
 from seq2final.runs.planner import plan_run
@@ -93,7 +92,7 @@ def count_fits(run: CheckedRun, sequence: ShiftSequence, arch: str) -> list[FitW
         return model
 
     with mock.patch.object(Context, "tuned_fit", record):  # the tuner is never asked
-        states: dict[str, Any] = {}
+        states: dict[str, HistoricalState] = {}
         jobs: set[str] = set()  # methods that share a job (st_1 = st_b on a ConvNet) count once
         for plan in plans:
             for state in plan.states:  # in dependency order: step 0 before the modes it starts
@@ -102,12 +101,11 @@ def count_fits(run: CheckedRun, sequence: ShiftSequence, arch: str) -> list[FitW
             for job in plan.jobs:
                 if job.key not in jobs:
                     jobs.add(job.key)
-                    state = states.get(job.state_key or "")
                     fit_job(
                         plan,
                         job,
                         sequence,
-                        state,
+                        states.get(job.state_key or ""),
                         historical_costs(job.state_key, states.__getitem__),
                     )
     return work

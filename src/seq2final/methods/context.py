@@ -20,7 +20,7 @@ from torch import nn
 from seq2final.core.progress import current
 from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
-from seq2final.models import build_model
+from seq2final.models import build_model, set_dropout
 from seq2final.training.engine import Engine, accuracy, fuse_width
 from seq2final.training.flops import fit_cost, image_flops
 from seq2final.training.fused import FusedTrial, fit_fused
@@ -91,14 +91,14 @@ class Context:
         return self.seeded(stage, lambda: build_model(self.arch, self.num_classes))
 
     def tuned_fit(
-        self, stage: str, space: SearchSpace, make_model: Callable[[], nn.Module], task: Task
-    ) -> nn.Module:
+        self, stage: str, space: SearchSpace, make_model: Callable[[], M], task: Task
+    ) -> M:
         """Tune one fit; return its selected model and keep its record in :attr:`fits`."""
         return self.tuned(stage, space, make_model, task)[0]
 
     def tuned(
-        self, stage: str, space: SearchSpace, make_model: Callable[[], nn.Module], task: Task
-    ) -> tuple[nn.Module, FitResult]:
+        self, stage: str, space: SearchSpace, make_model: Callable[[], M], task: Task
+    ) -> tuple[M, FitResult]:
         """:meth:`tuned_fit`, also returning the selected trial's fit (for what a mode computes
         from the fit itself, such as SI's path integral)."""
 
@@ -128,7 +128,7 @@ class Context:
         model = make_model()
         cost = fit_cost(model, task, HyperParameters(tuned.params), self.engine)
         model.load_state_dict(tuned.state_dict)
-        model.dropout = float(tuned.params.get("dropout", 0.0))
+        set_dropout(model, float(tuned.params.get("dropout", 0.0)))
         model.eval()
         train_flops, eval_flops = cost.of_trials(tuned.trials)  # pruned trials' epochs too
         self.fits.append(

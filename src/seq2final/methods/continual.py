@@ -44,6 +44,7 @@ from seq2final.methods.blocks import settings_of, space_of
 from seq2final.methods.context import Context
 from seq2final.methods.final import continue_chains, fine_tune_chain
 from seq2final.methods.historical import fine_tuned_step
+from seq2final.models import set_dropout
 from seq2final.training.continual import GradientProjection, PathTracking
 from seq2final.training.engine import Engine, accuracy, scale_images
 from seq2final.training.loop import clone_model
@@ -239,9 +240,9 @@ def averaged_model(models: list[nn.Module], data: TensorSplit, engine: Engine) -
         for start in range(0, len(data), engine.batch_size)
     ]
     rate = getattr(models[-1], "dropout", 0.0)
-    model.dropout = 0.0  # the statistics of the features the model predicts from, undropped
+    set_dropout(model, 0.0)  # the statistics of the features the model predicts from, undropped
     update_bn(batches, model)
-    model.dropout = rate  # the rate the last fit trained with, as a continued fit expects
+    set_dropout(model, rate)  # the rate the last fit trained with, as a continued fit expects
     model.eval()
     return model
 

@@ -193,7 +193,9 @@ def _side_final(side_module: str) -> FinalRunner:
             return side_fit(ctx, stage_name(name, "final"), chain.last, side_module, final, space)
 
         outcome = continue_chains(ctx, state, fit_chain, None)
-        outcome.step = outcome.model.num_steps - 1
+        joint = outcome.model
+        assert isinstance(joint, JointModel)  # side_fit makes every chain's model a joint one
+        outcome.step = joint.num_steps - 1
         return outcome
 
     return run

@@ -48,12 +48,13 @@ def has_linear_head(model: nn.Module) -> bool:
 
 def head_of(model: nn.Module) -> nn.Linear:
     """The linear layer a head mode sets: ``fc.linear`` of a block model."""
-    if not has_linear_head(model):
+    head = getattr(getattr(model, "fc", None), "linear", None)
+    if not isinstance(head, nn.Linear):
         raise Seq2FinalError(
             f"a head mode needs a model whose head ends in fc.linear (a block model); "
             f"got {type(model).__name__}"
         )
-    return model.fc.linear
+    return head
 
 
 def features(model: nn.Module, data: TensorSplit, engine: Engine) -> torch.Tensor:

@@ -154,6 +154,13 @@ class BlockModel(nn.Module):
         return x
 
 
+def set_dropout(model: nn.Module, rate: float | torch.Tensor) -> None:
+    """Set the dropout rate a block or joint model reads on every forward pass: a fit sets its
+    trial's rate (a compiled step a tensor, a fused stack one per model). An attribute of the
+    model, not a module, so torch's typing of module attributes does not cover it."""
+    setattr(model, "dropout", rate)  # noqa: B010
+
+
 def apply_dropout(x: torch.Tensor, rate: float | torch.Tensor, training: bool) -> torch.Tensor:
     """Dropout at ``rate``: :func:`torch.nn.functional.dropout` for a number; for a tensor (one
     rate per model of a fused stack, under ``vmap``) an explicit mask, which at rate 0 keeps
@@ -297,7 +304,7 @@ def layer_names(model: nn.Module) -> list[str]:
     return list(names)
 
 
-def set_trainable(model: BlockModel, layers: Sequence[str]) -> None:
+def set_trainable(model: nn.Module, layers: Sequence[str]) -> None:
     """Make exactly ``layers`` trainable and freeze every other layer (``requires_grad``).
 
     BN running statistics of frozen layers still update in training mode, as in the original; a

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import optuna
@@ -41,7 +41,7 @@ from torch import nn
 from torch.func import functional_call, stack_module_state
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.models import set_trainable
+from seq2final.models import set_dropout, set_trainable
 from seq2final.training.augment import Augmenter
 from seq2final.training.engine import (
     Engine,
@@ -103,7 +103,7 @@ class _Member:
 class _Stack:
     """The active models' stacked parameters, buffers, Adam state and per-model values."""
 
-    def __init__(self, models: list[nn.Module], members: list[_Member]) -> None:
+    def __init__(self, models: Sequence[nn.Module], members: list[_Member]) -> None:
         params, buffers = stack_module_state(models)
         trainable = {name for name, p in models[0].named_parameters() if p.requires_grad}
         self.params = {
@@ -181,13 +181,13 @@ class _Objective(nn.Module):
     def forward(
         self, batches: list[Batch], hp: HyperParameters
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        self.model.dropout = hp.dropout
+        set_dropout(self.model, hp.dropout)
         loss, ce_sum, correct, _ = objective_loss(self.model, batches, self.task, hp, None)
         return loss, ce_sum, correct
 
 
 def fit_fused(
-    models: list[nn.Module],
+    models: Sequence[nn.Module],
     task: Task,
     trials: list[FusedTrial],
     engine: Engine,
@@ -225,7 +225,7 @@ def fit_fused(
     for index, trial in enumerate(trials):
         generator = torch.Generator(device).manual_seed(trial.seed)
         orders = [BatchOrder(len(d), engine.batch_size, generator) for d in domains]
-        augmenter = Augmenter(engine.augment, tuple(valid.x.shape[-2:]), trial.seed)
+        augmenter = Augmenter(engine.augment, valid.image_size, trial.seed)
         members.append(_Member(index, trial, generator, orders, augmenter,
                                Selection(engine.patience)))  # fmt: skip
     stack = _Stack(models, members)
@@ -264,12 +264,12 @@ def fit_fused(
                 ce_sum += batch_ce.detach()
                 correct += batch_correct
                 count += sum(len(y[0]) for y in ys)
-            base.dropout = 0.0
+            set_dropout(base, 0.0)
             scores = _validate(stack, base, valid, task.valid_step, engine)
             train = (ce_sum / count, correct / count)
             _after_epoch(stack, scores, epoch, train, last=epoch == max_epochs)
     finally:
-        base.dropout = 0.0
+        set_dropout(base, 0.0)
     results: list[FitResult | None] = []
     for model, member, flag in zip(models, members, flags, strict=True):
         model.load_state_dict(member.best_state)
@@ -293,10 +293,7 @@ def _gather(
         [objective.draw(len(i), m.generator) for i in own]
         for m, own in zip(members, indices, strict=True)
     ]
-    drawn: list[torch.Tensor | None] = [
-        None if per_model[0][d] is None else torch.stack([own[d] for own in per_model])
-        for d in range(len(domains))
-    ]
+    drawn = [_stacked([own[d] for own in per_model]) for d in range(len(domains))]
     xs, ys, ws = [], [], []
     for d, domain in enumerate(domains):
         index = torch.stack([own[d] for own in indices])
@@ -308,6 +305,12 @@ def _gather(
         ys.append(domain.y[index])
         ws.append(None if domain.weight is None else domain.weight[index])
     return xs, ys, ws, drawn
+
+
+def _stacked(draws: list[torch.Tensor | None]) -> torch.Tensor | None:
+    """One domain's draws of every model, stacked (``None``: the objective draws nothing)."""
+    present = [draw for draw in draws if draw is not None]
+    return torch.stack(present) if present else None
 
 
 @torch.no_grad()

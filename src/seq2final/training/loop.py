@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.models import set_trainable
+from seq2final.models import set_dropout, set_trainable
 from seq2final.training.augment import Augmenter
 from seq2final.training.callbacks import FitState
 from seq2final.training.engine import (
@@ -142,7 +142,7 @@ def fit(
     device = next(model.parameters()).device
     pick_fast_kernels(device)
     if engine.channels_last:
-        model.to(memory_format=torch.channels_last)
+        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # not in torch's stubs
     torch.manual_seed(seed)  # dropout and any other global draws
     # Batch orders and IRM's permutations are drawn on the device (no host copies on a GPU);
     # on the CPU this is the generator CPU fits always drew from.
@@ -150,7 +150,7 @@ def fit(
     flags = {name: p.requires_grad for name, p in model.named_parameters()}
     if task.trainable is not None:
         set_trainable(model, task.trainable)
-    model.dropout = hp.dropout
+    set_dropout(model, hp.dropout)
     parameters = [p for p in model.parameters() if p.requires_grad]
     if not parameters:
         raise Seq2FinalError("nothing to train: every parameter of the model is frozen")
@@ -161,7 +161,7 @@ def fit(
     weights = task.step_weights or [1.0] * len(domains)
     valid = task.valid.to(device)  # on the device once, not once per epoch
     orders = [BatchOrder(len(d), engine.batch_size, generator) for d in domains]
-    augmenter = Augmenter(engine.augment, tuple(valid.x.shape[-2:]), seed)
+    augmenter = Augmenter(engine.augment, valid.image_size, seed)
     batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in domains)
     state = FitState(model, parameters, optimizer, scaler, engine, hp, generator, domains)
     callbacks = task.callbacks
@@ -173,12 +173,12 @@ def fit(
         # study a recompilation. The last, shorter batch and a joint model's steps compile once.
         step_loss = torch.compile(objective_loss)
         step_hp = HyperParameters({n: torch.tensor(v, device=device) for n, v in hp.items()})
-        model.dropout = step_hp.dropout
+        set_dropout(model, step_hp.dropout)
     try:
         for callback in callbacks:
             callback.before_fit(state)
     except BaseException:  # a callback refused the fit (a wrapper's empty phase): leave the model
-        hand_back(model, flags, hp.dropout)  # as it came
+        hand_back(model, flags, float(hp.dropout))  # as it came
         raise
     valid_loss, valid_accuracy = _validate(model, valid, task.valid_step, engine)
     state.valid_loss, state.valid_accuracy = valid_loss, valid_accuracy
@@ -246,7 +246,7 @@ def fit(
                 break
     finally:
         model.load_state_dict(best_state)
-        hand_back(model, flags, hp.dropout)
+        hand_back(model, flags, float(hp.dropout))
     for callback in callbacks:
         callback.after_fit(state)
     return FitResult(selection.best_accuracy, selection.best_epoch, epoch, history, best_extras)
@@ -255,7 +255,7 @@ def fit(
 def hand_back(model: nn.Module, flags: dict[str, bool], dropout: float) -> None:
     """The model as a fit hands it back: its trainable flags as they came, the fit's dropout rate
     (as a number, not a compiled step's tensor), in eval mode."""
-    model.dropout = dropout
+    set_dropout(model, dropout)
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(flags[name])
     model.eval()

@@ -120,6 +120,7 @@ def objective_loss(
         inputs.logits.append(logits)
         losses = F.cross_entropy(at_least_float32(logits), batch.y, reduction="none")  # once
         if batch.mixed_y is not None:  # mixed images: each label's loss by its share of the image
+            assert batch.mix is not None  # a mixed batch carries both
             other = F.cross_entropy(at_least_float32(logits), batch.mixed_y, reduction="none")
             losses = batch.mix * losses + (1 - batch.mix) * other
         inputs.losses.append(losses)

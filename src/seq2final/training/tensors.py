@@ -17,6 +17,11 @@ class TensorSplit:
     y: torch.Tensor
     weight: torch.Tensor | None = None
 
+    @property
+    def image_size(self) -> tuple[int, int]:
+        """(height, width) of its images."""
+        return int(self.x.shape[-2]), int(self.x.shape[-1])
+
     @classmethod
     def from_arrays(
         cls, x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None
