@@ -183,3 +183,9 @@ def test_parts_written_with_the_names_before_they_were_renamed_are_warned_and_st
             fixed_statistics = True
 
     assert Fixed().freeze_bn_stats and not ModelWrapper().freeze_bn_stats
+    wrapper = ModelWrapper()
+    with pytest.warns(DeprecationWarning, match="fixed_statistics is now freeze_bn_stats"):
+        wrapper.fixed_statistics = True  # set on an instance, as a wrapper's __init__ may
+    assert wrapper.freeze_bn_stats
+    with pytest.warns(DeprecationWarning, match=r"Task.hyperparameters\(values\) is now"):
+        assert task.hyperparameters({"lr": 0.5}) == task.checked_hyperparameters({"lr": 0.5})

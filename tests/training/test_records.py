@@ -55,8 +55,8 @@ def test_a_record_round_trips_through_the_store_at_the_current_format(tmp_path):
 def test_every_stored_study_record_reads_typed_to_its_leaves_and_writes_back_as_it_was():
     """The studies' records under ``benchmarks/results`` were written by earlier releases:
     each one's engine, fits and trials read as typed records, and written again it is the
-    same JSON, key order included, but for ``augment: none``, which some wrote in the engine
-    and :meth:`Engine.recorded` leaves out (it means what no ``augment`` means)."""
+    same JSON, key order included (an engine block written with ``augment: none``, which
+    :meth:`Engine.recorded` leaves out, or before an option existed, included)."""
     paths = sorted(STUDIES.rglob("*.json"))
     records = [json.loads(path.read_text()) for path in paths]
     records = [r for r in records if isinstance(r, dict) and "job_key" in r]
@@ -71,10 +71,12 @@ def test_every_stored_study_record_reads_typed_to_its_leaves_and_writes_back_as_
             assert [t.valid_curve for t in fit.trial_summaries] == [
                 t["valid_curve"] for t in stored["trial_summaries"]
             ]
-        engine = written["engine"]
-        if engine.get("augment") == "none":
-            written = {**written, "engine": {k: v for k, v in engine.items() if k != "augment"}}
         assert json.dumps(record.to_json()) == json.dumps(written)
+        before_options = {**written, "engine": {k: v for k, v in written["engine"].items()
+                                                if k not in ("fuse", "compile")}}  # fmt: skip
+        again = ResultRecord.model_validate(before_options)
+        assert again.engine.fuse == "auto" and not again.engine.compile  # the defaults
+        assert json.dumps(again.to_json()) == json.dumps(before_options)
     assert trials > len(records)
 
 

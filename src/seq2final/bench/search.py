@@ -152,7 +152,7 @@ def run_budget(
 ) -> tuple[Tuned, float]:
     """Tune one fit under ``budget`` in a fresh study; the selected model's test accuracy."""
 
-    def objective(params, trial_seed, report):  # noqa: ANN001, ANN202 - the tuner's protocol
+    def train_trial(params, trial_seed, report):  # noqa: ANN001, ANN202 - the tuner's protocol
         torch.manual_seed(derived_seed(seed, "init"))  # every trial starts from the same init
         model = make_model()
         result = fit(
@@ -161,7 +161,7 @@ def run_budget(
         )  # fmt: skip
         return result, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
-    tuned = Tuner(budget, None, root, seed).tune(name, space, objective)
+    tuned = Tuner(budget, None, root, seed).tune(name, space, train_trial)
     model = make_model()
     model.load_state_dict(tuned.state_dict)
     return tuned, accuracy(model, test, engine)

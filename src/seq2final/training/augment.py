@@ -16,6 +16,7 @@ from typing import Literal
 import torch
 
 from seq2final.core import torchvision_guard  # noqa: F401  (must precede torchvision)
+from seq2final.core.seeds import derived_seed
 
 from torchvision.transforms import v2  # isort: skip
 
@@ -55,12 +56,14 @@ class Augmenter:
 
     torchvision's transforms draw from torch's global generator, which dropout draws from too
     (and under ``vmap`` even at rate 0); each call runs on this augmenter's own state, seeded by
-    ``seed``, so what a model's images draw depends on its seed and its batches alone.
+    the fit's ``seed`` (through :func:`~seq2final.core.seeds.derived_seed`, so its draws are
+    not the batch order's, which a generator seeded by ``seed`` itself draws), so what a model's
+    images draw depends on its seed and its batches alone.
     """
 
     def __init__(self, kind: Augment, size: tuple[int, int], seed: int) -> None:
         self.transform = augmentation(kind, size)
-        self._state = torch.Generator().manual_seed(seed).get_state()
+        self._state = torch.Generator().manual_seed(derived_seed(seed, "augment")).get_state()
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         """Each image of the batch through its own draw (the batch as it is without one)."""

@@ -45,7 +45,7 @@ from seq2final.training.terms import Batch
 class FitState:
     """One fit as its callbacks see it. ``domains`` are the training domains on the device;
     ``epoch`` is 0 before training; ``scale`` is the gradient scaler's loss scaling (identity
-    without fp16); ``unscale`` unscales the gradients in place (at most once per step).
+    without fp16); ``unscale`` unscales the gradients in place (at most once per update).
     ``freeze_bn_stats``: set in ``before_epoch``, the coming epoch keeps the BatchNorm statistics
     of layers whose parameters are all frozen fixed, as ``Engine.freeze_bn_stats`` does for a
     whole fit (a model wrapper's phases with ``freeze_bn_stats``). ``valid_loss`` and
@@ -96,34 +96,34 @@ class FitCallback:
                 )
                 setattr(cls, new, cls.__dict__[old])
 
-    def before_fit(self, state: FitState) -> None:
+    def before_fit(self, fit_state: FitState) -> None:
         pass
 
-    def on_selected(self, state: FitState) -> None:
+    def on_selected(self, fit_state: FitState) -> None:
         pass
 
-    def before_epoch(self, state: FitState) -> None:
+    def before_epoch(self, fit_state: FitState) -> None:
         pass
 
-    def transform_batch(self, state: FitState, domain: int, batch: Batch) -> Batch:
+    def transform_batch(self, fit_state: FitState, domain: int, batch: Batch) -> Batch:
         return batch
 
-    def after_backward(self, state: FitState) -> None:
+    def after_backward(self, fit_state: FitState) -> None:
         pass
 
-    def before_update(self, state: FitState) -> None:
+    def before_update(self, fit_state: FitState) -> None:
         pass
 
-    def after_update(self, state: FitState) -> None:
+    def after_update(self, fit_state: FitState) -> None:
         pass
 
-    def after_epoch(self, state: FitState) -> None:
+    def after_epoch(self, fit_state: FitState) -> None:
         pass
 
-    def after_fit(self, state: FitState) -> None:
+    def after_fit(self, fit_state: FitState) -> None:
         pass
 
-    def extra_train_flops(self, model: nn.Module, engine: Engine, steps: int) -> float:
-        """FLOPs an epoch of ``steps`` optimiser steps spends here beyond the loss's forward
+    def extra_train_flops(self, model: nn.Module, engine: Engine, updates: int) -> float:
+        """FLOPs an epoch of ``updates`` optimiser updates spends here beyond the loss's forward
         and backward passes (A-GEM's reference gradient), for the compute figures."""
         return 0.0

@@ -22,7 +22,7 @@ from seq2final.training.tensors import TensorSplit
 
 
 class PathIntegral:
-    """SI's running ω (Zenke et al., 2017): the sum over optimiser steps of −g·Δθ per parameter,
+    """SI's running ω (Zenke et al., 2017): the sum over optimiser updates of −g·Δθ per parameter,
     where g is the gradient the step used and Δθ the change it made.
 
     Wild-Time's SI adds only the last step of each timestamp to ω (its ``train_step`` updates W
@@ -108,19 +108,19 @@ class PathTracking(FitCallback):
     """SI's callback: tracks the path integral ω over every optimiser step (the gradients
     unscaled first) and keeps ω up to the selected epoch as ``extras["path_integral"]``."""
 
-    def before_fit(self, state: FitState) -> None:
+    def before_fit(self, fit_state: FitState) -> None:
         self.path = PathIntegral(
-            [(n, p) for n, p in state.model.named_parameters() if p.requires_grad]
+            [(n, p) for n, p in fit_state.model.named_parameters() if p.requires_grad]
         )
 
-    def on_selected(self, state: FitState) -> None:
-        state.extras["path_integral"] = self.path.snapshot()
+    def on_selected(self, fit_state: FitState) -> None:
+        fit_state.extras["path_integral"] = self.path.snapshot()
 
-    def before_update(self, state: FitState) -> None:
-        state.unscale()
+    def before_update(self, fit_state: FitState) -> None:
+        fit_state.unscale()
         self.path.before_update()
 
-    def after_update(self, state: FitState) -> None:
+    def after_update(self, fit_state: FitState) -> None:
         self.path.after_update()
 
 
@@ -131,16 +131,16 @@ class GradientProjection(FitCallback):
     def __init__(self, memory: TensorSplit, batch_size: int) -> None:
         self.memory, self.batch_size = memory, batch_size
 
-    def before_fit(self, state: FitState) -> None:
-        device = next(state.model.parameters()).device
+    def before_fit(self, fit_state: FitState) -> None:
+        device = next(fit_state.model.parameters()).device
         self.episodic = EpisodicMemory(
-            self.memory.to(device), self.batch_size, state.engine, state.generator
+            self.memory.to(device), self.batch_size, fit_state.engine, fit_state.generator
         )
 
-    def after_backward(self, state: FitState) -> None:
-        self.episodic.project(state.model, state.parameters, state.scale)
+    def after_backward(self, fit_state: FitState) -> None:
+        self.episodic.project(fit_state.model, fit_state.parameters, fit_state.scale)
 
-    def extra_train_flops(self, model: nn.Module, engine: Engine, steps: int) -> float:
+    def extra_train_flops(self, model: nn.Module, engine: Engine, updates: int) -> float:
         """Every step also takes a gradient on a reference batch of the memory."""
         device = next(model.parameters()).device
         size = min(COUNTED_BATCH, len(self.memory))
@@ -153,4 +153,4 @@ class GradientProjection(FitCallback):
             loss.backward()
 
         batch = min(self.batch_size, len(self.memory))
-        return steps * batch * counted_flops(reference_step) / size
+        return updates * batch * counted_flops(reference_step) / size

@@ -83,18 +83,18 @@ class PlateauSchedule(FitCallback):
     def __init__(self, factor: float = 0.3, reductions: int = 3, patience: int = 2) -> None:
         self.factor, self.reductions, self.patience = factor, reductions, patience
 
-    def before_fit(self, state: FitState) -> None:
+    def before_fit(self, fit_state: FitState) -> None:
         self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            state.optimizer, mode="min", factor=self.factor, patience=self.patience
+            fit_state.optimizer, mode="min", factor=self.factor, patience=self.patience
         )
         self.made = 0
 
-    def after_epoch(self, state: FitState) -> None:
-        before = state.optimizer.param_groups[0]["lr"]
-        self.scheduler.step(state.valid_loss)
-        if state.optimizer.param_groups[0]["lr"] < before:
+    def after_epoch(self, fit_state: FitState) -> None:
+        before = fit_state.optimizer.param_groups[0]["lr"]
+        self.scheduler.step(fit_state.valid_loss)
+        if fit_state.optimizer.param_groups[0]["lr"] < before:
             self.made += 1
-            state.stop = self.made > self.reductions
+            fit_state.stop = self.made > self.reductions
 
 
 @dataclass(frozen=True)

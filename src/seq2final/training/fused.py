@@ -119,7 +119,7 @@ class _Stack:
             name: torch.tensor([m.trial.hp[name] for m in members], device=device)
             for name in members[0].trial.hp
         }
-        self.steps = 0
+        self.updates = 0
 
     def keep(self, kept: list[int]) -> None:
         """Keep only the models at these positions (the others stopped or were pruned)."""
@@ -135,10 +135,10 @@ class _Stack:
         self.values = {name: value.index_select(0, index) for name, value in self.values.items()}
         self.members = [self.members[i] for i in kept]
 
-    def adam_step(self) -> None:
+    def adam_update(self) -> None:
         """One Adam step of every model at once, each with its own learning rate (the update
         of :class:`torch.optim.Adam`, in a few foreach kernels over the stacked tensors)."""
-        self.steps += 1
+        self.updates += 1
         params = [self.params[name] for name in self.trained]
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         exp_avg = [self.exp_avg[name] for name in self.trained]
@@ -147,8 +147,8 @@ class _Stack:
         torch._foreach_lerp_(exp_avg, grads, 1 - beta1)
         torch._foreach_mul_(exp_avg_sq, beta2)
         torch._foreach_addcmul_(exp_avg_sq, grads, grads, 1 - beta2)
-        correction1 = 1 - beta1**self.steps
-        correction2_sqrt = math.sqrt(1 - beta2**self.steps)
+        correction1 = 1 - beta1**self.updates
+        correction2_sqrt = math.sqrt(1 - beta2**self.updates)
         denominators = torch._foreach_sqrt(exp_avg_sq)
         torch._foreach_div_(denominators, correction2_sqrt)
         torch._foreach_add_(denominators, EPS)
@@ -260,7 +260,7 @@ def fit_fused(
                         {d: o for d, o in enumerate(drawn) if o is not None},
                     )  # fmt: skip
                 loss.sum().backward()  # the models' losses are independent: one backward
-                stack.adam_step()
+                stack.adam_update()
                 ce_sum += batch_ce.detach()
                 correct += batch_correct
                 count += sum(len(y[0]) for y in ys)
@@ -310,6 +310,8 @@ def _gather(
 def _stacked(draws: list[torch.Tensor | None]) -> torch.Tensor | None:
     """One domain's draws of every model, stacked (``None``: the objective draws nothing)."""
     present = [draw for draw in draws if draw is not None]
+    if present and len(present) != len(draws):
+        raise Seq2FinalError("an objective drew for some models of a stack and not for others")
     return torch.stack(present) if present else None
 
 

@@ -166,14 +166,14 @@ def fit(
     state = FitState(model, parameters, optimizer, scaler, engine, hp, generator, domains)
     callbacks = task.callbacks
 
-    step_loss, step_hp = objective_loss, hp
+    loss_of, loss_hp = objective_loss, hp
     if engine.compile:
         # The whole step (forward, loss, penalties) as one graph, with the hyper-parameters and
         # the dropout rate as tensors: as numbers each would be a guard, and every trial of a
         # study a recompilation. The last, shorter batch and a joint model's steps compile once.
-        step_loss = torch.compile(objective_loss)
-        step_hp = HyperParameters({n: torch.tensor(v, device=device) for n, v in hp.items()})
-        set_dropout(model, step_hp.dropout)
+        loss_of = torch.compile(objective_loss)
+        loss_hp = HyperParameters({n: torch.tensor(v, device=device) for n, v in hp.items()})
+        set_dropout(model, loss_hp.dropout)
     try:
         for callback in callbacks:
             callback.before_fit(state)
@@ -212,8 +212,8 @@ def fit(
                         batch = callback.transform_batch(state, d, batch)
                     batches.append(batch)
                 with autocast(engine, device):
-                    loss, batch_ce, batch_correct, batch_count = step_loss(
-                        model, batches, task, step_hp, generator
+                    loss, batch_ce, batch_correct, batch_count = loss_of(
+                        model, batches, task, loss_hp, generator
                     )
                 optimizer.zero_grad(set_to_none=True)
                 scaler.scale(loss).backward()

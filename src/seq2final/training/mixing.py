@@ -68,9 +68,9 @@ class BatchMixing(FitCallback):
             raise Seq2FinalError(f"unknown mixing '{kind}'; valid: {', '.join(MIXINGS)}")
         self.kind, self.alpha = kind, alpha
 
-    def before_fit(self, state: FitState) -> None:
-        self.mixers = [Mixer(self.kind, self.alpha, d, state.engine) for d in state.domains]
+    def before_fit(self, fit_state: FitState) -> None:
+        self.mixers = [Mixer(self.kind, self.alpha, d, fit_state.engine) for d in fit_state.domains]
 
-    def transform_batch(self, state: FitState, domain: int, batch: Batch) -> Batch:
-        x, mixed_y, mix = self.mixers[domain](batch.x, batch.y, state.generator)
+    def transform_batch(self, fit_state: FitState, domain: int, batch: Batch) -> Batch:
+        x, mixed_y, mix = self.mixers[domain](batch.x, batch.y, fit_state.generator)
         return replace(batch, x=x, mixed_y=mixed_y, mix=mix)

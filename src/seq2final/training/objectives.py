@@ -92,6 +92,16 @@ class Task:
     def _schemas(self) -> list[tuple[str, type[BaseModel]]]:
         return schemas(self.loss_terms)
 
+    def hyperparameters(self, values: Mapping[str, Any]) -> HyperParameters:
+        """Its name in 0.1.0: :meth:`checked_hyperparameters` (``hyperparameters`` names values
+        and a term's schema of them, not the check)."""
+        warnings.warn(
+            "Task.hyperparameters(values) is now Task.checked_hyperparameters(values)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.checked_hyperparameters(values)
+
     def checked_hyperparameters(self, values: Mapping[str, Any]) -> HyperParameters:
         """``values`` checked against what the fit's loss terms declare, every missing
         one at its default."""

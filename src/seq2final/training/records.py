@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_serializer, model_validator
 
 from seq2final.training.engine import Engine
 
@@ -68,7 +68,8 @@ class TrialRecord(_Record):
 
 
 class FitRecord(_Record):
-    """One tuned fit of a state or job (docs/architecture.md, "Records").
+    """One tuned fit of a state or job (docs/architecture.md, "From `kedro run` to a result
+    record").
 
     ``stage`` names the fit within its owner (``final``, ``history``, ``main/step3``, ...);
     ``params`` are the selected trial's hyper-parameters, ``valid_accuracy``, ``best_epoch`` and
@@ -175,9 +176,26 @@ class ResultRecord(_Record):
             data = {**data, "historical_flops": {"shared": True, "states": states}}
         return data
 
+    _engine_keys: tuple[str, ...] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _engine_as_written(cls, data: Any, handler: Any) -> ResultRecord:
+        """A record read from a file keeps its engine block's keys as the file had them (one
+        written before an option existed lacks it; some wrote ``augment: none``), so written
+        again it is the same JSON."""
+        record = handler(data)
+        written = data.get("engine") if isinstance(data, dict) else None
+        if isinstance(written, dict):
+            record._engine_keys = tuple(written)
+        return record
+
     @field_serializer("engine")
     def _engine(self, engine: Engine) -> dict[str, Any]:
-        return engine.recorded()
+        if self._engine_keys is None:  # made by this release
+            return engine.recorded()
+        values = engine.model_dump()
+        return {key: values[key] for key in self._engine_keys}
 
     @field_serializer("fits")
     def _fits(self, fits: list[FitRecord]) -> list[dict[str, Any]]:
@@ -186,7 +204,7 @@ class ResultRecord(_Record):
     def to_json(self) -> dict[str, Any]:
         """The record as written: ``view`` and ``step_accuracies`` only under a protocol, the
         FLOP fields only where they were counted and the detection AUROC only where there is a
-        historical model to measure it with; the engine as :meth:`Engine.recorded` gives it."""
+        historical model to measure it with; the engine as :meth:`Engine.recorded` gives it (or, read from a file, as the file had it)."""
         optional = (
             "view",
             "step_accuracies",

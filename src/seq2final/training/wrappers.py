@@ -34,6 +34,15 @@ Phase = tuple[int | None, Sequence[str] | None]
 (``None``: every parameter the fit trains)."""
 
 
+def _renamed(old: str, new: str) -> None:
+    warnings.warn(
+        f"ModelWrapper.{old} is now {new}, the engine's and the fit state's name for it (the old "
+        "name stops working in a later release)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
 class ModelWrapper:
     """Subclass and override :meth:`wrap` and/or :meth:`phases`.
 
@@ -56,6 +65,18 @@ class ModelWrapper:
                 stacklevel=2,
             )
             cls.freeze_bn_stats = cls.__dict__["fixed_statistics"]
+            del cls.fixed_statistics  # the forwarding property below serves it from now on
+
+    @property
+    def fixed_statistics(self) -> bool:
+        """Its name in 0.1.0: :attr:`freeze_bn_stats`."""
+        _renamed("fixed_statistics", "freeze_bn_stats")
+        return self.freeze_bn_stats
+
+    @fixed_statistics.setter
+    def fixed_statistics(self, value: bool) -> None:
+        _renamed("fixed_statistics", "freeze_bn_stats")
+        self.freeze_bn_stats = value
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """The model the fit trains, made from ``model`` (the same one by default)."""
@@ -104,9 +125,9 @@ class _Phases(FitCallback):
                 )
         self.phases, self.owner, self.freeze_bn_stats = phases, owner, freeze_bn_stats
 
-    def before_fit(self, state: FitState) -> None:
-        trained = {id(p) for p in state.parameters}
-        self.check([n for n, p in state.model.named_parameters() if id(p) in trained])
+    def before_fit(self, fit_state: FitState) -> None:
+        trained = {id(p) for p in fit_state.parameters}
+        self.check([n for n, p in fit_state.model.named_parameters() if id(p) in trained])
 
     def check(self, names: list[str]) -> None:
         """Every phase trains some of ``names`` (the parameters the fit trains)."""
@@ -124,17 +145,17 @@ class _Phases(FitCallback):
             return set(self.names)
         return {n for n in self.names if any(n.startswith(p) for p in prefixes)}
 
-    def before_epoch(self, state: FitState) -> None:
+    def before_epoch(self, fit_state: FitState) -> None:
         start = 1
         chosen = self.phases[-1][1]
         for epochs, prefixes in self.phases:
-            if epochs is None or state.epoch < start + epochs:
+            if epochs is None or fit_state.epoch < start + epochs:
                 chosen = prefixes
                 break
             start += epochs
         trained = self._chosen(chosen)
-        state.freeze_bn_stats = self.freeze_bn_stats and chosen is not None
-        for name, parameter in state.model.named_parameters():
+        fit_state.freeze_bn_stats = self.freeze_bn_stats and chosen is not None
+        for name, parameter in fit_state.model.named_parameters():
             if name in self.names:
                 parameter.requires_grad_(name in trained)
                 if name not in trained:
