@@ -34,8 +34,8 @@ class Engine(StrictModel):
     ``freeze_bn_stats``: frozen layers' BN statistics stay fixed (the original let them move).
     ``fuse``: how many of a fit's trials train together as one stacked model
     (:mod:`seq2final.training.fused`; :func:`fuse_width`); ``auto`` fuses on CUDA and not on
-    the CPU, where a stack runs slower than its models one after another. It changes how trials are scheduled,
-    not what a fit computes, so it is no part of any key. ``compile``: a single fit's training
+    the CPU, where a stack runs slower than its models one after another. It changes how trials
+    are scheduled, not what a fit computes, so it is no part of any key. ``compile``: a single fit's training
     step (forward, loss and penalties) runs through ``torch.compile``; like ``channels_last`` it
     changes how a fit computes, not what, so it is no part of any key either.
     ``augment``: each training image's own draw of flips and crops or of RandAugment

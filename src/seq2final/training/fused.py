@@ -22,7 +22,7 @@ It is built from the single fit's public parts (:mod:`seq2final.training.loop`: 
 the training images with their augmentation, the training mode, the history rows, the model
 handed back) and shares its rules (:class:`~seq2final.training.rules.Selection`); whether a fit
 can fuse is :func:`~seq2final.training.engine.unfusable`'s answer. What is its own is what a stack
-needs: one Adam step of every model at once, each with its own learning rate (Adam's update is
+needs: one Adam update of every model at once, each with its own learning rate (Adam's update is
 the one :class:`torch.optim.Adam` makes, checked by the tests against single fits), and one
 validation pass of every model under ``vmap``.
 """
@@ -136,7 +136,7 @@ class _Stack:
         self.members = [self.members[i] for i in kept]
 
     def adam_update(self) -> None:
-        """One Adam step of every model at once, each with its own learning rate (the update
+        """One Adam update of every model at once, each with its own learning rate (the update
         of :class:`torch.optim.Adam`, in a few foreach kernels over the stacked tensors)."""
         self.updates += 1
         params = [self.params[name] for name in self.trained]

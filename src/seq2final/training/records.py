@@ -68,8 +68,8 @@ class TrialRecord(_Record):
 
 
 class FitRecord(_Record):
-    """One tuned fit of a state or job (docs/architecture.md, "From `kedro run` to a result
-    record").
+    """One fit of a state or job, tuned or closed-form (no epochs, no trials; docs/architecture.md,
+    "From `kedro run` to a result record").
 
     ``stage`` names the fit within its owner (``final``, ``history``, ``main/step3``, ...);
     ``params`` are the selected trial's hyper-parameters, ``valid_accuracy``, ``best_epoch`` and
