@@ -177,8 +177,9 @@ def stream_times(num_steps: int, options: ProtocolOptions) -> range:
 FIRST_MODEL = ("none", "scratch")
 """The modes of every method's model of time 0 (the view of step 0 alone): one model trained on
 step 0 alone, the baseline's fit, shared by every method. A view of one step has no history for
-a method to use; Wild-Time trains each method's own objective on step 0, which for ERM, FT and
-the continual methods is this fit (docs/protocols.md)."""
+a method to use; Wild-Time trains each method's own objective on step 0, which for ERM, FT, EWC
+and SI is this fit and for IRM-T, GroupDRO-T, A-GEM, mixup and LISA is not (docs/protocols.md,
+"Eval-Stream, time 0")."""
 
 
 WARM_PROTOCOLS = ("eval_stream",)
