@@ -197,3 +197,74 @@ def test_si_agem_mixing_and_coral_fits_train_their_trials_one_at_a_time():
     mixing = Task([data], data, callbacks=[BatchMixing("mixup", 2.0)])
     assert unfusable(engine, mixing) == ["BatchMixing"]
     assert unfusable(engine, Task([data, data], data, objective="coral")) == ["coral"]
+
+
+def _wild_time_agem(model, batches, memory, lr):
+    """Wild-Time's A-GEM ``train_step`` re-typed (skzhang1/Wild-Time@23b0696,
+    ``wildtime/methods/agem/agem.py``), with SGD for its optimiser: ``loss.backward()`` with no
+    ``zero_grad`` before it; with a memory, the memory's gradient after ``network.zero_grad()``,
+    the projected (or the unprojected) gradient written back into ``.grad``; then the step. No
+    memory: its first timestamp, an empty buffer. Returns the gradient each step descended."""
+    descended = []
+    for x, y in batches:
+        F.cross_entropy(model(x), y).backward()
+        if memory is not None:
+            g = [p.grad.clone() for p in model.parameters()]
+            model.zero_grad()
+            F.cross_entropy(model(memory[0]), memory[1]).backward()
+            r = [p.grad.clone() for p in model.parameters()]
+            dot = sum((a * b).sum() for a, b in zip(g, r, strict=True))
+            if dot < 0:
+                norm = sum((b * b).sum() for b in r)
+                g = [a - dot / norm * b for a, b in zip(g, r, strict=True)]
+            for p, a in zip(model.parameters(), g, strict=True):
+                p.grad.copy_(a)
+        descended.append([p.grad.clone() for p in model.parameters()])
+        with torch.no_grad():
+            for p in model.parameters():
+                p.sub_(lr * p.grad)
+    return descended
+
+
+def _ours(model, batches, memory, lr):
+    """seq2final's A-GEM update as the loop makes it: gradients zeroed before every backward
+    pass, the projection (``project_conflicting``) applied to the step's own gradient."""
+    descended = []
+    for x, y in batches:
+        g = list(torch.autograd.grad(F.cross_entropy(model(x), y), list(model.parameters())))
+        if memory is not None:
+            loss = F.cross_entropy(model(memory[0]), memory[1])
+            project_conflicting(g, list(torch.autograd.grad(loss, list(model.parameters()))))
+        descended.append([gi.clone() for gi in g])
+        with torch.no_grad():
+            for p, gi in zip(model.parameters(), g, strict=True):
+                p.sub_(lr * gi)
+    return descended
+
+
+def test_wild_times_agem_descends_gradients_it_never_zeroes_where_ours_zeroes_every_update():
+    """docs/fixes.md, Wild-Time: its step k of an empty buffer descends g_1 + ... + g_k, and with
+    a memory each step's gradient carries the previous step's projected one; seq2final zeroes the
+    gradients every update (A-GEM's definition: each step's own gradient, projected)."""
+    batches = [(scale_images(d.x, ENGINE), d.y) for d in (_data(8, s) for s in (1, 2, 3))]
+    data = _data(12, seed=9)
+    memory = (scale_images(data.x, ENGINE), (data.y + 1) % 3)
+    # an empty buffer (Wild-Time's first timestamp): the k-th step descends the running sum
+    wild_model = _toy()
+    wild, ours = _wild_time_agem(wild_model, batches, None, 0.5), _ours(_toy(), batches, None, 0.5)
+    assert all(torch.allclose(a, b) for a, b in zip(wild[0], ours[0], strict=True))
+    model = _toy()
+    running = [torch.zeros_like(p) for p in model.parameters()]
+    for x, y in batches:  # SGD on the running sum of the steps' own gradients
+        own = torch.autograd.grad(F.cross_entropy(model(x), y), list(model.parameters()))
+        running = [s + g for s, g in zip(running, own, strict=True)]
+        with torch.no_grad():
+            for p, s in zip(model.parameters(), running, strict=True):
+                p.sub_(0.5 * s)
+    for a, b in zip(wild_model.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a, b, rtol=0, atol=1e-12)  # Wild-Time's path is that one
+    assert sum((a - b).abs().sum() for a, b in zip(wild[2], ours[2], strict=True)) > 1e-3
+    # with a memory: the first step is A-GEM's in both, the second carries the first's projection
+    wild, ours = _wild_time_agem(_toy(), batches, memory, 0.5), _ours(_toy(), batches, memory, 0.5)
+    assert all(torch.allclose(a, b) for a, b in zip(wild[0], ours[0], strict=True))
+    assert sum((a - b).abs().sum() for a, b in zip(wild[1], ours[1], strict=True)) > 1e-3
