@@ -268,3 +268,37 @@ def test_wild_times_agem_descends_gradients_it_never_zeroes_where_ours_zeroes_ev
     wild, ours = _wild_time_agem(_toy(), batches, memory, 0.5), _ours(_toy(), batches, memory, 0.5)
     assert all(torch.allclose(a, b) for a, b in zip(wild[0], ours[0], strict=True))
     assert sum((a - b).abs().sum() for a, b in zip(wild[1], ours[1], strict=True)) > 1e-3
+
+
+def test_wild_times_si_adds_the_last_gradient_times_the_whole_change_where_ours_sums_updates():
+    """docs/fixes.md, Wild-Time: its ``train_step`` (skzhang1/Wild-Time@23b0696,
+    ``wildtime/methods/si/si.py``, re-typed) keeps θ at the start of the timestamp and, after its
+    last update, adds −g_last ⊙ (θ_end − θ_start) to W once; seq2final's path integral adds
+    −g_i ⊙ (θ_i − θ_(i−1)) for every update i (Zenke et al.'s definition). One update: equal."""
+    data = _data(20, seed=4)
+    x, y = scale_images(data.x, ENGINE), data.y
+
+    def both(updates):
+        model = _toy()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        path = PathIntegral(list(model.named_parameters()))
+        start = {name: p.detach().clone() for name, p in model.named_parameters()}
+        for _ in range(updates):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            path.before_update()
+            optimizer.step()
+            path.after_update()
+        wild = {  # p.grad is the last update's gradient, as in Wild-Time's loop
+            name: -p.grad * (p.detach() - start[name]) for name, p in model.named_parameters()
+        }
+        return wild, path.snapshot()
+
+    wild, ours = both(1)
+    assert all(torch.allclose(wild[n], ours[n].double(), atol=1e-7) for n in wild)
+    wild, ours = both(3)
+    total_wild, total_ours = (
+        sum(v.sum() for v in wild.values()),
+        sum(v.sum() for v in ours.values()),
+    )
+    assert abs(total_wild - total_ours) > 0.05 * abs(total_ours), (total_wild, total_ours)
