@@ -233,3 +233,37 @@ def test_a_pull_declares_exactly_its_weight():
     )
     with pytest.raises(Seq2FinalError, match="a pull declares exactly one hyper-parameter"):
         type("TwoWeights", (Ewc,), {"hyperparameters": two})
+
+
+def _wild_time_group_dro(losses, groups, num_groups, adv_probs, step_size=0.01):
+    """Wild-Time's GroupDRO-T loss of one batch re-typed (skzhang1/Wild-Time@23b0696,
+    ``wildtime/methods/groupdro/loss.py``, ``LossComputer.compute_group_avg`` and
+    ``compute_robust_loss`` at their defaults): each group's mean loss over the ids
+    0..num_groups−1 only, the weights multiplied by exp(step_size · loss) and renormalised, the
+    loss their weighted sum. Returns the loss and the new weights."""
+    group_map = (groups == torch.arange(num_groups).unsqueeze(1)).double()
+    count = group_map.sum(1)
+    group_loss = (group_map @ losses) / (count + (count == 0).double())
+    probs = adv_probs * torch.exp(step_size * group_loss)
+    probs = probs / probs.sum()
+    return group_loss @ probs, probs
+
+
+def test_wild_times_group_dro_weighs_its_first_groups_where_ours_takes_the_worst_window():
+    """docs/fixes.md, Wild-Time: its weights start at 1/num_groups and move a little each step,
+    and a window whose id is num_groups or more weighs nothing; seq2final's DRO (the paper's,
+    shared with GroupDRO-T) back-propagates the worst window's mean loss."""
+    losses = torch.tensor([0.2, 0.4, 1.0, 1.2, 0.6, 0.8, 3.0, 4.0, 2.5, 1.5], dtype=torch.float64)
+    groups = torch.tensor([0, 0, 1, 1, 2, 2, 3, 4, 5, 5])  # six windows, num_groups 4
+    start = torch.full((4,), 0.25, dtype=torch.float64)
+    wild, probs = _wild_time_group_dro(losses, groups, 4, start)
+    means = [losses[groups == g].mean() for g in range(6)]
+    expected = sum(means[g] * probs[g] for g in range(4))  # windows 4 and 5 weigh nothing
+    assert wild == pytest.approx(float(expected), abs=1e-12)
+    assert float(probs.sum()) == pytest.approx(1.0)  # near 1/4 each after one step, the
+    assert float((probs - 0.25).abs().max()) < 0.01  # larger the group's loss the larger
+    assert probs.argsort().tolist() == [0, 2, 1, 3]
+    inputs = LossInputs(nn.Identity(), [], None, domain_losses=means)
+    ours = LOSS_TERMS["dro"]().combine(inputs, HyperParameters())
+    assert float(ours) == pytest.approx(4.0) == float(max(means))  # window 4: Wild-Time drops it
+    assert float(ours) - float(wild) > 1.0
