@@ -222,3 +222,28 @@ def test_irm_t_trains_with_the_penalty_its_dummy_names():
     assert str(error.value) == (
         "historical_modes.irm_t 'irm_dummy' = 'vector': Input should be 'scalar' or 'per_class'"
     )
+
+
+def _wild_time_window_id(index: int, present: int, group_size: int) -> int:
+    """The window id Wild-Time's ``YearbookGroup.__getitem__`` gives training image ``index``
+    at step ``present`` (skzhang1/Wild-Time@23b0696, ``wildtime/data/yearbook.py``, re-typed;
+    overlapping windows): numpy seeded by the index, one of the ids 0 .. present − group_size
+    drawn uniformly."""
+    np.random.seed(index)
+    return int(np.random.choice(list(range(max(1, present - group_size + 1)))))
+
+
+def test_wild_time_draws_each_images_window_where_every_window_here_is_in_every_batch():
+    """docs/fixes.md, Wild-Time: at Yearbook's step 40 with ``group_size`` 4 there are 37
+    windows; Wild-Time's batch of 32 holds the windows its images drew (about 21 of them, never
+    a fixed ``num_groups``), seq2final's holds all 37 as its domains. Over 1,000 batches of
+    shuffled indices, as its loader draws them."""
+    ours = time_windows(40, Windows(scheme="nested", length=4))
+    assert len(ours) == 37
+    shuffle = np.random.default_rng(0)
+    held = [
+        len({_wild_time_window_id(int(i), 40, 4) for i in shuffle.choice(5000, 32, replace=False)})
+        for _ in range(1000)
+    ]
+    assert min(held) > 4 and max(held) < len(ours)
+    assert 20 < float(np.mean(held)) < 23  # 21.6 measured
