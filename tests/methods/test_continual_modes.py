@@ -108,6 +108,47 @@ def test_the_averaged_model_is_the_mean_of_the_weights_with_batchnorm_statistics
     assert not average.training
 
 
+def _wild_time_online_swa(start: torch.Tensor, moves: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The models Wild-Time's online SWA saves (skzhang1/Wild-Time@23b0696,
+    ``wildtime/methods/swa/swa.py``, ``train_online`` and ``save_swa_model``, with torchcontrib's
+    ``SWA.update_swa``/``swap_swa_sgd`` re-typed), a timestamp's training being one move of the
+    weights: after each timestamp the running buffer takes the weights in (n_avg counting), then
+    is swapped into the network, whose ``state_dict()`` backup shares the parameters' storage, so
+    reloading it keeps the average: the next timestamp trains from the average, the buffer holds
+    the un-averaged weights."""
+    weights, buffer, saved = start.clone(), torch.zeros_like(start), []
+    for n_avg, move in enumerate(moves):  # n_avg: the buffer's count before this update
+        weights = weights + move  # train_step, from the network's weights
+        buffer = buffer + (weights - buffer) / (n_avg + 1)  # update_swa
+        weights, buffer = buffer.clone(), weights.clone()  # swap_swa_sgd
+        saved.append(weights.clone())  # torch.save(state_dict()); load_state_dict(backup): same
+    return saved
+
+
+def test_wild_times_online_swa_trains_on_from_its_average_where_ours_averages_a_plain_chain():
+    """docs/fixes.md, Wild-Time: after one timestamp both are the fit's weights; after three,
+    Wild-Time's saved model is (2·w₂' + w₃')/3 of weights trained on from averages, ours the
+    mean of a chain whose fits continue from un-averaged weights (``averaged_model``): the
+    moves 1, 2, 4 give Wild-Time 1, 2, 4 and ours 1, 2, 11/3."""
+    start = torch.zeros(1, 3)
+    moves = [torch.full((1, 3), 1.0), torch.full((1, 3), 2.0), torch.full((1, 3), 4.0)]
+    wild = _wild_time_online_swa(start, moves)
+    chain, weights = [], start
+    for move in moves:  # ours: each step fine-tuned from the previous step's own weights
+        weights = weights + move
+        model = nn.Linear(3, 1, bias=False)
+        with torch.no_grad():
+            model.weight.copy_(weights)
+        chain.append(model)
+    data = TensorSplit(torch.zeros(2, 1, 1, 3, dtype=torch.uint8), torch.zeros(2))
+    ours = [averaged_model(chain[: t + 1], data, Engine(batch_size=2)).weight for t in range(3)]
+    assert torch.allclose(wild[0], ours[0]) and torch.allclose(ours[2], torch.full((1, 3), 11 / 3))
+    # Wild-Time: w1 = 1 saved; trains on from 1: w2' = 3, saved (1 + 3)/2 = 2; trains on from 2:
+    # w3' = 6, its buffer held 3 (swapped out), saved (2·3 + 6)/3 = 4
+    assert [float(w[0, 0]) for w in wild] == pytest.approx([1.0, 2.0, 4.0])
+    assert float(ours[2][0, 0]) == pytest.approx(11 / 3)  # the mean of 1, 3 and 7
+
+
 @pytest.mark.parametrize(
     ("block", "message"),
     [

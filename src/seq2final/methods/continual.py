@@ -12,8 +12,9 @@ step t alone, from the model of time t−1.
   so that it does not point against the gradient on a reference batch from the memory.
 * **SWA** (Izmailov et al., 2018, over time): a fine-tuning chain whose end-of-step weights are
   averaged, with the BatchNorm statistics recomputed for the average on the final step's
-  training images. Wild-Time's online SWA averages end-of-step weights too but keeps the last
-  model's BatchNorm statistics (docs/methods.md says where the two differ).
+  training images. Wild-Time's online SWA trains each timestamp on from its running average and
+  keeps the last fit's BatchNorm statistics (docs/methods.md and docs/fixes.md say where the two
+  differ).
 """
 
 from __future__ import annotations
