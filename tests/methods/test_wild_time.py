@@ -247,3 +247,26 @@ def test_wild_time_draws_each_images_window_where_every_window_here_is_in_every_
     ]
     assert min(held) > 4 and max(held) < len(ours)
     assert 20 < float(np.mean(held)) < 23  # 21.6 measured
+
+
+def test_at_time_0_wild_times_irm_t_and_group_dro_t_are_not_the_plain_fit():
+    """docs/protocols.md, "Eval-Stream, time 0": on step 0 there is one window, and Wild-Time's
+    IRM-T loss (skzhang1/Wild-Time@23b0696, ``wildtime/methods/irm/irm.py``, re-typed: the mean
+    loss plus IRMv1's penalty, the product of the two half-batches' gradients at the scale 1)
+    and its GroupDRO-T loss (the one window's loss times its weight, 1/``num_groups`` moved by
+    exp(0.01 · loss) and renormalised over ``num_groups``) are not the cross-entropy the shared
+    step-0 fit descends."""
+    torch.manual_seed(0)
+    logits, y = torch.randn(16, 3, dtype=torch.float64), torch.arange(16) % 3
+    plain = F.cross_entropy(logits, y)
+    scale = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    losses = F.cross_entropy(scale * logits, y, reduction="none")
+    grads = [
+        torch.autograd.grad(half.mean(), [scale], create_graph=True)[0]
+        for half in (losses[0::2], losses[1::2])
+    ]
+    irm_t = losses.mean() + 1.0 * grads[0] * grads[1]  # irm_lambda 1, as Wild-Time's scripts
+    assert float(irm_t - plain) > 1e-3
+    weight = 0.25 * torch.exp(0.01 * plain) / (0.25 * torch.exp(0.01 * plain) + 0.75)
+    group_dro_t = weight * plain  # windows 1..3 hold no image: their losses are 0
+    assert float(weight) < 0.26 and float(group_dro_t) < 0.3 * float(plain)
