@@ -85,8 +85,9 @@ def test_eval_stream_scores_each_time_over_its_window_then_averages_over_time():
 
 def test_eval_stream_reports_feature_forgettings_p_cl_and_p_forget_by_hand():
     """Steps 0..4, window 1: times 0..3. Each time's model's test accuracy on the steps it has
-    seen (rows: time; columns: step); P_forget compares each earlier step with the best an
-    earlier time (from the one that learnt it) scored on it."""
+    seen (rows: time; columns: step; 0.1 on a step not yet seen); P_forget is Feature
+    Forgetting's Eq. 8: over the steps seen, the best any time's model up to now scored on the
+    step minus now's."""
     options = ProtocolOptions(window=1)
     seen = {0: [0.8], 1: [0.6, 0.9], 2: [0.7, 0.5, 0.4], 3: [0.2, 0.6, 0.3, 0.9]}
     accuracies = {
@@ -97,10 +98,9 @@ def test_eval_stream_reports_feature_forgettings_p_cl_and_p_forget_by_hand():
     p_cl = [r["p_cl"] for r in score["per_time"]]
     assert p_cl == pytest.approx([0.8, 0.75, 1.6 / 3, 0.5])
     forget = [r["p_forget"] for r in score["per_time"]]
-    # time 1: step 0 best 0.8, now 0.6; time 2: step 0 max(0.8, 0.6) − 0.7, step 1 0.9 − 0.5;
-    # time 3: step 0 0.8 − 0.2, step 1 0.9 − 0.6, step 2 0.4 − 0.3
-    assert forget[0] is None
-    assert forget[1:] == pytest.approx([0.2, (0.1 + 0.4) / 2, (0.6 + 0.3 + 0.1) / 3])
+    # time 0: 0; time 1: step 0 0.8 − 0.6, step 1 0; time 2: step 0 max(0.8, 0.6, 0.7) − 0.7,
+    # step 1 0.9 − 0.5, step 2 0; time 3: 0.8 − 0.2, 0.9 − 0.6, 0.4 − 0.3 and 0
+    assert forget == pytest.approx([0.0, 0.2 / 2, (0.1 + 0.4) / 3, (0.6 + 0.3 + 0.1) / 4])
     assert score["p_cl"] == p_cl[-1] and score["p_forget"] == forget[-1]
 
 

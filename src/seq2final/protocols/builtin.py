@@ -124,17 +124,14 @@ def continual_scores(
     accuracies: Mapping[str, StepAccuracies], times: Sequence[int], t: int
 ) -> dict[str, float | None]:
     """Feature Forgetting's P_CL and P_forget of the model of time ``t`` (docs/representations.md):
-    its mean test accuracy over the steps seen so far (0..t), and the mean over the steps before
-    ``t`` of the best accuracy an earlier time's model had on the step (from the time that
-    learnt it on) minus this one's; ``None`` at the first time, which has no past."""
+    its mean test accuracy over the steps seen so far (0..t), and its Eq. 8, the mean over the
+    same steps of the best accuracy any time's model up to ``t`` (``t``'s own included) had on
+    the step minus this one's: never negative, 0 at the first time."""
     now = accuracies[prefix(t).name]
     seen = [now[j]["test"] for j in range(t + 1)]
-    drops = []
-    for j in range(t):
-        earlier = [accuracies[prefix(u).name][j]["test"] for u in times if j <= u < t]
-        if earlier:
-            drops.append(max(earlier) - now[j]["test"])
-    return {"p_cl": statistics.mean(seen), "p_forget": statistics.mean(drops) if drops else None}
+    models = [accuracies[prefix(u).name] for u in times if u <= t]
+    drops = [max(model[j]["test"] for model in models) - now[j]["test"] for j in range(t + 1)]
+    return {"p_cl": statistics.mean(seen), "p_forget": statistics.mean(drops)}
 
 
 def _test_then_train_views(num_steps: int, options: ProtocolOptions) -> list[View]:

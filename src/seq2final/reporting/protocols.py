@@ -36,7 +36,7 @@ LABELS = {
     "worst": "worst step of each time's window, mean over times",
     "stream_accuracy": "accuracy on each step before training on it, mean over the stream",
     "p_cl": "P_CL: mean accuracy over the steps seen, at the stream's last time",
-    "p_forget": "P_forget: best earlier accuracy minus the last time's, mean over earlier steps",
+    "p_forget": "P_forget (Eq. 8): best accuracy of any time so far minus the last time's, mean over the steps seen",
 }
 
 

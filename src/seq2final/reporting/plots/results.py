@@ -291,8 +291,8 @@ def protocol_figure(rows: list[dict], protocol: str, title: str) -> Figure:
 def forgetting_figure(rows: list[dict], title: str) -> Figure:
     """Feature Forgetting's two curves over an Eval-Stream, one line per method, means over
     seeds: P_CL, the model of time t's mean accuracy on the steps 0..t it has seen, and
-    P_forget, how far it has fallen on the earlier steps below the best an earlier time scored
-    (docs/representations.md)."""
+    P_forget (its Eq. 8), how far it has fallen on those steps below the best any time so far
+    scored (docs/representations.md)."""
     figure = _figure(9.0, 4.0)
     axes = figure.subplots(1, 2)
     methods = _by_registry([r["method"] for r in rows])
