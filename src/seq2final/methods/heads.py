@@ -41,15 +41,20 @@ ABSENT_LOGIT = -1.0e9
 """The bias of a class the final step's training split has no image of: never predicted."""
 
 
+def _linear_head(model: nn.Module) -> nn.Linear | None:
+    head = getattr(getattr(model, "fc", None), "linear", None)
+    return head if isinstance(head, nn.Linear) else None
+
+
 def has_linear_head(model: nn.Module) -> bool:
     """Whether ``model``'s head ends in ``fc.linear``, where the head modes read features."""
-    return isinstance(getattr(getattr(model, "fc", None), "linear", None), nn.Linear)
+    return _linear_head(model) is not None
 
 
 def head_of(model: nn.Module) -> nn.Linear:
     """The linear layer a head mode sets: ``fc.linear`` of a block model."""
-    head = getattr(getattr(model, "fc", None), "linear", None)
-    if not isinstance(head, nn.Linear):
+    head = _linear_head(model)
+    if head is None:
         raise Seq2FinalError(
             f"a head mode needs a model whose head ends in fc.linear (a block model); "
             f"got {type(model).__name__}"
