@@ -12,7 +12,7 @@ every final mode that continues a model (``historical:coral_t,final:ft``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import Field
@@ -37,19 +37,25 @@ from seq2final.training.tensors import TensorSplit
 
 
 class Windows(StrictModel):
-    """A ``-T`` mode's ``windows`` block (Wild-Time's Yearbook setting, ``group_size`` 4: nested
-    windows of 5 steps and more).
+    """A ``-T`` mode's ``windows`` block (Wild-Time's Yearbook setting: ``length`` L = 5, its
+    appendix's Table 6 and its Yearbook configs' ``group_size``; nested windows of 6 steps and
+    more).
 
-    ``scheme``: ``nested``, Wild-Time's code and the default (``YearbookGroup``: every window
-    ends at the present step, the g-th starting ``length + g`` steps before it, so together they
-    reach step 0), or ``sliding``, the paper's description (``count`` windows of ``length``
-    steps; ``count`` and ``overlapping`` are this scheme's alone).
+    ``scheme``: ``nested``, the groups Wild-Time's code names and the default (``YearbookGroup``:
+    every window ends at the present step, the g-th starting ``length + g`` steps before it, so
+    together they reach step 0), or ``sliding``, the paper's description (``count`` windows of
+    ``length`` steps; ``count`` and ``overlapping`` are this scheme's alone). ``years``: a
+    window holds the images of the steps it names (``named``, the default), or the images
+    Wild-Time's loader reads for it (``loaded``: its data is stored newest step first while a
+    window's positions are counted oldest step first, so a window of m images reads the m
+    oldest ones; docs/fixes.md, "Wild-Time"), to match its published numbers.
     """
 
     count: int = Field(default=10, ge=1)
-    length: int = Field(default=4, ge=1)
+    length: int = Field(default=5, ge=1)
     overlapping: bool = True
     scheme: Literal["nested", "sliding"] = "nested"
+    years: Literal["named", "loaded"] = "named"
 
 
 def time_windows(present: int, windows: Windows) -> list[tuple[int, ...]]:
@@ -76,6 +82,36 @@ def time_windows(present: int, windows: Windows) -> list[tuple[int, ...]]:
         if window not in listed:
             listed.append(window)
     return listed
+
+
+def window_splits(steps: Sequence[TensorSplit], windows: Windows) -> list[TensorSplit]:
+    """The training images of each time window at the last of ``steps`` (steps 0..present),
+    latest window first: the named steps' images, or under ``years: loaded`` as many images as
+    those, taken where Wild-Time's loader finds them. Its step-``present`` array is steps
+    present, present − 1, .., 0 in that order, and a window's positions are the named steps'
+    oldest-first offsets, so they are the array's last m: every image of steps 0, 1, .. and the
+    last images of the step that is cut."""
+    named = time_windows(len(steps) - 1, windows)
+    if windows.years == "named":
+        return [TensorSplit.concat([steps[t] for t in window]) for window in named]
+    loaded = []
+    for window in named:
+        left, parts = sum(len(steps[t]) for t in window), []
+        for split in steps:
+            take = min(left, len(split))
+            parts.append(_last(split, take))
+            left -= take
+            if left == 0:
+                break
+        loaded.append(TensorSplit.concat(parts))
+    return loaded
+
+
+def _last(split: TensorSplit, count: int) -> TensorSplit:
+    """The last ``count`` images of a split, in its order (with their weights, if any)."""
+    start = len(split) - count
+    weight = None if split.weight is None else split.weight[start:]
+    return TensorSplit(split.x[start:], split.y[start:], weight)
 
 
 def windows_of(config: Mapping[str, Any], where: str) -> Windows:
@@ -122,10 +158,8 @@ def _task(
 ) -> Task:
     """The task of a Wild-Time mode over steps 0..``last``, validated on ``valid``."""
     if kind in ("coral", "irm", "dro"):
-        domains = [
-            TensorSplit.concat([ctx.split(t, "train") for t in window])
-            for window in time_windows(last, windows_of(config, where))
-        ]
+        steps = [ctx.split(t, "train") for t in range(last + 1)]
+        domains = window_splits(steps, windows_of(config, where))
         objective = irm_objective(config, where) if kind == "irm" else kind
         return Task(domains, valid, objective=objective)
     pooled = TensorSplit.concat([ctx.split(t, "train") for t in range(last + 1)])
