@@ -66,6 +66,44 @@ def test_truncate_grows_the_ball_and_I_counts_the_shell():
     )
 
 
+@pytest.mark.parametrize(
+    ("seen", "final"), [((0.0, 60.0), 60.0), ((0.0, 60.0), 120.0), ((0.0, 90.0), 45.0)]
+)
+def test_I_against_several_training_supports_counts_what_none_of_them_holds(seen, final):
+    """A model trained on steps of several supports has seen their union (docs/intensity.md):
+    brute force on the circle, where a turned hemisphere holds the angles within 90° of it."""
+    angles, points = _circle()
+    space = _space(points)
+    training = [Support(turn=turn) for turn in seen]
+    held = _gap(angles, final) <= 90.0 + 1e-9
+    union = np.any([_gap(angles, turn) <= 90.0 + 1e-9 for turn in seen], axis=0)
+    expected = (held & ~union).sum() / held.sum()
+    assert space.intensity(Support(turn=final), training) == pytest.approx(expected)
+    if final in seen:
+        assert expected == 0.0
+
+
+def test_the_final_steps_I_against_its_history_is_noted_and_zero_when_the_history_holds_it(
+    source_factory,
+):
+    """``overlap_full``'s design: the final step keeps the support a historical step turned to,
+    so against the history's supports its I is 0, against the source's it is not."""
+    source = source_factory(per_class=200, per_class_test=60, classes=4)
+    for spec_text, covered in (("source40:overlap@60/40:overlap@0/40", True),
+                               ("source40:overlap@60/40:overlap@60/40", False)):  # fmt: skip
+        spec = resolve_spec(spec_text, dataset="digits", test_size=20, oracle_size=60)
+        final = build_sequence(spec, source).manifest["steps"][-1]
+        space = support_space(spec, source)
+        seen = [Support(), Support(turn=60.0)]
+        turn = 60.0 if covered else 120.0
+        assert final["history_support_intensity"] == pytest.approx(
+            space.intensity(Support(turn=turn), seen)
+        )
+        assert final["support_intensity"] == pytest.approx(space.intensity(Support(turn=turn)))
+        assert final["support_intensity"] > 0.2
+        assert (final["history_support_intensity"] == 0.0) is covered
+
+
 def test_support_sequences_draw_only_inside_each_steps_support(source_factory):
     source = source_factory(per_class=200, per_class_test=60, classes=4)
     spec = resolve_spec("source40:overlap@60/40:overlap@60/40", dataset="digits", test_size=20,

@@ -17,7 +17,8 @@ from PIL import Image
 from seq2final.config.parameters import QuantifyOptions
 from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
 from seq2final.core.startup import bootstrap_once
-from seq2final.data.distances import Embedded
+from seq2final.data.distances import Embedded, nearest_neighbour_distance, wasserstein2
+from seq2final.pipelines.quantify_shift import nodes
 from seq2final.pipelines.quantify_shift.nodes import measure_distances
 
 
@@ -61,7 +62,10 @@ def test_build_then_quantify(project):
     # Rotation is the step that makes the final distribution: before it the shift is large.
     assert table.loc[0, "W^{0,3}"] > 1.2
     distances = pd.read_csv(project / f"data/04_feature/shift_distances/{folder.name}.csv")
-    assert list(distances["comparison"]) == ["half_split"] + ["consecutive"] * 3 + ["to_final"] * 4
+    assert list(distances["comparison"]) == (
+        ["half_split"] + ["consecutive"] * 3 + ["to_final"] * 4 + ["history_to_final"]
+    )
+    assert distances["first_size"].iloc[-1] == distances["first_size"].iloc[4:7].sum()
     assert (distances["nn1"] > 0).all()  # no final test image is a training image
     report = (project / f"data/08_reporting/shift_reports/{folder.name}.md").read_text()
     assert "W_X|Y" in report
@@ -109,7 +113,9 @@ def test_quantify_after_training_in_one_process_solves_its_pairs_without_fork(pr
         pytest.fail(f"training then quantify_shift hung: {hung.stderr!r:.2000}")
     assert done.returncode == 0, done.stderr[-3000:]
     [distances] = (project / "data/04_feature/shift_distances").glob("*.csv")
-    assert len(pd.read_csv(distances)) == 1 + 2 + 3  # half split, consecutive, to final
+    assert (
+        len(pd.read_csv(distances)) == 1 + 2 + 3 + 1
+    )  # half split, consecutive, to final, history
     assert list((project / "data/06_models/historical").iterdir())  # it did train first
     log = (project / "logs/info.log").read_text()  # each pair, solved in a thread, logged
     assert "W2 source half 1 vs source half 2: " in log
@@ -160,10 +166,13 @@ def test_a_support_shift_reports_its_counted_intensity_beside_the_distances(proj
     assert counted[0] == 0.0 and 0 < counted[1] < counted[2] < 1
     assert "support" not in manifest["steps"][0]["state"]  # the source's: left out
     assert [s["state"]["support"]["turn"] for s in manifest["steps"][1:]] == [60.0, 120.0]
+    history = manifest["steps"][-1]["history_support_intensity"]  # against steps 0 and 1
+    assert 0 < history < counted[2]
     distances = pd.read_csv(project / f"data/04_feature/shift_distances/{folder.name}.csv")
-    assert (
-        distances["support_intensity"].tolist() == [0.0, counted[1], counted[2]] + [counted[2]] * 3
+    assert distances["support_intensity"].tolist() == (
+        [0.0, counted[1], counted[2]] + [counted[2]] * 3 + [history]
     )
+    assert distances["comparison"].iloc[-1] == "history_to_final"
     report = (project / f"data/08_reporting/shift_reports/{folder.name}.md").read_text()
     assert "Support intensity I" in report
 
@@ -198,8 +207,11 @@ def test_pairs_solved_in_threads_equal_those_solved_in_turn_and_leave_the_filter
         return Embedded(name, rng.normal(shift, 1.0, (40, 3)), np.repeat(np.arange(4), 10))
 
     train = [embedded(f"{t}:step", t / 2) for t in range(3)]
+    pooled = Embedded("0..1", np.concatenate([t.features for t in train[:2]]),
+                      np.concatenate([t.labels for t in train[:2]]))  # fmt: skip
     embedding = {"key": "k", "components": 3, "train": train, "test": embedded("2:test", 1.0),
-                 "halves": [embedded("half 1", 0.0), embedded("half 2", 0.0)]}  # fmt: skip
+                 "halves": [embedded("half 1", 0.0), embedded("half 2", 0.0)],
+                 "history": pooled, "history_support_intensity": None}  # fmt: skip
     one = measure_distances(embedding, QuantifyOptions(workers=1))["k"]
     filters = list(warnings.filters)  # with POT and scikit-learn imported, and their filters set
 
@@ -214,4 +226,40 @@ def test_pairs_solved_in_threads_equal_those_solved_in_turn_and_leave_the_filter
         two = measure_distances(embedding, QuantifyOptions(workers=2))["k"]
     assert warnings.filters == filters
     pd.testing.assert_frame_equal(one, two)
-    assert len(two) == 1 + 2 + 3 and (two["w2_covariate"] > 0).all()
+    assert len(two) == 1 + 2 + 3 + 1 and (two["w2_covariate"] > 0).all()
+
+
+def test_the_history_row_measures_the_pooled_historical_steps_and_a_one_step_history_once(
+    monkeypatch,
+):
+    """What a historical model trained on is steps 0..T−1 together: the last row is their
+    pooled images against the final test set; with one historical step it is that step's row,
+    solved once."""
+    rng = np.random.default_rng(1)
+
+    def embedded(name, shift, n=30):
+        return Embedded(name, rng.normal(shift, 1.0, (n, 3)), np.repeat(np.arange(3), n // 3))
+
+    train = [embedded("0:source", 0.0), embedded("1:step", 2.0), embedded("2:step", 1.0)]
+    test, halves = embedded("2:test", 1.0), [embedded("h1", 0.0, 15), embedded("h2", 0.0, 15)]
+    pooled = Embedded("0..1", np.concatenate([t.features for t in train[:2]]),
+                      np.concatenate([t.labels for t in train[:2]]))  # fmt: skip
+    three = {"key": "k", "components": 3, "train": train, "test": test, "halves": halves,
+             "history": pooled, "history_support_intensity": None}  # fmt: skip
+    row = measure_distances(three, QuantifyOptions(workers=1))["k"].iloc[-1]
+    assert (row["comparison"], row["first"], row["first_size"]) == ("history_to_final", "0..1", 60)
+    assert row["w2_covariate"] == pytest.approx(
+        wasserstein2(pooled.features, test.features, 10**8, "pooled")
+    )
+    assert row["nn1"] == pytest.approx(
+        nearest_neighbour_distance(pooled.features, test.features, "pooled")
+    )
+    solves = []
+    real = nodes._wasserstein_pair
+    monkeypatch.setattr(nodes, "_wasserstein_pair", lambda *a: solves.append(a) or real(*a))
+    two = {**three, "train": train[:2], "history": train[0]}
+    frame = measure_distances(two, QuantifyOptions(workers=1))["k"]
+    assert len(solves) == 1 + 1 + 2  # halves, one consecutive, two to_final; the history reused
+    to_final, history = frame.iloc[-3], frame.iloc[-1]
+    assert history["comparison"] == "history_to_final"
+    assert history.drop("comparison").equals(to_final.drop("comparison"))

@@ -1,17 +1,22 @@
 """A family through ``kedro run``: every member trained as its own sequence, then the
 ``robustness`` pipeline reads them together (docs/intensity.md)."""
 
+import dataclasses
 import json
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 from seq2final.cli import cli
+from seq2final.config.parameters import BuildOptions
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.startup import bootstrap_once
+from seq2final.pipelines.robustness.nodes import gather_family, resolve_family
 from seq2final.reporting.robustness import fit_line
+from tests.result_records import make_record
 
 FAMILY = "source60:rotation@*/60:rotation@*/60"
 PARAMS = (
@@ -61,6 +66,12 @@ def test_the_robustness_tables_hold_the_members_accuracies_and_their_lines(famil
     }  # fmt: skip
     for _, row in points.iterrows():
         assert row["accuracy"] == records[(row["sequence"], row["method"])]
+    for path in (family_run / "data/04_feature/shift_distances").glob("*.csv"):
+        # the x of each member is its history's distance (steps 0 and 1 pooled) to the final
+        history = pd.read_csv(path).iloc[-1]
+        assert history["comparison"] == "history_to_final" and history["first"] == "0..1"
+        member = points[np.isclose(points["nn1"], history["nn1"], rtol=0, atol=1e-9)]
+        assert len(member) == 2 and member["intensity"].nunique() == 1  # its ft and baseline
     ft = points[points["method"] == "ft"].sort_values("intensity")
     assert ft["delta"].tolist() == pytest.approx((ft["accuracy"] - ft["accuracy"].iloc[0]).tolist())
     for measure in ("intensity", "nn1", "w2_covariate"):
@@ -103,3 +114,29 @@ def test_a_session_runs_a_family_through_robustness_only(run_kedro):
         run_kedro(["build_sequences"], **runtime)
     with pytest.raises(Seq2FinalError, match="no member of the family has results"):
         run_kedro(["robustness"], **runtime)
+
+
+def test_each_seeds_points_read_that_seeds_own_distances(caplog):
+    """Each seed draws its own images, so a member's x at a seed is measured at that seed; a
+    seed without distances is named with the command that measures it."""
+    family = resolve_family("source60:rotation@*/60", [0, 90], "digits", None, 1007,
+                            BuildOptions(test_size=40, oracle_size=None), "final")  # fmt: skip
+    records, distances = {}, {}
+    for member, spec in family:
+        for seed in (1007, 1011):
+            key = dataclasses.replace(spec, seed=seed).key
+            records[f"{key}.ft"] = make_record(
+                sequence=member.sequence, dataset=spec.dataset, sequence_key=key, seed=seed,
+                method="ft", historical="erm", final="ft", job_key=f"{key}.ft",
+            )  # fmt: skip
+            if (member.intensity, seed) != (90, 1011):
+                distances[key] = pd.DataFrame([{"comparison": "history_to_final",
+                    "nn1": 1000.0 * seed + member.intensity, "w2_covariate": 1.0}])  # fmt: skip
+    points = gather_family(family, records, distances, "smoke")
+    measured = points.dropna(subset=["nn1"])
+    assert (measured["nn1"] == 1000.0 * measured["seed"] + measured["intensity"]).all()
+    assert len(measured) == 3
+    assert (
+        "has no distances at seed 1011: kedro run --params 'sequence:source60:rotation@90/60,seed:1011,budget:smoke'"
+        in caplog.text
+    )

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import optuna
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 from kedro.framework.cli.cli import KedroCLI
@@ -313,3 +314,37 @@ def test_the_sweep_command_is_a_project_command():
     for option in ("--sequences", "--archs", "--methods", "--pairs", "--seeds", "--budget",
                    "--dataset", "--data-path", "--workers", "--scheduler", "--dry-run"):  # fmt: skip
         assert option in shown.output
+
+
+def test_a_family_is_measured_at_every_seed_of_the_sweep_before_it_is_read(
+    tmp_path, monkeypatch, project_parameters
+):
+    """Each seed draws its own members, so each seed's distances are measured (not only the
+    run's seed), and so is a member measured before the history's row existed."""
+    from seq2final.config.checks import validate_parameters
+    from seq2final.sweep import command
+
+    family, intensities = "source100:rotation@*/60:rotation@*/60", [0, 90]
+    params = {**project_parameters, "dataset": "digits", "intensities": None}
+    ran = []
+    monkeypatch.setattr(command, "run_task", lambda project, env, task: ran.append(task))
+
+    def key(intensity, seed):
+        sequence = family.replace("*", str(intensity))
+        return validate_parameters({**params, "sequence": sequence, "seed": seed}).spec.key
+
+    old = pd.DataFrame({"comparison": ["to_final"] * 3, "nn1": [1.0, 2.0, 3.0]})
+    measured = {
+        key(0, 1007): pd.concat([old, pd.DataFrame([{"comparison": "history_to_final", "nn1": 2.5}])]),
+        key(90, 1007): old,  # measured before the history's row: measured again
+    }  # fmt: skip
+    command.read_families(
+        (family,), intensities, (1007, 1011), params, measured, tmp_path, "test", {"budget": "smoke"}
+    )  # fmt: skip
+    quantified = [(t.params["sequence"], t.params["seed"]) for t in ran if t.kind == "quantify"]
+    assert quantified == [
+        (family.replace("*", "0"), 1011),
+        (family.replace("*", "90"), 1007),
+        (family.replace("*", "90"), 1011),
+    ]
+    assert [t.kind for t in ran][-1] == "robustness"

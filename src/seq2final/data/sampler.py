@@ -314,6 +314,10 @@ def build_sequence(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
     notes = None
     if space is not None:  # the selection is exact: each step's intensity is counted
         notes = [{"support_intensity": space.intensity(state[SUPPORT])} for state in states]
+        # and the final step's against every historical step's support, which a model trained
+        # on steps 0..T−1 has seen (Control+Shift's I of the model's real training support)
+        seen = [state[SUPPORT] for state in states[:-1]]
+        notes[-1]["history_support_intensity"] = space.intensity(states[-1][SUPPORT], seen)
     return ShiftSequence.from_steps(spec, source, steps, list(states), oracle, notes)
 
 

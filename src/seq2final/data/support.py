@@ -22,6 +22,8 @@ sequence's manifest beside its state (docs/intensity.md).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from seq2final.core.seeds import derived_seed
@@ -105,10 +107,14 @@ class SupportSpace:
             keep &= norms <= (1.0 + support.grow) * self.radius[pool][indices]
         return keep
 
-    def intensity(self, support: Support) -> float:
+    def intensity(self, support: Support, training: Sequence[Support] = (Support(),)) -> float:
         """Control+Shift's I of ``support`` against the training support, over the training pool:
-        the share of the images it holds that the training support does not."""
+        the share of the images it holds that the training support does not. The training
+        support is the source's, or the union of several: a model trained on steps 0..T−1 has
+        seen every one of their supports (docs/intensity.md, "Robustness slopes")."""
         every = np.arange(len(self.points["train"]))
         held = self.inside("train", every, support)
-        base = self.inside("train", every, Support())
+        base = np.zeros(len(every), dtype=bool)
+        for seen in training:
+            base |= self.inside("train", every, seen)
         return float((held & ~base).sum() / max(held.sum(), 1))

@@ -6,9 +6,10 @@ intensities of one shift; 0 is robust and a steep negative slope degrades fast. 
 members are sequences that differ only in intensity, each trained on its own; a method's
 Δ-accuracy at a member is its accuracy there minus its accuracy at the family's reference member
 (intensity 0 where the family has it, else its smallest), same architecture, each averaged over
-the seeds both have, and the size of the shift is each member's measured distance between its
-source and its final step (W2 and 1-NN from ``quantify_shift``, and the counted support
-intensity where the family's blocks give one).
+the seeds both have, and the size of the shift is each member's measured distance between the
+images its historical model trained on (steps 0..T−1) and its final step, at each seed's own
+draw (W2 and 1-NN from ``quantify_shift``, and the counted support intensity against those
+steps' supports where the family's blocks give one).
 """
 
 from __future__ import annotations
@@ -20,6 +21,23 @@ import numpy as np
 import pandas as pd
 
 CONFIDENCE = 0.95
+
+
+def history_distances(frame: pd.DataFrame | None) -> dict[str, float]:
+    """The member's measured distances from the images its historical model trained on (steps
+    0..T−1 pooled) to its final test images, and the final step's I against their supports:
+    ``quantify_shift``'s ``history_to_final`` row. A frame measured before that row existed
+    has it only where the history is one step (its first ``to_final`` row); otherwise none."""
+    if frame is None:
+        return {}
+    rows = frame[frame["comparison"] == "history_to_final"]
+    if rows.empty:
+        to_final = frame[frame["comparison"] == "to_final"]
+        if len(to_final) != 2:
+            return {}
+        rows = to_final
+    row = rows.iloc[0]
+    return {m: float(row[m]) for m in ("w2_covariate", "nn1", "support_intensity") if m in row}
 
 
 def accuracy_deltas(points: pd.DataFrame) -> pd.DataFrame:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -25,6 +26,7 @@ from seq2final.core.schema import one_line
 from seq2final.core.startup import bootstrap_once
 from seq2final.data.family import expand_sequences, members
 from seq2final.data.spec import resolve_spec
+from seq2final.reporting.robustness import history_distances
 from seq2final.reporting.tables import report_folder
 from seq2final.sweep.cluster import (
     SweepSettings,
@@ -118,7 +120,7 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
         for folder in evaluate_stale(graph, stores, project, options.env, base):
             say(f"Tables: {folder}")
         for folder in read_families(
-            families, intensities, params, measured, project, options.env, base
+            families, intensities, request.seeds, params, measured, project, options.env, base
         ):
             say(f"Robustness: {folder}")
         return 0
@@ -152,7 +154,7 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
     if report.failures or report.lost_jobs:
         return 1
     for folder in read_families(
-        families, intensities, params, measured, project, options.env, base
+        families, intensities, request.seeds, params, measured, project, options.env, base
     ):
         say(f"Robustness: {folder}")
     return 0
@@ -218,6 +220,7 @@ def evaluate_stale(
 def read_families(
     families: tuple[str, ...],
     intensities: list[float] | None,
+    seeds: tuple[int | None, ...],
     params: dict[str, Any],
     measured: Mapping[str, Any],
     project: Path,
@@ -225,17 +228,19 @@ def read_families(
     base: dict[str, Any],
 ) -> list[str]:
     """Run ``robustness``, here, on each family whose members the sweep finished, after
-    ``quantify_shift`` on each member not measured yet (the slopes need its distances); its
-    reports' folders."""
+    ``quantify_shift`` on each member at each of the sweep's seeds not measured yet (each seed
+    draws its own images, and the slopes read each seed's own distances), or measured before
+    the history's row existed; its reports' folders."""
     folders = []
     for family in families:
-        for member in members(family, intensities):
-            spec = validate_parameters({**params, "sequence": member.sequence}).spec
-            if spec.key not in measured:
+        for member, seed in itertools.product(members(family, intensities), seeds):
+            at_seed = {"sequence": member.sequence, **({} if seed is None else {"seed": seed})}
+            spec = validate_parameters({**params, **at_seed}).spec
+            if not history_distances(measured.get(spec.key)):
                 log_path = project / "logs" / "sweep" / f"quantify-{spec.key}.log"
                 run_task(str(project), env, PipelineRun(
-                    "quantify", member.sequence, "quantify_shift",
-                    {**base, "sequence": member.sequence}, str(log_path),
+                    "quantify", member.sequence, "quantify_shift", {**base, **at_seed},
+                    str(log_path),
                 ))  # fmt: skip
         first = members(family, intensities)[0].sequence
         folder = report_folder(family, resolve_spec(first, params["dataset"]).dataset)

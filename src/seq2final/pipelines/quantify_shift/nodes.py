@@ -30,10 +30,13 @@ logger = logging.getLogger(__name__)
 
 
 def embed_sequence(sequence: ShiftSequence, options: QuantifyOptions) -> dict[str, Any]:
-    """PCA coordinates of every step's train set, the final test set and two source halves.
+    """PCA coordinates of every step's train set, the final test set, two source halves and
+    the history (steps 0..T−1's train sets pooled).
 
     The halves (a seeded random split of the source train set) give the sanity value: the
-    distance between two samples of one distribution at this sample size.
+    distance between two samples of one distribution at this sample size. The history is what
+    a historical model trained on, so its distance to the final test set is the shift that
+    model meets (docs/intensity.md, "Robustness slopes").
     """
     steps = list(sequence.steps())
     train_sets = [step.split("train") for step in steps]
@@ -50,6 +53,13 @@ def embed_sequence(sequence: ShiftSequence, options: QuantifyOptions) -> dict[st
     order = np.random.RandomState(seed).permutation(len(embedded[0].labels))
     half = len(order) // 2
     source = embedded[0]
+    history = embedded[0]  # one historical step: the history is it, measured once
+    if len(embedded) > 2:
+        history = Embedded(
+            f"0..{len(steps) - 2}",
+            np.concatenate([e.features for e in embedded[:-1]]),
+            np.concatenate([e.labels for e in embedded[:-1]]),
+        )
     halves = [
         Embedded(f"source half {i + 1}", source.features[part], source.labels[part])
         for i, part in enumerate((order[:half], order[half:]))
@@ -57,10 +67,14 @@ def embed_sequence(sequence: ShiftSequence, options: QuantifyOptions) -> dict[st
     return {
         "key": sequence.key,
         "support_intensity": [s.get("support_intensity") for s in sequence.manifest["steps"]],
+        "history_support_intensity": sequence.manifest["steps"][-1].get(
+            "history_support_intensity"
+        ),
         "components": k,
         "train": embedded,
         "test": Embedded(f"{len(steps) - 1}:test", test_features, test_set[1]),
         "halves": halves,
+        "history": history,
     }
 
 
@@ -79,8 +93,8 @@ def _wasserstein_pair(
 def measure_distances(
     embedding: dict[str, Any], options: QuantifyOptions
 ) -> dict[str, pd.DataFrame]:
-    """Covariate and conditional W2 and the 1-NN distance for the half split, consecutive steps
-    and each step vs final.
+    """Covariate and conditional W2 and the 1-NN distance for the half split, consecutive steps,
+    each step vs final and the history (steps 0..T−1 pooled) vs final.
 
     The W2 pairs are independent exact solves, so they run in ``workers`` threads of this
     process: POT's network simplex and the cost matrices release the GIL, and threads neither
@@ -89,14 +103,17 @@ def measure_distances(
     keeps one thread per pair while they run, so the pairs do not oversubscribe the cores; a
     failing pair cancels those not yet started. The 1-NN distances follow in this thread:
     scikit-learn spreads each search over OpenMP threads itself, and its input checks swap the
-    process's warning filters, which is not safe from two threads at once.
+    process's warning filters, which is not safe from two threads at once. A pair listed twice
+    (the history of a two-step sequence is its step 0) is measured once.
     """
     train, test = embedding["train"], embedding["test"]
     pairs = [("half_split", embedding["halves"][0], embedding["halves"][1])]
     pairs += [("consecutive", train[t - 1], train[t]) for t in range(1, len(train))]
     pairs += [("to_final", train[t], test) for t in range(len(train))]
-    firsts = [first for _, first, _ in pairs]
-    seconds = [second for _, _, second in pairs]
+    pairs += [("history_to_final", embedding["history"], test)]
+    unique = {(id(first), id(second)): (first, second) for _, first, second in pairs}
+    firsts = [first for first, _ in unique.values()]
+    seconds = [second for _, second in unique.values()]
     pool = ThreadPoolExecutor(max_workers=options.workers)
     try:
         with threadpool_limits(limits=1 if options.workers > 1 else None, user_api="blas"):
@@ -109,7 +126,8 @@ def measure_distances(
         nearest_neighbour_distance(a.features, b.features, f"{a.name} vs {b.name}")
         for a, b in zip(firsts, seconds, strict=True)
     ]
-    results = [(*w2, nn) for w2, nn in zip(solved, nearest, strict=True)]
+    measured = {ids: (*w2, nn) for ids, w2, nn in zip(unique, solved, nearest, strict=True)}
+    results = [measured[(id(first), id(second))] for _, first, second in pairs]
     rows = [
         {
             "comparison": comparison,
@@ -130,7 +148,9 @@ def measure_distances(
     counted = embedding.get("support_intensity") or [None]
     if counted[0] is not None:  # a support shift: the second set's step's counted I
         second = [0] + list(range(1, len(train))) + [len(train) - 1] * len(train)
-        frame["support_intensity"] = [counted[t] for t in second]
+        frame["support_intensity"] = [counted[t] for t in second] + [
+            embedding["history_support_intensity"]  # against every historical step's support
+        ]
     return {embedding["key"]: frame}
 
 
@@ -176,7 +196,7 @@ def _support_lines(frame: pd.DataFrame) -> list[str]:
     support, counted exactly (docs/intensity.md)."""
     if "support_intensity" not in frame:
         return []
-    steps = frame[frame["comparison"] != "to_final"]
+    steps = frame[frame["comparison"].isin(["half_split", "consecutive"])]
     table = pd.DataFrame({"step": steps["second"], "I": steps["support_intensity"]})
     return [
         "Support intensity I of each step (Control+Shift's: the share of its pool outside the "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -15,7 +16,12 @@ from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.pipelines.evaluate.nodes import sequence_records
 from seq2final.protocols import sequence_options
 from seq2final.reporting import plots
-from seq2final.reporting.robustness import accuracy_deltas, history_value, robustness_slopes
+from seq2final.reporting.robustness import (
+    accuracy_deltas,
+    history_distances,
+    history_value,
+    robustness_slopes,
+)
 from seq2final.reporting.tables import report_folder, shown_name
 from seq2final.training.records import ResultRecord
 
@@ -57,15 +63,6 @@ def resolve_family(
     ]
 
 
-def _source_to_final(frame: pd.DataFrame | None) -> dict[str, float]:
-    """The member's measured distances from its source's training images to its final test
-    images (``quantify_shift``'s first ``to_final`` row)."""
-    if frame is None:
-        return {}
-    row = frame[frame["comparison"] == "to_final"].iloc[0]
-    return {m: float(row[m]) for m in ("w2_covariate", "nn1", "support_intensity") if m in row}
-
-
 def gather_family(
     family: Family,
     results: Mapping[str, ResultRecord],
@@ -73,24 +70,32 @@ def gather_family(
     budget: str,
 ) -> pd.DataFrame:
     """One row per member, job and seed of the run's budget: the final step's test accuracy
-    and the member's shift measures. A member with no results, or no measured distances, is
-    named in the log with the command that makes them."""
+    and the shift measures of the member drawn at that record's seed (each seed draws its own
+    images, so its own distances). A member with no results, or a seed of it with no measured
+    distances, is named in the log with the command that makes them."""
     rows = []
     for member, spec in family:
         records = [r for r in sequence_records(spec, results) if r.budget == budget]
-        measured = _source_to_final(distances.get(spec.key))
-        missing = [what for what, empty in (("results", not records), ("distances", not measured))
-                   if empty]  # fmt: skip
-        if missing:
+        if not records:
             log.warning(
-                "family member '%s' has no %s under budget %s: kedro run --params "
+                "family member '%s' has no results under budget %s: kedro run --params "
                 "'sequence:%s,budget:%s' trains and measures it",
-                member.sequence, " or ".join(missing), budget, member.sequence, budget,
+                member.sequence, budget, member.sequence, budget,
+            )  # fmt: skip
+        measured = {
+            seed: history_distances(distances.get(replace(spec, seed=seed).key))
+            for seed in sorted({r.seed for r in records})
+        }
+        for seed in [s for s, found in measured.items() if not found]:
+            log.warning(
+                "family member '%s' has no distances at seed %s: kedro run --params "
+                "'sequence:%s,seed:%s,budget:%s' measures them (a finished job is not retrained)",
+                member.sequence, seed, member.sequence, seed, budget,
             )  # fmt: skip
         for record in records:
             rows.append({"intensity": member.intensity, "sequence": member.sequence,
                          "method": shown_name(record), "arch": record.arch, "seed": record.seed,
-                         "accuracy": record.test_accuracy, **measured})  # fmt: skip
+                         "accuracy": record.test_accuracy, **measured[record.seed]})  # fmt: skip
     return pd.DataFrame(rows)
 
 

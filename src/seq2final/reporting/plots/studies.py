@@ -25,9 +25,9 @@ from seq2final.reporting.plots.look import (
 
 MEASURE_LABELS = {
     "intensity": "intensity (the dial)",
-    "w2_covariate": "covariate W2, source → final",
-    "nn1": "1-NN distance, source → final",
-    "support_intensity": "support intensity I of the final step",
+    "w2_covariate": "covariate W2, history → final",
+    "nn1": "1-NN distance, history → final",
+    "support_intensity": "support intensity I of the final step against the history's",
 }
 
 
