@@ -9,10 +9,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.text import Annotation, Text
 
+from seq2final.data.family import intensity_label
 from seq2final.methods import paper_columns
 from seq2final.reporting import plots
 from seq2final.reporting.plots import (
@@ -24,7 +26,7 @@ from seq2final.reporting.plots import (
     protocol_figure,
     svcca_panels,
 )
-from seq2final.reporting.plots.look import _palette
+from seq2final.reporting.plots.look import _palette, _wrapped
 
 METHODS = list(paper_columns())
 
@@ -326,6 +328,52 @@ def test_a_name_the_registry_does_not_know_is_drawn_with_a_broken_line():
     for name in ("erm+as_is", "not_registered", "plugin_7"):
         assert method_style(name).linestyle != "-"
     assert {method_style(m).linestyle for m in METHODS} == {"-"}
+
+
+def test_beside_the_registered_methods_of_a_figure_an_unknown_name_takes_a_colour_of_its_own():
+    """``erm+as_is`` hashes to ``baseline``'s blue; in a figure with both it takes a free colour,
+    and the legend shows the look the points were drawn with."""
+    assert method_style("erm+as_is").colour == method_style("baseline").colour  # the clash
+    drawn = ["baseline", "erm+as_is", "ft", "plugin_7"]
+    colours = [method_style(m, drawn).colour for m in drawn]
+    assert len(set(colours)) == len(drawn)
+    assert method_style("baseline", drawn) == method_style("baseline")  # registered: unmoved
+    deltas = pd.DataFrame(
+        [{"method": m, "arch": "a", "intensity": i, "nn1": 10.0 + i, "delta": -i / 100}
+         for m in drawn for i in (0, 30, 60)]
+    )  # fmt: skip
+    slopes = pd.DataFrame(
+        [{"method": m, "arch": "a", "measure": "nn1", "slope": -0.01, "intercept": 0.1}
+         for m in drawn]
+    )  # fmt: skip
+    figure = plots.robustness_lines(deltas, slopes, "a", "title", "rotation@*: degrees per step")
+    [axis] = figure.axes
+    points = {to_rgb(c.get_facecolor()[0]) for c in axis.collections}
+    assert points == {to_rgb(c) for c in colours}
+    legend = figure.legends[0]
+    shown = {
+        text.get_text(): to_rgb(handle.get_color())
+        for text, handle in zip(legend.get_texts(), legend.legend_handles, strict=True)
+    }
+    assert shown == {m: to_rgb(method_style(m, drawn).colour) for m in drawn}
+
+
+def test_a_long_sequence_name_wraps_between_steps_never_inside_one():
+    title = "Δ-accuracy: " + ":".join(["source1000"] + ["rotation@15/1000"] * 6) + " (npz, study)"
+    wrapped = _wrapped(title, 40)
+    lines = wrapped.split("\n")
+    assert len(lines) > 2 and all(len(line) <= 40 for line in lines)
+    assert "".join(line if line.endswith(":") else line + " " for line in lines).strip() == title
+    assert all(line.endswith(":") for line in lines[1:-1])  # each break after a step
+
+
+def test_a_familys_figures_name_the_dials_unit_on_the_intensity_axis():
+    value = pd.DataFrame(
+        [{"method": "ft", "arch": "a", "intensity": i, "gain": 0.1} for i in (0, 45, 90)]
+    )
+    figure = plots.history_value_lines(value, "baseline", "History", intensity_label(
+        "source600:rotation@*/300"))  # fmt: skip
+    assert figure.axes[0].get_xlabel() == "rotation@*: degrees per step"
 
 
 def test_sequence_examples_show_a_row_per_step_and_a_column_per_class_any_step_has():

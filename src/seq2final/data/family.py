@@ -12,11 +12,12 @@ its own key; ``kedro run`` and ``kedro sweep`` train the members one by one, and
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.data.shifts import intensity_text
+from seq2final.data.shifts import SHIFTS, intensity_text
 
 PLACEHOLDER = "@*"
 
@@ -79,3 +80,15 @@ def expand_sequences(
         else:
             expanded.append(sequence)
     return tuple(dict.fromkeys(expanded)), families
+
+
+def intensity_label(sequence: str) -> str:
+    """A family's intensity as a figure's axis names it: the block its ``@*`` dials and that
+    block's unit, e.g. ``"rotation@*: degrees per step"``; "intensity" where the block is not
+    a registered one."""
+    units = []
+    for name in dict.fromkeys(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)@\*", sequence)):
+        dial = SHIFTS[name].dial if name in SHIFTS else None
+        if dial is not None:
+            units.append(f"{name}@*: {dial.unit}")
+    return "; ".join(units) or "intensity"

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from seq2final.config.parameters import BuildOptions, RobustnessOptions
 from seq2final.core.errors import Seq2FinalError
-from seq2final.data.family import Member, is_family, members
+from seq2final.data.family import Member, intensity_label, is_family, members
 from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.pipelines.evaluate.nodes import sequence_records
 from seq2final.protocols import sequence_options
@@ -132,7 +132,7 @@ def fit_robustness(
     if not slopes.empty:
         for arch in sorted(set(deltas["arch"])):
             figures[f"{folder}/{budget}-{arch}-deltas.png"] = plots.robustness_lines(
-                deltas, slopes, arch, f"Δ-accuracy: {title}"
+                deltas, slopes, arch, f"Δ-accuracy: {title}", intensity_label(sequence)
             )
         for measure in sorted(set(slopes["measure"])):
             figures[f"{folder}/{budget}-slope_vs_clean-{measure}.png"] = plots.slope_against_clean(
@@ -140,7 +140,7 @@ def fit_robustness(
             )
     if not value.empty:
         figures[f"{folder}/{budget}-history.png"] = plots.history_value_lines(
-            value, options.reference, f"History's value: {title}"
+            value, options.reference, f"History's value: {title}", intensity_label(sequence)
         )
     return tables, reports, figures
 

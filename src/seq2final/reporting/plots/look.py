@@ -3,7 +3,7 @@ legends (the rules are in the package docstring)."""
 
 from __future__ import annotations
 
-import textwrap
+import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -99,24 +99,42 @@ def _palette(columns: tuple[str, ...]) -> dict[str, MethodStyle]:
     return {method: _style_of(index) for index, method in enumerate(columns)}
 
 
-def method_style(method: str) -> MethodStyle:
+def method_style(method: str, among: Sequence[str] = ()) -> MethodStyle:
     """The look of ``method`` in every figure, from its place in the registry (the tables'
     column order), so the same method has the same colour and marker in the interpolation,
     projection, SVCCA, compute and protocol figures. A name the registry does not know (a
     plugin not loaded, a pair of modes such as ``erm+as_is``) gets a look after the registered
-    ones, fixed by a hash of its name, and never a solid line: its colour may be a registered
-    method's (there are ten), so its line style tells them apart in a figure that has both."""
+    ones, fixed by a hash of its name, and never a solid line; where the figure's other
+    methods (``among``) already use its colour, it takes the first colour none of them uses,
+    so ``erm+as_is`` is never ``baseline``'s blue beside it."""
     columns = paper_columns()
     palette = _palette(columns)
     if method in palette:
         return palette[method]
-    first = max(len(columns), len(_COLOURS) * len(_MARKERS))  # past the solid-line looks
+    own = _unregistered_style(method, len(columns))
+    taken = {palette[m].colour for m in among if m in palette}
+    for other in sorted(m for m in set(among) if m not in palette):
+        look = _unregistered_style(other, len(columns))
+        colour = look.colour if look.colour not in taken else _free_colour(taken)
+        if other == method:
+            return MethodStyle(colour, own.marker, own.linestyle)
+        taken.add(colour)
+    return own
+
+
+def _unregistered_style(method: str, registered: int) -> MethodStyle:
+    first = max(registered, len(_COLOURS) * len(_MARKERS))  # past the solid-line looks
     spare = max(STYLES - first, 1)
     return _style_of(first + zlib.crc32(method.encode()) % spare)
 
 
-def _method_handle(method: str) -> Line2D:
-    style = method_style(method)
+def _free_colour(taken: set[str]) -> str:
+    """The first colour of the palette not in ``taken`` (the first one where all are)."""
+    return next((c for c in _COLOURS if c not in taken), _COLOURS[0])
+
+
+def _method_handle(method: str, among: Sequence[str] = ()) -> Line2D:
+    style = method_style(method, among)
     return Line2D([], [], **style.line(), markersize=6)
 
 
@@ -131,8 +149,21 @@ def _by_registry(methods: Sequence[str]) -> list[str]:
 
 
 def _wrapped(text: str, width: int = 70) -> str:
-    """Sequence names can be long (``source100:rotation60:...``): titles wrap instead of clipping."""
-    return textwrap.fill(text, width)
+    """Sequence names can be long (``source100:rotation60:...``): titles wrap instead of clipping,
+    between words and after a name's ``:`` between two steps, never inside a word or a step
+    (``rotation@15/1000`` stays whole; a piece longer than a line has a line of its own)."""
+    lines = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            for index, piece in enumerate(re.findall(r"[^:]*:|[^:]+", word) or [""]):
+                glue = " " if index == 0 and line else ""
+                if line and len(line) + len(glue) + len(piece) > width:
+                    lines.append(line)
+                    line, glue = "", ""
+                line += glue + piece
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def _grid(count: int) -> tuple[int, int]:
@@ -176,6 +207,6 @@ def _method_legend(
 ) -> Legend | None:
     """The methods drawn, in the registry's order, with their look, then ``extra`` entries."""
     ordered = _by_registry(methods)
-    handles = [_method_handle(m) for m in ordered] + [h for h, _ in extra]
+    handles = [_method_handle(m, ordered) for m in ordered] + [h for h, _ in extra]
     labels = ordered + [label for _, label in extra]
     return _legend_outside(figure, handles, labels)

@@ -31,10 +31,13 @@ MEASURE_LABELS = {
 }
 
 
-def robustness_lines(deltas: pd.DataFrame, slopes: pd.DataFrame, arch: str, title: str) -> Figure:
+def robustness_lines(
+    deltas: pd.DataFrame, slopes: pd.DataFrame, arch: str, title: str, dial: str = "intensity"
+) -> Figure:
     """Control+Shift's Figs. 4–6: each method's Δ-accuracy (points: one per member, the mean
     over its seeds) against each shift measure, with its least-squares line; one panel per
-    measure."""
+    measure. ``dial`` names the intensity's block and unit
+    (:func:`seq2final.data.family.intensity_label`)."""
     measures = [m for m in MEASURE_LABELS if m in set(slopes["measure"])]
     figure = _figure(3.6 * len(measures) + 1.6, 3.2)
     cell = deltas[deltas["arch"] == arch]
@@ -42,7 +45,7 @@ def robustness_lines(deltas: pd.DataFrame, slopes: pd.DataFrame, arch: str, titl
     for index, measure in enumerate(measures, start=1):
         axis = figure.add_subplot(1, len(measures), index)
         for method in methods:
-            style = method_style(method)
+            style = method_style(method, methods)
             own = cell[cell["method"] == method].dropna(subset=[measure])
             axis.scatter(own[measure], own["delta"], s=14, color=style.colour,
                          marker=style.marker, alpha=0.7)  # fmt: skip
@@ -54,7 +57,8 @@ def robustness_lines(deltas: pd.DataFrame, slopes: pd.DataFrame, arch: str, titl
                 axis.plot(xs, fit["intercept"] + fit["slope"] * xs, color=style.colour,
                           linestyle=style.linestyle, linewidth=1.2)  # fmt: skip
         axis.axhline(0.0, color="grey", linestyle=":", linewidth=1)
-        axis.set_xlabel(MEASURE_LABELS[measure], fontsize=8)
+        label = _wrapped(dial, 40) if measure == "intensity" else MEASURE_LABELS[measure]
+        axis.set_xlabel(label, fontsize=8)
         axis.set_ylabel("Δ-accuracy (shifted − clean)" if index == 1 else "", fontsize=8)
         axis.tick_params(labelsize=7)
     figure.suptitle(_wrapped(f"{title} · {arch}", 30 + 40 * len(measures)), fontsize=9)
@@ -91,9 +95,12 @@ def slope_against_clean(slopes: pd.DataFrame, measure: str, title: str) -> Figur
     return figure
 
 
-def history_value_lines(value: pd.DataFrame, reference: str, title: str) -> Figure:
-    """Each method's gain over ``reference`` on the final step against the family's intensity,
-    one panel per architecture: what the history is worth as the shift grows."""
+def history_value_lines(
+    value: pd.DataFrame, reference: str, title: str, dial: str = "intensity"
+) -> Figure:
+    """Each method's gain over ``reference`` on the final step against the family's intensity
+    (``dial``: its block and unit), one panel per architecture: what the history is worth as
+    the shift grows."""
     archs = sorted(set(value["arch"]))
     figure = _figure(3.6 * len(archs) + 1.6, 3.2)
     for index, arch in enumerate(archs, start=1):
@@ -102,9 +109,9 @@ def history_value_lines(value: pd.DataFrame, reference: str, title: str) -> Figu
         for method in sorted(set(cell["method"])):
             own = cell[cell["method"] == method].sort_values("intensity")
             axis.plot(own["intensity"], own["gain"], markersize=4, linewidth=1.2,
-                      **method_style(method).line())  # fmt: skip
+                      **method_style(method, sorted(set(value["method"]))).line())  # fmt: skip
         axis.axhline(0.0, color="grey", linestyle=":", linewidth=1)
-        axis.set_xlabel("intensity", fontsize=8)
+        axis.set_xlabel(_wrapped(dial, 40), fontsize=8)
         axis.set_ylabel(f"final-step accuracy − {reference}" if index == 1 else "", fontsize=8)
         axis.set_title(arch, fontsize=8)
         axis.tick_params(labelsize=7)
