@@ -9,6 +9,7 @@ once), else through the same command object in the test's process.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -88,6 +89,15 @@ def test_a_sweep_on_two_local_workers_finishes_and_a_second_run_trains_nothing(p
     assert again.exit_code == 0, again.output
     assert "4 jobs (4 done)" in again.output and "Nothing to train" in again.output
     assert {p: p.stat().st_mtime_ns for p in (project / RESULTS).glob("*.json")} == stamps
+    # a new session keeps the records but not the models: no state is trained for finished jobs
+    shutil.rmtree(project / "data/06_models/historical")
+    resumed = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", SEQUENCE,
+                                       "--archs", "convnet_1,convnet_2", "--methods", "ft,baseline",
+                                       "--budget", "smoke", "--params", TINY, "--workers", "2"])  # fmt: skip
+    assert resumed.exit_code == 0, resumed.output
+    assert "2 states (2 done), 4 jobs (4 done)" in resumed.output
+    assert "Nothing to train" in resumed.output
+    assert not (project / "data/06_models/historical").exists()
 
 
 PLUGIN = """

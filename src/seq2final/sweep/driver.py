@@ -2,8 +2,9 @@
 
 Sequences are built first; a built sequence's historical states are submitted next, each trained
 once (the shared step-0 model by the first state that starts from it, the states that follow it
-waiting for that task), and each job waits only for its own state. Finished work is skipped, a
-failure stops only what depends on it, and each sequence is evaluated once all of its jobs have
+waiting for that task), and each job waits only for its own state. Finished work is skipped (a
+state too, when every job it feeds is finished, as in a sweep resumed after its models are
+gone), a failure stops only what depends on it, and each sequence is evaluated once all of its jobs have
 settled. The driver only plans and waits; its own time per job is measured and reported.
 """
 
@@ -132,9 +133,15 @@ class Sweep:
                 if state.key in self.stores.states:
                     self._reused_states.add(state.key)
                     continue
-                job = next((j for j in plan.jobs if j.state_key == state.key), None)
-                if job is None:  # an earlier time of a growing chain that no view continues:
-                    continue  # the task of the state that extends it trains it first
+                job = next(
+                    (j for j in plan.jobs
+                     if j.state_key == state.key and j.key not in self.stores.results),
+                    None,
+                )  # fmt: skip
+                if job is None:  # every job that continues it is finished (resumed in a new
+                    # session, whose models are gone), or it is an earlier time of a growing
+                    # chain that no view continues: the task of the state that extends it
+                    continue  # trains it first
                 step0 = state.step0_key
                 after = [self._states[k] for k in (step0, state.extends) if k in self._states]
                 task = self._task("state", state.key, "pretrain_historical", plan.job_params(job))

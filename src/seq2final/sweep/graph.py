@@ -132,15 +132,19 @@ class SweepGraph:
     sequences: list[SequenceWork]
 
     def counts(self, stores: Stores) -> dict[str, tuple[int, int]]:
-        """(total, finished) for sequences, historical states and jobs."""
+        """(total, finished) for sequences, historical states and jobs. A state is finished
+        when it is stored, or when every job that continues it is: its model has nothing
+        left to train (states are models, which a study's kept records do not hold)."""
         states: dict[str, bool] = {}
         jobs: dict[str, bool] = {}
         for work in self.sequences:
             for plan in work.plans:
-                for state in plan.states:
-                    states[state.key] = work.built and state.key in stores.states
                 for job in plan.jobs:
                     jobs[job.key] = work.built and job.key in stores.results
+                needed = {job.state_key for job in plan.jobs if not jobs[job.key]}
+                for state in plan.states:
+                    done = state.key in stores.states or state.key not in needed
+                    states[state.key] = work.built and done and states.get(state.key, True)
         return {
             "sequences": (len(self.sequences), sum(w.built for w in self.sequences)),
             "states": (len(states), sum(states.values())),
