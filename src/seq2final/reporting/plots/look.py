@@ -133,8 +133,7 @@ def _free_colour(taken: set[str]) -> str:
     return next((c for c in _COLOURS if c not in taken), _COLOURS[0])
 
 
-def _method_handle(method: str, among: Sequence[str] = ()) -> Line2D:
-    style = method_style(method, among)
+def _method_handle(style: MethodStyle) -> Line2D:
     return Line2D([], [], **style.line(), markersize=6)
 
 
@@ -203,10 +202,16 @@ def _legend_outside(
 
 
 def _method_legend(
-    figure: Figure, methods: Sequence[str], extra: Sequence[tuple[Line2D, str]] = ()
+    figure: Figure,
+    methods: Sequence[str],
+    extra: Sequence[tuple[Line2D, str]] = (),
+    among: bool = False,
 ) -> Legend | None:
-    """The methods drawn, in the registry's order, with their look, then ``extra`` entries."""
+    """The methods drawn, in the registry's order, with their look (``among``: the look
+    :func:`method_style` gives each among the figure's methods, where the figure drew them
+    so), then ``extra`` entries."""
     ordered = _by_registry(methods)
-    handles = [_method_handle(m, ordered) for m in ordered] + [h for h, _ in extra]
+    looks = [method_style(m, ordered if among else ()) for m in ordered]
+    handles = [_method_handle(look) for look in looks] + [h for h, _ in extra]
     labels = ordered + [label for _, label in extra]
     return _legend_outside(figure, handles, labels)

@@ -62,7 +62,7 @@ def robustness_lines(
         axis.set_ylabel("Δ-accuracy (shifted − clean)" if index == 1 else "", fontsize=8)
         axis.tick_params(labelsize=7)
     figure.suptitle(_wrapped(f"{title} · {arch}", 30 + 40 * len(measures)), fontsize=9)
-    _method_legend(figure, methods)
+    _method_legend(figure, methods, among=True)
     return figure
 
 
@@ -74,8 +74,9 @@ def slope_against_clean(slopes: pd.DataFrame, measure: str, title: str) -> Figur
     axis = figure.add_subplot()
     rows = slopes[slopes["measure"] == measure]
     named = rows["arch"].nunique() > 1
+    drawn = sorted(set(rows["method"]))
     for _, row in rows.iterrows():
-        style = method_style(row["method"])
+        style = method_style(row["method"], drawn)
         error = None
         if np.isfinite(row["low"]):
             error = [[row["slope"] - row["low"]], [row["high"] - row["slope"]]]
@@ -91,7 +92,7 @@ def slope_against_clean(slopes: pd.DataFrame, measure: str, title: str) -> Figur
     )
     axis.tick_params(labelsize=7)
     axis.set_title(_wrapped(title, 55), fontsize=9)
-    _method_legend(figure, sorted(set(rows["method"])))
+    _method_legend(figure, drawn, among=True)
     return figure
 
 
@@ -116,7 +117,7 @@ def history_value_lines(
         axis.set_title(arch, fontsize=8)
         axis.tick_params(labelsize=7)
     figure.suptitle(_wrapped(title, 10 + 35 * len(archs)), fontsize=9)
-    _method_legend(figure, sorted(set(value["method"])))
+    _method_legend(figure, sorted(set(value["method"])), among=True)
     return figure
 
 
