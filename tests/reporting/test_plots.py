@@ -367,13 +367,18 @@ def test_a_long_sequence_name_wraps_between_steps_never_inside_one():
     assert all(line.endswith(":") for line in lines[1:-1])  # each break after a step
 
 
-def test_a_familys_figures_name_the_dials_unit_on_the_intensity_axis():
+def test_a_familys_figures_name_the_dials_unit_and_keep_the_references_colour_its_own():
     value = pd.DataFrame(
-        [{"method": "ft", "arch": "a", "intensity": i, "gain": 0.1} for i in (0, 45, 90)]
+        [{"method": m, "arch": "a", "intensity": i, "gain": 0.1}
+         for m in ("ft", "erm+as_is") for i in (0, 45, 90)]
+    )  # fmt: skip
+    figure = plots.history_value_lines(
+        value, "baseline", "History", intensity_label("source600:rotation@*/300")
     )
-    figure = plots.history_value_lines(value, "baseline", "History", intensity_label(
-        "source600:rotation@*/300"))  # fmt: skip
-    assert figure.axes[0].get_xlabel() == "rotation@*: degrees per step"
+    [axis] = figure.axes
+    assert axis.get_xlabel() == "rotation@*: degrees per step"
+    colours = {line.get_color() for line in axis.get_lines() if line.get_marker() == "^"}
+    assert colours and method_style("baseline").colour not in colours  # gains over baseline
 
 
 def test_sequence_examples_show_a_row_per_step_and_a_column_per_class_any_step_has():

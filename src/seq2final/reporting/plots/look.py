@@ -205,13 +205,13 @@ def _method_legend(
     figure: Figure,
     methods: Sequence[str],
     extra: Sequence[tuple[Line2D, str]] = (),
-    among: bool = False,
+    among: Sequence[str] = (),
 ) -> Legend | None:
-    """The methods drawn, in the registry's order, with their look (``among``: the look
-    :func:`method_style` gives each among the figure's methods, where the figure drew them
+    """The methods drawn, in the registry's order, with their look (the look
+    :func:`method_style` gives each ``among`` the figure's methods, where the figure drew them
     so), then ``extra`` entries."""
     ordered = _by_registry(methods)
-    looks = [method_style(m, ordered if among else ()) for m in ordered]
+    looks = [method_style(m, among) for m in ordered]
     handles = [_method_handle(look) for look in looks] + [h for h, _ in extra]
     labels = ordered + [label for _, label in extra]
     return _legend_outside(figure, handles, labels)

@@ -62,7 +62,7 @@ def robustness_lines(
         axis.set_ylabel("Δ-accuracy (shifted − clean)" if index == 1 else "", fontsize=8)
         axis.tick_params(labelsize=7)
     figure.suptitle(_wrapped(f"{title} · {arch}", 30 + 40 * len(measures)), fontsize=9)
-    _method_legend(figure, methods, among=True)
+    _method_legend(figure, methods, among=methods)
     return figure
 
 
@@ -92,7 +92,7 @@ def slope_against_clean(slopes: pd.DataFrame, measure: str, title: str) -> Figur
     )
     axis.tick_params(labelsize=7)
     axis.set_title(_wrapped(title, 55), fontsize=9)
-    _method_legend(figure, drawn, among=True)
+    _method_legend(figure, drawn, among=drawn)
     return figure
 
 
@@ -103,6 +103,8 @@ def history_value_lines(
     (``dial``: its block and unit), one panel per architecture: what the history is worth as
     the shift grows."""
     archs = sorted(set(value["arch"]))
+    methods = sorted(set(value["method"]))
+    among = [*methods, reference]  # the reference is named on the axis: its colour stays its own
     figure = _figure(3.6 * len(archs) + 1.6, 3.2)
     for index, arch in enumerate(archs, start=1):
         axis = figure.add_subplot(1, len(archs), index)
@@ -110,14 +112,14 @@ def history_value_lines(
         for method in sorted(set(cell["method"])):
             own = cell[cell["method"] == method].sort_values("intensity")
             axis.plot(own["intensity"], own["gain"], markersize=4, linewidth=1.2,
-                      **method_style(method, sorted(set(value["method"]))).line())  # fmt: skip
+                      **method_style(method, among).line())  # fmt: skip
         axis.axhline(0.0, color="grey", linestyle=":", linewidth=1)
         axis.set_xlabel(_wrapped(dial, 40), fontsize=8)
         axis.set_ylabel(f"final-step accuracy − {reference}" if index == 1 else "", fontsize=8)
         axis.set_title(arch, fontsize=8)
         axis.tick_params(labelsize=7)
     figure.suptitle(_wrapped(title, 10 + 35 * len(archs)), fontsize=9)
-    _method_legend(figure, sorted(set(value["method"])), among=True)
+    _method_legend(figure, methods, among=among)
     return figure
 
 
