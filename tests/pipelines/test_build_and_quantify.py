@@ -263,3 +263,13 @@ def test_the_history_row_measures_the_pooled_historical_steps_and_a_one_step_his
     to_final, history = frame.iloc[-3], frame.iloc[-1]
     assert history["comparison"] == "history_to_final"
     assert history.drop("comparison").equals(to_final.drop("comparison"))
+
+
+def test_a_sequence_built_before_the_history_note_has_its_I_only_for_a_one_step_history():
+    """The note is new; a stored two-step sequence's history is its source, whose I against
+    the final step is the final step's own noted I; a longer history's cannot be read back."""
+    source, final = {"support_intensity": 0.0}, {"support_intensity": 0.4}
+    assert nodes._history_intensity([source, final]) == 0.4
+    assert nodes._history_intensity([source, {"support_intensity": 0.2}, final]) is None
+    noted = {"support_intensity": 0.4, "history_support_intensity": 0.0}
+    assert nodes._history_intensity([source, {"support_intensity": 0.4}, noted]) == 0.0

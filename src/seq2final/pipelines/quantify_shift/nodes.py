@@ -67,15 +67,22 @@ def embed_sequence(sequence: ShiftSequence, options: QuantifyOptions) -> dict[st
     return {
         "key": sequence.key,
         "support_intensity": [s.get("support_intensity") for s in sequence.manifest["steps"]],
-        "history_support_intensity": sequence.manifest["steps"][-1].get(
-            "history_support_intensity"
-        ),
+        "history_support_intensity": _history_intensity(sequence.manifest["steps"]),
         "components": k,
         "train": embedded,
         "test": Embedded(f"{len(steps) - 1}:test", test_features, test_set[1]),
         "halves": halves,
         "history": history,
     }
+
+
+def _history_intensity(steps: list[dict[str, Any]]) -> float | None:
+    """The final step's support I against every historical step's support (the manifest's
+    note); a sequence built before the note has it only where the history is step 0 alone."""
+    final = steps[-1]
+    if "history_support_intensity" in final or len(steps) > 2:
+        return final.get("history_support_intensity")
+    return final.get("support_intensity")
 
 
 def _wasserstein_pair(
