@@ -25,6 +25,7 @@ record of.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -74,16 +75,18 @@ def restore() -> int:
 
 
 def keep(specs: Sequence[str]) -> None:
-    """Copy the study's files into :data:`KEPT`, each once: the result records of its members'
-    jobs and their distances (a finished job's record never changes)."""
+    """Copy the study's files into :data:`KEPT`: the result records of its members' jobs (a
+    finished job's record never changes) and their distances (measured again when a frame
+    lacked the history's row)."""
     slugs = {f"{name_slug(spec)}-" for spec in specs}
     for kind, (folder, suffix) in STORES.items():
         (KEPT / kind).mkdir(parents=True, exist_ok=True)
         for path in sorted(folder.glob(f"*{suffix}")):
             if not any(path.name.startswith(slug) for slug in slugs):
                 continue
-            if not (KEPT / kind / path.name).exists():
-                _copy(path, KEPT / kind / path.name)
+            target = KEPT / kind / path.name
+            if not target.exists() or target.read_bytes() != path.read_bytes():
+                _copy(path, target)  # distances measured again (the history's row) replace
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -128,9 +131,9 @@ def summary(families: Sequence[str], augments: Sequence[str]) -> str:
     from seq2final.reporting.tables import report_folder
 
     lines = [
-        "| family | arch | augment | clean acc (erm+as_is) | slope on 1-NN ×1000 [95 %] | R² | "
-        "slope per unit of dial [95 %] | R² | FT − baseline, least → most intense |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| family | arch | augment | seeds | clean acc (erm+as_is) | slope on 1-NN ×1000 [95 %] | "
+        "R² | slope per unit of dial [95 %] | R² | FT − baseline, least → most intense |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for family in families:
         spec, _ = FAMILIES[family]
@@ -141,7 +144,7 @@ def summary(families: Sequence[str], augments: Sequence[str]) -> str:
                 tables / f"{budget}-{n}.csv" for n in ("slopes", "history")
             )
             if not slopes_path.exists():
-                lines.append(f"| {family} | – | {augment} | not trained yet | | | | | |")
+                lines.append(f"| {family} | – | {augment} | – | not trained yet | | | | | |")
                 continue
             slopes, history = pd.read_csv(slopes_path), pd.read_csv(history_path)
             for arch in sorted(set(slopes["arch"])):
@@ -150,11 +153,58 @@ def summary(families: Sequence[str], augments: Sequence[str]) -> str:
                 ft = history[(history["method"] == "ft") & (history["arch"] == arch)]
                 ft = ft.sort_values("intensity")["gain"]
                 lines.append(
-                    f"| {family} | {arch} | {augment} | {nn1['clean_accuracy']:.3f} | "
+                    f"| {family} | {arch} | {augment} | {int(nn1['seeds'])} | "
+                    f"{nn1['clean_accuracy']:.3f} | "
                     f"{_line(nn1, 1000)} | {nn1['r2']:.2f} | {_line(dial, 1)} | {dial['r2']:.2f} | "
                     f"{ft.iloc[0]:+.3f} → {ft.iloc[-1]:+.3f} |"
                 )
     return "\n".join(lines)
+
+
+def per_seed(families: Sequence[str], augments: Sequence[str]) -> str:
+    """Per family, architecture, augmentation and seed with every member trained: the
+    unadapted model's clean accuracy, its drop at the most intense member, and its lines on the
+    dial and on that seed's own 1-NN distances (the members' history → final rows), so a
+    finding can be read seed by seed as well as on the seeds' mean."""
+    from seq2final.reporting.robustness import fit_line, history_distances
+
+    records = [json.loads(p.read_text()) for p in sorted((KEPT / "results").glob("*.json"))]
+    lines = [
+        "| family | arch | augment | seed | clean acc | drop at the most intense | "
+        "slope per unit of dial [95 %] | slope on 1-NN ×1000 [95 %] |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for family in families:
+        intensity_of = dict(zip(members(family), FAMILIES[family][1], strict=True))
+        for augment in augments:
+            cell = pd.DataFrame([r for r in records if r["sequence"] in intensity_of
+                                 and r["budget"] == AUGMENT[augment]
+                                 and r["method"] == "erm+as_is"])  # fmt: skip
+            if cell.empty:
+                continue
+            for (arch, seed), runs in cell.groupby(["arch", "seed"]):
+                if len(runs) < len(intensity_of):
+                    continue  # not every member trained at this seed
+                runs = runs.assign(intensity=runs["sequence"].map(intensity_of))
+                runs = runs.sort_values("intensity")
+                delta = runs["test_accuracy"] - runs["test_accuracy"].iloc[0]
+                nn1 = [history_distances(_distances(k)).get("nn1") for k in runs["sequence_key"]]
+                on_nn1 = (
+                    _line(pd.Series(fit_line(nn1, delta)), 1000)
+                    if None not in nn1 else "not measured"
+                )  # fmt: skip
+                lines.append(
+                    f"| {family} | {arch} | {augment} | {seed} | "
+                    f"{runs['test_accuracy'].iloc[0]:.3f} | {delta.iloc[-1]:+.3f} | "
+                    f"{_line(pd.Series(fit_line(runs['intensity'], delta)), 1)} | {on_nn1} |"
+                )
+    return "\n".join(lines)
+
+
+def _distances(key: str) -> pd.DataFrame | None:
+    """A member's kept distances at one seed (its sequence key), if measured."""
+    path = KEPT / "distances" / f"{key}.csv"
+    return pd.read_csv(path) if path.exists() else None
 
 
 def _line(row: pd.Series, scale: float) -> str:
@@ -191,6 +241,8 @@ def main() -> None:
             robustness_read(family, augment)
     keep(specs)
     print(summary(families, augments))
+    print()
+    print(per_seed(families, augments))
 
 
 if __name__ == "__main__":
