@@ -52,6 +52,8 @@ def test_wild_times_yearbook_setting_is_the_default_and_bad_blocks_are_one_line(
         match=r"unknown key 'windows.size'; valid: count, length, overlapping, scheme, years",
     ):
         windows_of({"windows": {"size": 3}}, "final_modes.all_coral_t")
+    with pytest.raises(Seq2FinalError, match=r"years 'loaded' reads Wild-Time's nested windows"):
+        windows_of({"windows": {"years": "loaded", "scheme": "sliding"}}, "historical_modes.irm_t")
 
 
 def test_coral_is_the_mean_over_domain_pairs_of_mean_and_covariance_differences():

@@ -273,3 +273,37 @@ def test_a_sequence_built_before_the_history_note_has_its_I_only_for_a_one_step_
     assert nodes._history_intensity([source, {"support_intensity": 0.2}, final]) is None
     noted = {"support_intensity": 0.4, "history_support_intensity": 0.0}
     assert nodes._history_intensity([source, {"support_intensity": 0.4}, noted]) == 0.0
+
+
+def test_a_long_historys_row_reads_a_seeded_draw_of_history_images(monkeypatch):
+    """Its exact W2 against the final test set would outgrow every other pair: a history longer
+    than ``history_images`` is a seeded draw of that many images, the same at every run."""
+    rng = np.random.default_rng(2)
+    steps = [(rng.integers(0, 255, (12, 3, 4, 4), dtype=np.uint8), np.arange(12) % 3)
+             for _ in range(3)]  # fmt: skip
+    test = (rng.integers(0, 255, (9, 3, 4, 4), dtype=np.uint8), np.arange(9) % 3)
+
+    class Step:
+        name = "step"
+
+        def __init__(self, train, test=None):
+            self.arrays = {"train": train, "test": test}
+
+        def split(self, name):
+            return self.arrays[name]
+
+    class Sequence:
+        key = "k"
+        manifest = {"spec": {"seed": 5}, "steps": [{}, {}, {}]}
+
+        def steps(self):
+            return [Step(steps[0]), Step(steps[1]), Step(steps[2], test)]
+
+    small = nodes.embed_sequence(Sequence(), QuantifyOptions(history_images=10, max_components=4))
+    whole = nodes.embed_sequence(Sequence(), QuantifyOptions(max_components=4))
+    assert len(whole["history"].labels) == 24 and whole["history"].name == "0..1"
+    assert len(small["history"].labels) == 10 and small["history"].name == "0..1 (10 drawn)"
+    rows = {tuple(r) for r in whole["history"].features.round(9)}
+    assert {tuple(r) for r in small["history"].features.round(9)} <= rows  # drawn from it
+    again = nodes.embed_sequence(Sequence(), QuantifyOptions(history_images=10, max_components=4))
+    np.testing.assert_array_equal(again["history"].features, small["history"].features)

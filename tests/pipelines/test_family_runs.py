@@ -137,6 +137,6 @@ def test_each_seeds_points_read_that_seeds_own_distances(caplog):
     assert (measured["nn1"] == 1000.0 * measured["seed"] + measured["intensity"]).all()
     assert len(measured) == 3
     assert (
-        "has no distances at seed 1011: kedro run --params 'sequence:source60:rotation@90/60,seed:1011,budget:smoke'"
-        in caplog.text
-    )
+        "has no distances at seed 1011: kedro run --pipelines build_sequences,quantify_shift "
+        "--params 'sequence:source60:rotation@90/60,seed:1011' measures them"
+    ) in caplog.text

@@ -105,3 +105,32 @@ def test_a_chain_grown_to_a_later_view_is_one_task_waiting_for_the_states_before
     assert jobs[0][2] == []
     for job, previous in zip(jobs[1:], jobs, strict=False):
         assert job[2] == [previous[3]]  # each waits for the previous time's job
+
+
+def test_a_resumed_sweep_trains_only_the_states_its_unfinished_jobs_continue(checked_run, tmp_path):
+    """Records kept, models gone (a new session): a stream's chain states whose jobs all have a
+    record are not trained; each unfinished job waits for the one task of its own state."""
+    from seq2final.runs.state_store import HistoricalStore
+    from seq2final.sweep.graph import SequenceWork
+
+    run, stream = _plan(checked_run, "eval_stream", {"window": 1}, ["sft"])
+    views = sorted({job.view.name for job in stream.jobs if job.view is not None})
+    finished = {
+        job.key for job in stream.jobs if job.view is not None and job.view.name in views[:2]
+    }
+    open_jobs = [job for job in stream.jobs if job.key not in finished]
+    assert finished and open_jobs
+    stores = Stores(None, HistoricalStore(tmp_path / "s"), finished)  # finished: what is recorded
+    client = AfterClient()
+    request = SweepRequest(sequences=("s",), archs=("convnet_1",))
+    sweep = Sweep(client, Path("."), None, {}, request, stores, False, lambda _: None)
+    sweep._planned[(run.spec.name, run.spec.dataset)] = 1
+    sweep._submit_training(SequenceWork(run, {}, True, [stream]))
+    submitted = set(client.priorities)  # the tasks' names: state keys and job keys
+    needed = {job.state_key for job in open_jobs if job.state_key}
+    assert submitted & {s.key for s in stream.states} == needed
+    assert submitted - needed == {job.key for job in open_jobs}
+    future_of = {name: task[3] for name, task in zip(client.priorities, client.tasks, strict=True)}
+    waits = {name: task[2] for name, task in zip(client.priorities, client.tasks, strict=True)}
+    for job in open_jobs:  # each waits for the one task of its own state
+        assert waits[job.key] == [future_of[job.state_key]]

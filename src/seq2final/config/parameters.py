@@ -37,6 +37,7 @@ class QuantifyOptions(StrictModel):
     max_components: int = Field(default=100, ge=1)
     max_iterations: int = Field(default=100_000_000, ge=1000)
     workers: int = Field(default=2, ge=1)
+    history_images: int = Field(default=6000, ge=2)
 
 
 class TuningOptions(StrictModel):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from seq2final.core.schema import StrictModel
 from seq2final.methods.base import (
@@ -46,9 +46,10 @@ class Windows(StrictModel):
     together they reach step 0), or ``sliding``, the paper's description (``count`` windows of
     ``length`` steps; ``count`` and ``overlapping`` are this scheme's alone). ``years``: a
     window holds the images of the steps it names (``named``, the default), or the images
-    Wild-Time's loader reads for it (``loaded``: its data is stored newest step first while a
-    window's positions are counted oldest step first, so a window of m images reads the m
-    oldest ones; docs/fixes.md, "Wild-Time"), to match its published numbers.
+    Wild-Time's loader reads for it (``loaded``, nested windows only: its data is stored newest
+    step first while a window's positions are counted oldest step first, so a window of m
+    images reads the m oldest ones; docs/fixes.md, "Wild-Time"): the same images as its
+    published numbers, each as likely (Wild-Time draws a step first, each step as likely).
     """
 
     count: int = Field(default=10, ge=1)
@@ -56,6 +57,15 @@ class Windows(StrictModel):
     overlapping: bool = True
     scheme: Literal["nested", "sliding"] = "nested"
     years: Literal["named", "loaded"] = "named"
+
+    @model_validator(mode="after")
+    def _loaded_is_nested(self) -> Windows:
+        """The loader's reading is of Wild-Time's nested groups; a sliding window has none."""
+        if self.years == "loaded" and self.scheme != "nested":
+            raise ValueError(
+                "years 'loaded' reads Wild-Time's nested windows; valid with it: scheme 'nested'"
+            )
+        return self
 
 
 def time_windows(present: int, windows: Windows) -> list[tuple[int, ...]]:

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 from threadpoolctl import threadpool_limits
 
 from seq2final.config.parameters import QuantifyOptions
+from seq2final.core.seeds import derived_seed
 from seq2final.data.distances import (
     Embedded,
     conditional_wasserstein2,
@@ -36,7 +37,9 @@ def embed_sequence(sequence: ShiftSequence, options: QuantifyOptions) -> dict[st
     The halves (a seeded random split of the source train set) give the sanity value: the
     distance between two samples of one distribution at this sample size. The history is what
     a historical model trained on, so its distance to the final test set is the shift that
-    model meets (docs/intensity.md, "Robustness slopes").
+    model meets (docs/intensity.md, "Robustness slopes"); of a long history it reads a seeded
+    draw of ``history_images`` (its exact W2 against the final test set would otherwise cost
+    more than every other pair together).
     """
     steps = list(sequence.steps())
     train_sets = [step.split("train") for step in steps]
@@ -55,11 +58,15 @@ def embed_sequence(sequence: ShiftSequence, options: QuantifyOptions) -> dict[st
     source = embedded[0]
     history = embedded[0]  # one historical step: the history is it, measured once
     if len(embedded) > 2:
-        history = Embedded(
-            f"0..{len(steps) - 2}",
-            np.concatenate([e.features for e in embedded[:-1]]),
-            np.concatenate([e.labels for e in embedded[:-1]]),
-        )
+        features = np.concatenate([e.features for e in embedded[:-1]])
+        labels = np.concatenate([e.labels for e in embedded[:-1]])
+        name = f"0..{len(steps) - 2}"
+        if len(labels) > options.history_images:
+            draw = np.random.RandomState(derived_seed(seed, "history")).permutation(len(labels))
+            kept = np.sort(draw[: options.history_images])
+            features, labels = features[kept], labels[kept]
+            name = f"{name} ({options.history_images} drawn)"
+        history = Embedded(name, features, labels)
     halves = [
         Embedded(f"source half {i + 1}", source.features[part], source.labels[part])
         for i, part in enumerate((order[:half], order[half:]))

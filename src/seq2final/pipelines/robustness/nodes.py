@@ -88,9 +88,9 @@ def gather_family(
         }
         for seed in [s for s, found in measured.items() if not found]:
             log.warning(
-                "family member '%s' has no distances at seed %s: kedro run --params "
-                "'sequence:%s,seed:%s,budget:%s' measures them (a finished job is not retrained)",
-                member.sequence, seed, member.sequence, seed, budget,
+                "family member '%s' has no distances at seed %s: kedro run --pipelines "
+                "build_sequences,quantify_shift --params 'sequence:%s,seed:%s' measures them",
+                member.sequence, seed, member.sequence, seed,
             )  # fmt: skip
         for record in records:
             rows.append({"intensity": member.intensity, "sequence": member.sequence,
