@@ -52,9 +52,9 @@ def test_a_sweep_on_two_local_workers_finishes_and_a_second_run_trains_nothing(p
     assert not (project / "data/03_primary").exists()  # a dry run builds and trains nothing
     # the driver in this process (the command line's own start is tested below and in
     # test_shared_stores.py), its two workers started by Dask
-    done = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", SEQUENCE,
-                                    "--archs", "convnet_1,convnet_2", "--methods", "ft,baseline",
-                                    "--budget", "smoke", "--params", TINY, "--workers", "2"])  # fmt: skip
+    sweep = ["sweep", "--env", "test", "--sequences", SEQUENCE, "--archs", "convnet_1,convnet_2",
+             "--methods", "ft,baseline", "--budget", "smoke", "--params", TINY, "--workers", "2"]  # fmt: skip
+    done = CliRunner().invoke(cli, sweep)
     assert done.exit_code == 0, done.output
     assert "Sweep: 1 sequences (0 done), 2 states (0 done), 4 jobs (0 done)" in done.output
     assert "ran 1 sequence, 2 state, 4 job, 1 evaluate" in done.output
@@ -83,17 +83,13 @@ def test_a_sweep_on_two_local_workers_finishes_and_a_second_run_trains_nothing(p
     assert len(summaries) == 1
 
     stamps = {p: p.stat().st_mtime_ns for p in (project / RESULTS).glob("*.json")}
-    again = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", SEQUENCE,
-                                     "--archs", "convnet_1,convnet_2", "--methods", "ft,baseline",
-                                     "--budget", "smoke", "--params", TINY, "--workers", "2"])  # fmt: skip
+    again = CliRunner().invoke(cli, sweep)
     assert again.exit_code == 0, again.output
     assert "4 jobs (4 done)" in again.output and "Nothing to train" in again.output
     assert {p: p.stat().st_mtime_ns for p in (project / RESULTS).glob("*.json")} == stamps
     # a new session keeps the records but not the models: no state is trained for finished jobs
     shutil.rmtree(project / "data/06_models/historical")
-    resumed = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", SEQUENCE,
-                                       "--archs", "convnet_1,convnet_2", "--methods", "ft,baseline",
-                                       "--budget", "smoke", "--params", TINY, "--workers", "2"])  # fmt: skip
+    resumed = CliRunner().invoke(cli, sweep)
     assert resumed.exit_code == 0, resumed.output
     assert "2 states (2 done), 4 jobs (4 done)" in resumed.output
     assert "Nothing to train" in resumed.output
