@@ -19,7 +19,10 @@ It then prints P_rep by history, the curves of the longest histories and the hea
 Every finished job's result record and every curve point (small JSON and CSV files, no model)
 are kept under ``benchmarks/results/representation_study/`` as each run ends and copied back
 before anything trains: a study resumed in a later session refits no curve point and no job it
-has a record of, though it trains its historical states (models, not kept) again.
+has a record of, though it trains its historical states (models, not kept) again. The gated
+chain's states' readable records (``state.json``: each step's fit, with the share of gated
+units it closed) are kept beside them, never restored (a state is its model), so whether gates
+closed can be read after the session.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +41,7 @@ import pandas as pd
 import yaml
 
 from seq2final.core.files import atomic_write, stored_files
+from seq2final.data.spec import name_slug
 from seq2final.reporting.curves import curve_table, p_rep_table
 from seq2final.training.curves import SCRATCH
 
@@ -47,6 +52,8 @@ STORES = {  # kept kind → the project's folder and the files' suffix
     "results": (PROJECT / "data/07_model_output/results", ".json"),
     "curves": (PROJECT / "data/07_model_output/representation_curves", ".csv"),
 }
+STATES = PROJECT / "data/06_models/historical"  # one folder per state: state.pt, state.json
+GATED = "sft_gated"
 HEADS = ["ft", "ncm", "proto_tune"]
 RUNS = [  # (pipelines, methods): the jobs of NED's heads, the chains' states, then the curves
     ("build_sequences,pretrain_historical,adapt_final", HEADS),
@@ -83,12 +90,42 @@ def restore() -> int:
 
 def keep(sequence: str) -> None:
     """Copy the study's records and curve points into :data:`KEPT`, each once (a finished job's
-    record and a fitted point never change)."""
+    record and a fitted point never change), and its gated states' records."""
     for kind, (folder, suffix) in STORES.items():
         (KEPT / kind).mkdir(parents=True, exist_ok=True)
         for path in stored_files(folder, suffix):
             if not (KEPT / kind / path.name).exists() and _mine(path, sequence):
                 _copy(path, KEPT / kind / path.name)
+    (KEPT / "states").mkdir(parents=True, exist_ok=True)
+    slug = name_slug(sequence)
+    for path in sorted(STATES.glob(f"{GATED}-*/state.json")):
+        record = json.loads(path.read_text())
+        target = KEPT / "states" / f"{path.parent.name}.json"
+        if record["info"]["sequence_key"].startswith(f"{slug}-") and not target.exists():
+            _copy(path, target)
+
+
+def closed_gates() -> str:
+    """The share of gated units each step of the gated chain closed, per seed, from the kept
+    states' records (docs/representations.md: a closed gate protects its unit's features)."""
+    rows = []
+    for path in stored_files(KEPT / "states", ".json"):
+        record = json.loads(path.read_text())
+        for fit in record["fits"]:
+            step = re.search(r"step(\d+)$", fit["stage"])
+            if step and fit.get("closed_gates") is not None:
+                rows.append({"seed": record["info"]["seed"], "step": int(step.group(1)),
+                             "closed": fit["closed_gates"]})  # fmt: skip
+    if not rows:
+        return "No gated state's record kept yet."
+    frame = pd.DataFrame(rows).drop_duplicates(["seed", "step"])
+    table = frame.pivot_table(index="seed", columns="step", values="closed")
+    table.columns = [f"step {c}" for c in table.columns]
+    table.index = table.index.map(str)  # a label, not a number to format
+    return (
+        f"Share of gated units closed by each step of `{GATED}` (the selected fit), per seed.\n\n"
+        + table.reset_index().to_markdown(index=False, floatfmt=".3f")
+    )
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -160,7 +197,7 @@ def summary(params: dict) -> str:
     table.columns.name = None
     lines += ["", "Curves of the longest histories (test accuracy on the final step by training "
               "images, mean over seeds).", "", table.to_markdown(index=False, floatfmt=".3f")]  # fmt: skip
-    lines += ["", _heads(params["sequence"])]
+    lines += ["", _heads(params["sequence"]), "", closed_gates()]
     return "\n".join(lines)
 
 
@@ -208,6 +245,7 @@ def main() -> None:
     if not args.summary_only:
         for seed in seeds:
             run_seed(seed, sequence)
+    keep(sequence)  # what the stores hold now, a gated chain trained by hand included
     print(summary(params))
 
 
