@@ -79,6 +79,11 @@ def test_the_summary_run_holds_the_tables_and_figures_and_best_points_at_the_bes
     )
     artifacts = {a.path for a in client.list_artifacts(summary.info.run_id, f"tables/{FOLDER}")}
     assert f"tables/{FOLDER}/smoke-per_arch.md" in artifacts
+    # its CSV tables as MLflow shows metrics: 4 significant digits (the run's own files: raw)
+    logged = pd.read_csv(client.download_artifacts(
+        summary.info.run_id, f"tables/{FOLDER}/smoke-per_arch.csv", str(tmp_path)))  # fmt: skip
+    numbers = logged.select_dtypes("float").stack()
+    assert len(numbers) and all(v != v or v == float(f"{v:.4g}") for v in numbers)
     heatmaps = client.list_artifacts(summary.info.run_id, f"figures/heatmap_figures/{FOLDER}")
     assert [a.path.rsplit("/", 1)[1] for a in heatmaps] == ["smoke-heatmap.png"]
     # MLflow's copy is the file the catalog wrote, not the figure drawn once more

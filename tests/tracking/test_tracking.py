@@ -9,6 +9,7 @@ from pathlib import Path
 
 import mlflow
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from mlflow import MlflowClient
@@ -82,10 +83,10 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
     for stage, values in record.hyperparameters.items():
         assert float(run.data.params[f"hp.{stage}.lr"]) == pytest.approx(values["lr"])
     assert run.data.metrics.keys() >= SUMMARY
-    # Metrics are the Python floats of their values: the test accuracy is correct / test size
-    # exactly, not the float32 mean widened to float64 that the record keeps.
+    # Metrics show 4 significant digits of their values: the test accuracy is correct / test
+    # size so rounded, not the float32 mean widened to float64 that the record keeps.
     correct = round(record.test_accuracy * record.test_size)
-    assert run.data.metrics["test_accuracy"] == correct / record.test_size
+    assert run.data.metrics["test_accuracy"] == float(f"{correct / record.test_size:.4g}")
     for name in SUMMARY - {"parameter_count"}:
         assert run.data.metrics[name] == metric_value(getattr(record, name))
     # compute: the job's own training and, apart, the ERM state it continues (shared with FT)
@@ -121,6 +122,11 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
     # ... under the project, at a path relative to it (see the moved-project test)
     assert run.info.artifact_uri == f"mlruns/{run.info.experiment_id}/{run.info.run_id}/artifacts"
     assert (project / run.info.artifact_uri / "learning_curves.png").is_file()
+    # the curves as the metrics show them, 4 significant digits; the store keeps them raw
+    shown = pd.read_csv(project / run.info.artifact_uri / f"{record.job_key}.csv")
+    assert shown["valid_accuracy"].tolist() == [metric_value(v) for v in curves["valid_accuracy"]]
+    assert all(v != v or v == float(f"{v:.4g}") for v in shown["valid_loss"])  # NaN: epoch 0
+    assert not curves["valid_loss"].dropna().eq(shown["valid_loss"].dropna()).all()
 
     # The registered model predicts exactly what the in-memory model predicts, NHWC or NCHW.
     name = f"{safe_name(TINY['sequence'])}.convnet_1.lp_ft"
@@ -254,11 +260,15 @@ def test_a_moved_copy_of_the_project_reads_its_own_artifacts(tmp_path, monkeypat
     assert moved.get_run(old_run).info.artifact_uri == f"mlruns/{old}/{old_run}/artifacts"
 
 
-def test_metrics_are_logged_as_the_floats_of_their_values():
-    """float32 metrics widened to float64 lose their extra digits; nothing else changes."""
+def test_metrics_are_logged_to_four_significant_digits_and_whole_numbers_as_they_are():
+    """float32 metrics widened to float64 and float64 ones alike show 4 significant digits;
+    counts, FLOPs and what is not finite are logged as they are."""
     assert metric_value(float(torch.tensor(37.0) / 40)) == 0.925
-    assert metric_value(np.float32(1) / np.float32(3)) == 0.33333334
-    for value in (0.1, 7 / 9, 0.5, 0.0, 12.3456789, float(2**30), 123456789):
+    assert metric_value(np.float32(1) / np.float32(3)) == 0.3333
+    assert metric_value(0.15011541754938662) == 0.1501
+    assert metric_value(0.9632998759998372) == 0.9633
+    assert metric_value(7 / 9) == 0.7778 and metric_value(12.3456789) == 12.35
+    for value in (0.1, 0.5, 0.0, float(2**30), 123456789, 21.6e9):
         assert metric_value(value) == value
     assert isinstance(metric_value(np.int64(3)), float)
     assert np.isnan(metric_value(float("nan")))

@@ -43,6 +43,7 @@ from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.result_store import ResultStore
 from seq2final.tracking.mlflow_io import (
     NOTE,
+    SIGNIFICANT_DIGITS,
     code_version,
     ensure_registered_model,
     experiment_id,
@@ -314,7 +315,10 @@ class JobTracker:
                 )
                 self.client.log_artifact(run_id, str(figure_path))
         self.client.log_artifact(run_id, str(store.record_path(job.key)))
-        self.client.log_artifact(run_id, str(store.curves_path(job.key)))
+        with tempfile.TemporaryDirectory() as folder:  # the curves as the metrics show them
+            shown = Path(folder) / store.curves_path(job.key).name
+            curves.to_csv(shown, index=False, float_format=f"%.{SIGNIFICANT_DIGITS}g")
+            self.client.log_artifact(run_id, str(shown))
         if self.plan.mlflow.log_models:
             self._log_model(run_id, job, record, store)
 

@@ -24,7 +24,11 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.runs.planner import plan_run
 from seq2final.runs.plans import JobPlan
 from seq2final.tracking.jobs import mlflow_names
-from seq2final.tracking.mlflow_io import store_setup_lock, trash_empty_default_experiment
+from seq2final.tracking.mlflow_io import (
+    SIGNIFICANT_DIGITS,
+    store_setup_lock,
+    trash_empty_default_experiment,
+)
 from seq2final.tracking.names import (
     MlflowNames,
     check_experiment_names,
@@ -127,7 +131,11 @@ class TrackingHook:
             summary.log_text(
                 folder,
                 {
-                    f"{key}{suffix}": value.to_csv(index=False) if suffix == ".csv" else value
+                    f"{key}{suffix}": (
+                        value.to_csv(index=False, float_format=f"%.{SIGNIFICANT_DIGITS}g")
+                        if suffix == ".csv"
+                        else value
+                    )
                     for key, value in data.items()
                 },
             )

@@ -354,21 +354,20 @@ def trash_empty_default_experiment(client: MlflowClient) -> None:
     client.delete_experiment("0")
 
 
-def metric_value(value: float | np.floating | np.integer) -> float:
-    """A metric as the Python float of its value: ``0.925``, not ``0.925000011920929``.
+SIGNIFICANT_DIGITS = 4
+"""Digits a logged metric keeps: an accuracy over a few hundred test images, an ECE or a wall
+time has no information past them."""
 
-    Training computes its metrics in float32, and the result records keep them widened to float64,
-    which adds digits float32 never had (``float(torch.tensor(0.925))`` is 0.925000011920929); the
-    UI shows them all. A value that a float32 holds exactly is taken as one and logged as the
-    shortest decimal that float32 prints (``0.925``). Any other value, integers and float64
-    arithmetic included, is logged as it is; so are values from 2**24 up, where a float32's short
-    decimal would drop digits of genuine float64 numbers.
-    """
+
+def metric_value(value: float | np.floating | np.integer) -> float:
+    """A metric as MLflow shows it: to :data:`SIGNIFICANT_DIGITS` significant digits
+    (``0.925``, not ``0.925000011920929`` or ``0.15011541754938662``), so the UI's columns read
+    at a glance; whole numbers (counts, FLOPs, epochs) and what is not finite as they are. The
+    result records keep the raw values (docs/tracking.md, "Metric values")."""
     number = float(value)
-    if isinstance(value, int | np.integer) or not math.isfinite(number) or abs(number) >= 2**24:
+    if isinstance(value, int | np.integer) or not math.isfinite(number) or number.is_integer():
         return number
-    single = np.float32(number)
-    return float(str(single)) if float(single) == number else number
+    return float(f"{number:.{SIGNIFICANT_DIGITS}g}")
 
 
 def ui_url(tracking_uri: str, experiment: str | None = None, local: str = UI_ADDRESS) -> str:
