@@ -167,6 +167,18 @@ def test_rerunning_a_finished_job_adds_no_run_and_untracked_jobs_are_logged_late
     assert client.get_run(run.info.run_id).data.tags["superseded_by"] != run.info.run_id
 
 
+def test_a_job_that_trains_no_epoch_says_why_it_has_no_learning_curves(project, run_kedro):
+    """NCM's head is the class means: no epoch, no curve, and its run's description says so."""
+    _run(run_kedro, method=["ncm"])
+    client = _client(project)
+    (job,) = _job_runs(client)
+    assert job.data.tags[NOTE].endswith(
+        "It has no learning curves: its final mode `ncm` trains no epoch on the final step."
+    )
+    artifacts = {a.path for a in client.list_artifacts(job.info.run_id)}
+    assert "learning_curves.png" not in artifacts
+
+
 def test_a_job_asked_for_under_two_names_is_one_run_named_as_in_the_tables(project, run_kedro):
     """On a ConvNet ``st_1`` and ``st_b`` are one job, which the tables call ``st_1``: so do its
     run's tag, name and registered model, and a search for ``tags.kind = 'job'`` finds it once."""

@@ -202,9 +202,10 @@ class JobTracker:
 
     # -- what a job run holds ----------------------------------------------------------------
 
-    def _description(self, job: JobPlan, record: ResultRecord | None) -> str:
+    def _description(self, job: JobPlan, record: ResultRecord | None, curves: bool = True) -> str:
         """The run's description (the UI's *Description*): the job in words, and where the rest
-        of it is, for a user who opens the run from a list of names."""
+        of it is, for a user who opens the run from a list of names; a job whose final mode
+        trained no epoch (``curves`` false) says why it has no learning curves."""
         shown = shown_names(job, record)
         method, aliases = shown.name, shown.others
         paper = METHODS[method].paper_name if method in METHODS else method
@@ -215,7 +216,12 @@ class JobTracker:
             f"{paper} (`{method}`{also}) on `{plan.sequence_name}` ({plan.dataset}){view}, "
             f"`{plan.arch}`, seed {plan.seed}, budget `{plan.budget_name}`: historical mode "
             f"`{job.historical}`, then final mode `{job.final}`. Its Optuna trials are nested "
-            "under it; its result record, learning curves and model are under *Artifacts*."
+            + (
+                "under it; its result record, learning curves and model are under *Artifacts*."
+                if curves
+                else "under it; its result record and model are under *Artifacts*. It has no "
+                f"learning curves: its final mode `{job.final}` trains no epoch on the final step."
+            )
         )
 
     def _tags(self, job: JobPlan, record: ResultRecord | None = None) -> dict[str, str]:
@@ -303,7 +309,10 @@ class JobTracker:
             for k, v in hp.items()
         }
         params.update({f"chosen.{k}": v for k, v in record.chosen.items()})
-        self._batch(run_id, metrics=metrics, params=params, tags={"device": record.device})
+        tags = {"device": record.device}
+        if not stages:  # the UI would show no curve and no reason
+            tags[NOTE] = self._description(job, record, curves=False)
+        self._batch(run_id, metrics=metrics, params=params, tags=tags)
         self._log_trials(run_id, job, record)
         if stages:  # a job that trained nothing on the final step has no curve to draw
             with tempfile.TemporaryDirectory() as folder:
