@@ -30,6 +30,7 @@ from seq2final.sweep.graph import (
     SweepGraph,
     SweepRequest,
     is_built,
+    open_jobs_by_state,
     plans_of,
 )
 from seq2final.sweep.work import STARTED_TOPIC, PipelineRun, run_task
@@ -127,17 +128,14 @@ class Sweep:
         seen_jobs: set[str] = set()
         submitted: dict[str, Future] = {}  # this sequence's jobs, for the warm starts that follow
         for plan in work.plans:
+            open_jobs = open_jobs_by_state(plan, self.stores.results)
             for state in plan.states:
                 if state.mode == STEP0 or state.key in self._states:
                     continue
                 if state.key in self.stores.states:
                     self._reused_states.add(state.key)
                     continue
-                job = next(
-                    (j for j in plan.jobs
-                     if j.state_key == state.key and j.key not in self.stores.results),
-                    None,
-                )  # fmt: skip
+                job = open_jobs.get(state.key)
                 if job is None:  # every job that continues it is finished (resumed in a new
                     # session, whose models are gone), or it is an earlier time of a growing
                     # chain that no view continues: the task of the state that extends it

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ from seq2final.data.spec import SequenceSpec
 from seq2final.methods import METHODS
 from seq2final.models import ARCHITECTURES
 from seq2final.runs.planner import plan_run
-from seq2final.runs.plans import RunPlan
+from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.result_store import ResultStore
 from seq2final.runs.sequence_store import SequenceStore
 from seq2final.runs.state_store import HistoricalStore
@@ -125,6 +125,17 @@ class SequenceWork:
         return self.run.spec
 
 
+def open_jobs_by_state(plan: RunPlan, results: Container[str]) -> dict[str, JobPlan]:
+    """The first unfinished job (no record in ``results``) continuing each state of ``plan``:
+    a state no unfinished job continues has nothing left to train, even when its model is gone
+    (a sweep resumed in a new session keeps records, not models)."""
+    open_jobs: dict[str, JobPlan] = {}
+    for job in plan.jobs:
+        if job.state_key and job.key not in results:
+            open_jobs.setdefault(job.state_key, job)
+    return open_jobs
+
+
 @dataclass
 class SweepGraph:
     """The sweep's sequences, with the plans (states and jobs) of those already built."""
@@ -141,7 +152,7 @@ class SweepGraph:
             for plan in work.plans:
                 for job in plan.jobs:
                     jobs[job.key] = work.built and job.key in stores.results
-                needed = {job.state_key for job in plan.jobs if not jobs[job.key]}
+                needed = open_jobs_by_state(plan, stores.results) if work.built else {}
                 for state in plan.states:
                     done = state.key in stores.states or state.key not in needed
                     states[state.key] = work.built and done and states.get(state.key, True)

@@ -43,13 +43,13 @@ from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.result_store import ResultStore
 from seq2final.tracking.mlflow_io import (
     NOTE,
-    SIGNIFICANT_DIGITS,
     code_version,
     ensure_registered_model,
     experiment_id,
     metric_value,
     param_value,
     quiet_model_logging,
+    shown_csv,
 )
 from seq2final.tracking.names import MlflowNames
 from seq2final.tracking.pyfunc import save_pyfunc_model
@@ -326,7 +326,7 @@ class JobTracker:
         self.client.log_artifact(run_id, str(store.record_path(job.key)))
         with tempfile.TemporaryDirectory() as folder:  # the curves as the metrics show them
             shown = Path(folder) / store.curves_path(job.key).name
-            curves.to_csv(shown, index=False, float_format=f"%.{SIGNIFICANT_DIGITS}g")
+            shown.write_text(shown_csv(curves))
             self.client.log_artifact(run_id, str(shown))
         if self.plan.mlflow.log_models:
             self._log_model(run_id, job, record, store)

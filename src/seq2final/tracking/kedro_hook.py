@@ -25,7 +25,7 @@ from seq2final.runs.planner import plan_run
 from seq2final.runs.plans import JobPlan
 from seq2final.tracking.jobs import mlflow_names
 from seq2final.tracking.mlflow_io import (
-    SIGNIFICANT_DIGITS,
+    shown_csv,
     store_setup_lock,
     trash_empty_default_experiment,
 )
@@ -131,11 +131,7 @@ class TrackingHook:
             summary.log_text(
                 folder,
                 {
-                    f"{key}{suffix}": (
-                        value.to_csv(index=False, float_format=f"%.{SIGNIFICANT_DIGITS}g")
-                        if suffix == ".csv"
-                        else value
-                    )
+                    f"{key}{suffix}": shown_csv(value) if suffix == ".csv" else value
                     for key, value in data.items()
                 },
             )

@@ -16,6 +16,7 @@ from typing import Any
 
 import mlflow
 import numpy as np
+import pandas as pd
 import sqlalchemy
 import torch
 from alembic.script import ScriptDirectory
@@ -368,6 +369,12 @@ def metric_value(value: float | np.floating | np.integer) -> float:
     if isinstance(value, int | np.integer) or not math.isfinite(number) or number.is_integer():
         return number
     return float(f"{number:.{SIGNIFICANT_DIGITS}g}")
+
+
+def shown_csv(frame: pd.DataFrame) -> str:
+    """A table as MLflow shows metrics (:func:`metric_value`): floats to
+    :data:`SIGNIFICANT_DIGITS` significant digits, for the CSVs logged beside them."""
+    return frame.to_csv(index=False, float_format=f"%.{SIGNIFICANT_DIGITS}g")
 
 
 def ui_url(tracking_uri: str, experiment: str | None = None, local: str = UI_ADDRESS) -> str:

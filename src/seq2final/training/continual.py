@@ -25,9 +25,10 @@ class PathIntegral:
     """SI's running ω (Zenke et al., 2017): the sum over optimiser updates of −g·Δθ per parameter,
     where g is the gradient the step used and Δθ the change it made.
 
-    Wild-Time's SI adds to ω once per timestamp, at ``train_update_iter``: −g ⊙ (θ_end − θ_start),
-    its last update's gradient times the whole timestamp's change (docs/fixes.md, Wild-Time);
-    this sums every update's −g ⊙ Δθ, as the definition and van de Ven's code it adapts do. The gradient is that of the whole loss the optimiser descends (SI's
+    Wild-Time's SI adds to ω once per timestamp, at ``train_update_iter``:
+    −g ⊙ (θ_end − θ_start), its last update's gradient times the whole timestamp's change
+    (docs/fixes.md, Wild-Time); this sums every update's −g ⊙ Δθ, as the definition and van de
+    Ven's code it adapts do. The gradient is that of the whole loss the optimiser descends (SI's
     surrogate term included), as in that code.
     """
 

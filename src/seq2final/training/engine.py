@@ -35,9 +35,10 @@ class Engine(StrictModel):
     ``fuse``: how many of a fit's trials train together as one stacked model
     (:mod:`seq2final.training.fused`; :func:`fuse_width`); ``auto`` fuses on CUDA and not on
     the CPU, where a stack runs slower than its models one after another. It changes how trials
-    are scheduled, not what a fit computes, so it is no part of any key. ``compile``: a single fit's training
-    step (forward, loss and penalties) runs through ``torch.compile``; like ``channels_last`` it
-    changes how a fit computes, not what, so it is no part of any key either.
+    are scheduled, not what a fit computes, so it is no part of any key. ``compile``: a single
+    fit's training step (forward, loss and penalties) runs through ``torch.compile``; like
+    ``channels_last`` it changes how a fit computes, not what, so it is no part of any key
+    either.
     ``augment``: each training image's own draw of flips and crops or of RandAugment
     (:mod:`seq2final.training.augment`); off by default, and part of the key when on.
     """
