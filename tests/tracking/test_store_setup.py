@@ -1,6 +1,7 @@
 """The SQLite tracking store survives a run killed while it is being made, and a store that
 cannot be used stops a run in one line before any work."""
 
+import logging
 import os
 import signal
 import sqlite3
@@ -17,6 +18,7 @@ from mlflow.store.tracking.dbmodels.initial_models import Base as InitialBase
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import PARTIAL
+from seq2final.core.startup import bootstrap_once
 from seq2final.tracking import mlflow_io
 from seq2final.tracking.mlflow_io import _unfinished_schema, store_setup_lock
 
@@ -114,6 +116,11 @@ def test_a_half_made_database_that_holds_no_runs_is_made_anew(project, run_kedro
     _half_made(_database(project))
     with pytest.raises(Exception, match="table spans already exists"):  # MLflow alone
         MlflowClient(f"sqlite:///{_database(project)}").search_experiments()
+    # The first session of a process configures logging, which drops the capture's handler
+    # from the root logger (pytest adds it again for the next test).
+    bootstrap_once(project)
+    if caplog.handler not in logging.getLogger().handlers:
+        logging.getLogger().addHandler(caplog.handler)
     run_kedro(["build_sequences"], **TINY)
     assert "holds nothing: making it anew" in caplog.text
     assert _opens(_database(project))

@@ -118,7 +118,7 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
     assert got == expected and len(got) == record.trials
     assert all(t.info.status == "FINISHED" for t in trials)  # smoke trials all complete
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"learning_curves.png", "model", f"{record.job_key}.json"} <= artifacts
+    assert {"learning_curves.png", f"{record.job_key}.json"} <= artifacts
     # ... under the project, at a path relative to it (see the moved-project test)
     assert run.info.artifact_uri == f"mlruns/{run.info.experiment_id}/{run.info.run_id}/artifacts"
     assert (project / run.info.artifact_uri / "learning_curves.png").is_file()
@@ -146,8 +146,21 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
     assert np.mean(predicted == y_test) == pytest.approx(record.test_accuracy, abs=1e-6)
     info = mlflow.models.get_model_info(f"models:/{name}/1")
     assert info.signature.inputs.inputs[0].type == np.dtype(np.uint8)
-    requirements = client.download_artifacts(run.info.run_id, "model/requirements.txt")
-    assert "torch==" in Path(requirements).read_text()
+    # The model is MLflow 3's LoggedModel of the job run (the experiment's *Models* tab, the
+    # run's "Logged models"), carrying the run's test accuracy, and the registered version's source.
+    (logged,) = client.search_logged_models([run.info.experiment_id])
+    assert logged.source_run_id == run.info.run_id
+    assert (logged.name, str(logged.status)) == (run.info.run_name, "READY")
+    assert [o.model_id for o in client.get_run(run.info.run_id).outputs.model_outputs] == [
+        logged.model_id
+    ]
+    assert {m.key: m.value for m in logged.metrics}["test_accuracy"] == (
+        run.data.metrics["test_accuracy"]
+    )
+    version = client.get_model_version(name, "1")
+    assert (version.source, version.run_id) == (logged.model_uri, run.info.run_id)
+    assert logged.artifact_location.startswith(f"mlruns/{run.info.experiment_id}/models/")
+    assert "torch==" in (project / logged.artifact_location / "requirements.txt").read_text()
 
 
 def test_rerunning_a_finished_job_adds_no_run_and_untracked_jobs_are_logged_later(

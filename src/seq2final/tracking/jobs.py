@@ -33,7 +33,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from mlflow import MlflowClient
-from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
+from mlflow.entities import (
+    Dataset,
+    DatasetInput,
+    InputTag,
+    LoggedModelOutput,
+    LoggedModelStatus,
+    Metric,
+    Param,
+    RunTag,
+)
+from mlflow.models import Model
 
 from seq2final.methods import METHODS, JobNames
 from seq2final.protocols import STEP_SPLITS
@@ -60,6 +70,8 @@ log = logging.getLogger(__name__)
 # How an Optuna trial's state shows as an MLflow run status (the exact state is a tag).
 _TRIAL_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 _CURVE_COLUMNS = ("train_loss", "train_accuracy", "valid_loss", "valid_accuracy")
+# The run's metrics its logged model carries too, so the *Models* tab compares them.
+_MODEL_METRICS = ("test_accuracy", "worst_class_accuracy", "ece", "valid_accuracy", "train_flops")
 
 
 @dataclass
@@ -217,9 +229,11 @@ class JobTracker:
             f"`{plan.arch}`, seed {plan.seed}, budget `{plan.budget_name}`: historical mode "
             f"`{job.historical}`, then final mode `{job.final}`. Its Optuna trials are nested "
             + (
-                "under it; its result record, learning curves and model are under *Artifacts*."
+                "under it; its result record and learning curves are under *Artifacts*, its "
+                "model under *Logged models*."
                 if curves
-                else "under it; its result record and model are under *Artifacts*. It has no "
+                else "under it; its result record is under *Artifacts*, its model under *Logged "
+                "models*. It has no "
                 f"learning curves: its final mode `{job.final}` trains no epoch on the final step."
             )
         )
@@ -361,31 +375,63 @@ class JobTracker:
     def _log_model(
         self, run_id: str, job: JobPlan, record: ResultRecord, store: ResultStore
     ) -> None:
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / "model"
-            save_pyfunc_model(
-                path, store.model_path(job.key), self.example, self.num_classes,
-                record.engine.input_scale, record.eval_step, self.plan.plugins,
-            )  # fmt: skip
-            self.client.log_artifacts(run_id, str(path), "model")
-        name = self.names(job, record).registered_model
-        ensure_registered_model(self.client, name)
+        """Log the adapted model as MLflow 3's ``LoggedModel`` of the job run, and register it.
+
+        MLflow 3 lists models by their ``LoggedModel`` entity: the experiment's *Models* tab, a
+        run's "Logged models" and a registered version's source all read it, and a model saved
+        as run artifacts is in none of them. Its metrics are the run's summary metrics, so the
+        *Models* tab compares them. The entity is made through the client, not the fluent
+        ``log_model``, which reads the process-wide active run and tracking URI.
+        """
+        run = self.client.get_run(run_id)
+        names = self.names(job, record)
+        method = shown_name(record)
+        tags = {
+            "job_key": job.key, "method": method, "arch": self.plan.arch,
+            "dataset": self.plan.dataset, "seed": str(self.plan.seed),
+            "budget": self.plan.budget_name,
+        }  # fmt: skip
+        logged = self.client.create_logged_model(  # named as its run (MLflow refuses '.' here)
+            run.info.experiment_id, name=run.info.run_name, source_run_id=run_id, tags=tags,
+            model_type="classifier",
+        )  # fmt: skip
+        try:
+            with tempfile.TemporaryDirectory() as folder:
+                path = Path(folder) / "model"
+                save_pyfunc_model(
+                    path, store.model_path(job.key), self.example, self.num_classes,
+                    record.engine.input_scale, record.eval_step, self.plan.plugins,
+                    Model(run_id=run_id, model_id=logged.model_id,
+                          artifact_path=logged.artifact_location),
+                )  # fmt: skip
+                self.client.log_model_artifacts(logged.model_id, str(path))
+        except BaseException:
+            self.client.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
+            raise
+        self.client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
+        self.client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
+        logged_metrics = self.client.get_run(run_id).data.metrics
+        now = int(time.time() * 1000)
+        self._batch(run_id, metrics=[
+            Metric(name, logged_metrics[name], now, 0, model_id=logged.model_id)
+            for name in _MODEL_METRICS if name in logged_metrics
+        ])  # fmt: skip
+        ensure_registered_model(self.client, names.registered_model)
         # One name holds every dataset, seed and budget of a sequence × arch × method: the
         # version's tags tell them apart.
         with quiet_model_logging():
             version = self.client.create_model_version(
-                name,
-                f"runs:/{run_id}/model",
+                names.registered_model,
+                logged.model_uri,
                 run_id,
-                tags={
-                    "job_key": job.key,
-                    "dataset": self.plan.dataset,
-                    "seed": str(self.plan.seed),
-                    "budget": self.plan.budget_name,
-                },
-                description=f"{shown_name(record)} on {self.plan.sequence_key} ({self.plan.arch})",
+                tags={k: tags[k] for k in ("job_key", "dataset", "seed", "budget")},
+                description=f"{method} on {self.plan.sequence_key} ({self.plan.arch})",
+                model_id=logged.model_id,
             )
-        self.client.set_tag(run_id, "registered_model", f"{name}/{version.version}")
+        self._batch(run_id, tags={
+            "registered_model": f"{names.registered_model}/{version.version}",
+            "logged_model": logged.model_id,
+        })  # fmt: skip
 
     def _batch(
         self,

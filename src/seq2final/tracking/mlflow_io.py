@@ -9,6 +9,7 @@ import math
 import re
 import sqlite3
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -244,6 +245,61 @@ compare methods."""
 NOTE = "mlflow.note.content"
 """The tag MLflow's UI shows and edits as an experiment's or a run's description."""
 
+SHARED_VIEW = "mlflow.sharedViewState."
+"""The prefix of the experiment tags MLflow 3.17's UI keeps its saved views in."""
+
+COMPARISON_VIEW = "compare-methods"
+"""The id of the saved view every experiment seq2final creates carries (:func:`comparison_view`)."""
+
+COMPARISON_COLUMNS = (
+    "tags.`method`", "tags.`arch`", "metrics.`test_accuracy`", "metrics.`valid_accuracy`",
+    "metrics.`worst_class_accuracy`", "metrics.`ece`", "tags.`budget`", "tags.`seed`",
+    "attributes.`Models`",
+)  # fmt: skip
+"""The runs table's columns in the comparison view, as MLflow's UI names them: the metrics
+before the wide *Dataset* column, which at 1600 pixels would push them past the edge (the
+sequence's digest it shows is the tag ``sequence_key`` of every row)."""
+
+
+def comparison_view(created_ms: int) -> str:
+    """The experiment tag value of the saved view "Compare methods": one row per job, best test
+    accuracy first, the metrics a comparison needs as columns, and a parallel-coordinates chart
+    from ``arch`` and ``method`` to test accuracy.
+
+    MLflow 3.17's UI keeps an experiment's saved views as experiment tags
+    ``mlflow.sharedViewState.<id>`` (an envelope holding the view's state as JSON text), lists
+    them under *Saved views* and opens one from the URL parameter ``viewStateShareKey``; the
+    links seq2final prints (:func:`ui_url`) open this one. Without it, MLflow opens on every
+    run, trials and the summary run included, with no metric column. (Its *Chart* tab adds a
+    bar chart of test accuracy, every job.)
+    """
+    section = "seq2final-compare"
+    common = {"runsCountToCompare": 100, "metricSectionId": section, "deleted": False,
+              "isGenerated": False}  # fmt: skip
+    charts = [
+        {**common, "uuid": "seq2final-method-arch", "type": "PARALLEL",
+         "selectedParams": ["arch", "method"], "selectedMetrics": ["test_accuracy"],
+         "showAllRuns": True},
+        {**common, "uuid": "seq2final-test-accuracy", "type": "BAR",
+         "metricKey": "test_accuracy"},
+    ]  # fmt: skip
+    state = {
+        "searchFilter": "tags.kind = 'job'",
+        "orderByKey": "metrics.`test_accuracy`",
+        "orderByAsc": False,
+        "selectedColumns": list(COMPARISON_COLUMNS),
+        "runsHiddenMode": "SHOW_ALL",  # the charts draw every job, not MLflow's first ten
+        # MLflow adds its own sections (one per metric prefix) after this one, sorted by name
+        "compareRunCharts": charts,
+        "compareRunSections": [
+            {"uuid": section, "name": "Compare methods", "display": True, "isReordered": False}
+        ],
+    }
+    return json.dumps({
+        "name": "Compare methods", "createdAt": created_ms, "updatedAt": created_ms,
+        "state": json.dumps(state),
+    })  # fmt: skip
+
 
 def experiment_id(
     client: MlflowClient, name: str, description: str = EXPERIMENT_DESCRIPTION
@@ -255,11 +311,13 @@ def experiment_id(
     (:func:`relative_artifacts`).
     """
     experiment = client.get_experiment_by_name(name)
+    view = f"{SHARED_VIEW}{COMPARISON_VIEW}"
     if experiment is None:
         try:  # the kind MLflow 3's own experiment-type selector records for training runs
-            client.create_experiment(
-                name, tags={"mlflow.experimentKind": "custom_model_development", NOTE: description}
-            )
+            client.create_experiment(name, tags={
+                "mlflow.experimentKind": "custom_model_development", NOTE: description,
+                view: comparison_view(int(time.time() * 1000)),
+            })  # fmt: skip
         except MlflowException as error:  # another worker created it first: use that one
             if error.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
@@ -269,6 +327,10 @@ def experiment_id(
         client.restore_experiment(experiment.experiment_id)
     if NOTE not in experiment.tags:  # made before experiments had descriptions
         client.set_experiment_tag(experiment.experiment_id, NOTE, description)
+    if view not in experiment.tags:  # made before the saved view (a user's edit of it stays)
+        client.set_experiment_tag(
+            experiment.experiment_id, view, comparison_view(int(time.time() * 1000))
+        )
     database = project_database(client.tracking_uri)
     if database is not None:
         relative_artifacts(database, experiment)
@@ -386,8 +448,12 @@ def ui_url(tracking_uri: str, experiment: str | None = None, local: str = UI_ADD
     a file or SQLite store; an ``http(s)`` tracking URI is its own UI.
     """
     base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else local
-    page = f"experiments/{experiment}/runs" if experiment else "experiments"
-    return f"{base}/#/{page}?workflowType=machine_learning"
+    if experiment is None:
+        return f"{base}/#/experiments?workflowType=machine_learning"
+    return (
+        f"{base}/#/experiments/{experiment}/runs?workflowType=machine_learning"
+        f"&viewStateShareKey={COMPARISON_VIEW}"
+    )
 
 
 def ensure_registered_model(client: MlflowClient, name: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import mlflow.pyfunc
 import numpy as np
 import torch
-from mlflow.models import ModelSignature
+from mlflow.models import Model, ModelSignature
 from mlflow.types import Schema, TensorSpec
 
 from seq2final.core.errors import Seq2FinalError
@@ -81,9 +81,11 @@ def save_pyfunc_model(
     input_scale: str,
     step: int | None,
     plugins: tuple[str, ...] = (),
+    mlflow_model: Model | None = None,
 ) -> None:
     """Save a stored model as an MLflow pyfunc model in ``path``: uint8 images of the example's
-    shape in (either layout), ``num_classes`` probabilities out, its requirements pinned."""
+    shape in (either layout), ``num_classes`` probabilities out, its requirements pinned
+    (``mlflow_model``: the ``MLmodel`` metadata to start from, such as its logged model's id)."""
     classifier = ImageClassifier(tuple(example.shape[1:]), input_scale, step, plugins)
     signature = ModelSignature(
         inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, -1, -1, -1))]),
@@ -97,6 +99,7 @@ def save_pyfunc_model(
             signature=signature,
             input_example=example.transpose(0, 2, 3, 1),
             pip_requirements=requirements(),
+            mlflow_model=mlflow_model,
         )
 
 

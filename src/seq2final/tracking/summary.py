@@ -160,9 +160,10 @@ class SequenceSummary:
                     max_results=1,
                 )
             )
-            if not runs or "registered_model" not in runs[0].data.tags:
+            if not runs or "logged_model" not in runs[0].data.tags:
                 log.warning(
-                    "no registered model for job %s (untracked, or log_models off); "
+                    "no logged model for job %s (untracked, log_models off, or logged by an older "
+                    "seq2final); "
                     "alias 'best' for %s not set", row.job_key, row.arch,
                 )  # fmt: skip
                 continue
@@ -176,11 +177,12 @@ class SequenceSummary:
             with quiet_model_logging():
                 version = self.client.create_model_version(
                     name,
-                    f"runs:/{run.info.run_id}/model",
+                    f"models:/{run.data.tags['logged_model']}",
                     run.info.run_id,
                     tags={"job_key": row.job_key, "method": row.method, "budget": row.budget,
                           "seed": str(row.seed)},
                     description=f"best on validation: {row.method} ({row.valid_accuracy:.3f})",
+                    model_id=run.data.tags["logged_model"],
                 )  # fmt: skip
             self.client.set_registered_model_alias(name, "best", version.version)
             log.info("%s@best is now %s (valid %.3f)", name, row.method, row.valid_accuracy)
