@@ -15,6 +15,7 @@ from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.text import Annotation, Text
 
 from seq2final.data.family import intensity_label
+from seq2final.methods import METHODS as REGISTRY
 from seq2final.methods import paper_columns
 from seq2final.reporting import plots
 from seq2final.reporting.plots import (
@@ -124,21 +125,30 @@ def test_the_compute_axis_has_labelled_ticks_within_one_decade():
 
 
 def test_every_registered_method_has_a_look_of_its_own():
-    looks = [(method_style(m).colour, method_style(m).marker) for m in METHODS]
-    assert len(set(looks)) == len(METHODS)  # colour and marker: line style is for past 70
-    colours = [colour for colour, _ in looks]
-    for first, second in zip(looks, looks[1:], strict=False):  # neighbours in the tables
+    """Over the whole registry (``METHODS``, not only the tables' columns): every method has a
+    style and no two share a colour and marker; a colour is shared by two of the 30 built-in
+    methods at most (tests register one more), far apart in the tables (erm, ewc and lisa were one orange, st_1, irm_t and ft_gated one olive)."""
+    registry = list(REGISTRY)
+    assert set(registry) == set(METHODS)  # the tables show every registered method
+    looks = {m: (method_style(m).colour, method_style(m).marker) for m in registry}
+    assert all(colour and marker for colour, marker in looks.values())
+    for first, second in combinations(registry, 2):
+        assert looks[first] != looks[second], (first, second)
+    ordered = [looks[m] for m in METHODS]
+    for first, second in zip(ordered, ordered[1:], strict=False):  # neighbours in the tables
         assert first[0] != second[0] and first[1] != second[1]
-    assert len(set(colours)) == 10  # ten colours a reader can tell apart, not 26 shades
-    for name in ("erm", "dro_t", "baseline", "mixup", "sft", "agem"):  # the report's clashes
-        assert looks.count((method_style(name).colour, method_style(name).marker)) == 1
+    colours = [colour for colour, _ in ordered]
+    assert max(colours.count(c) for c in colours) <= -(-len(colours) // 15)  # 30 methods: 2
+    for a, b in (("erm", "ewc"), ("erm", "lisa"), ("st_1", "irm_t"), ("st_1", "ft_gated")):
+        assert looks[a][0] != looks[b][0], (a, b)  # the report's clashes
+    assert len(set(colours)) == 15  # fifteen colours a reader can tell apart, not 30 shades
 
 
 def test_the_palette_stays_distinct_beyond_the_registry():
     many = tuple(f"plugin_{index}" for index in range(plots.STYLES))
     styles = _palette(many)
     assert len({(s.colour, s.marker, s.linestyle) for s in styles.values()}) == len(many)
-    assert len({(s.colour, s.marker) for s in list(styles.values())[:70]}) == 70
+    assert len({(s.colour, s.marker) for s in list(styles.values())[:105]}) == 105
     assert method_style("not_registered") == method_style("not_registered")  # stable
     assert method_style("not_registered") not in {method_style(m) for m in METHODS}
 
@@ -196,22 +206,65 @@ def _projection_frame(layers=("conv1", "layer1", "fc", "model"), crowd: int = 15
 @pytest.mark.parametrize("draw", [projection_panels, svcca_panels])
 def test_layer_panels_are_only_the_drawn_ones_and_their_labels_do_not_overlap(draw):
     figure = _saved(draw(_projection_frame(), "t"))
-    assert [a.get_title() for a in figure.axes] == ["conv1", "layer1", "fc", "model"]
+    assert [a.get_title() for a in figure.axes] == ["conv1", "layer1", "fc", "whole model"]
     assert len(figure.axes) == 4  # 2 × 2, not 3 + 1 beside two empty slots
     for axis in figure.axes:
         assert axis.lines and axis.get_visible()
     _assert_labels_apart_and_inside(figure)
     _assert_inside_figure(figure)
-    for axis in figure.axes:
-        crowd = [t for t in axis.texts if "baseline" in t.get_text()]
-        assert len(crowd) == 1 and all(m in crowd[0].get_text() for m in METHODS[:15])
+    caption = figure._supxlabel.get_text().replace("\n", " ")
+    for axis in figure.axes:  # fifteen on one spot: a letter, not a text block of names
+        (tag,) = [t.get_text() for t in axis.texts if t.get_text().isupper()]
+        assert not any("baseline" in t.get_text() for t in axis.texts)
+        assert f"{tag}: {', '.join(METHODS[:15])}" in caption  # the caption says who they are
+    legend = [t.get_text() for t in figure.legends[0].get_texts()]
+    assert legend[:-1] == METHODS and "before" in legend[-1]  # the paths' entry
+
+
+def test_the_layer_panels_say_which_methods_they_leave_out_and_how_to_read_them():
+    left_out = {"jm": "joint models: other shapes", "st_1": "joint models: other shapes"}
+    frame = _projection_frame()
+    frame = frame[~frame["label"].isin(left_out)]
+    figure = _saved(projection_panels(frame, "t", left_out))
+    caption = figure._supxlabel.get_text().replace("\n", " ")
+    assert "Not drawn: st_1, jm (joint models: other shapes)." in caption
+    assert "Origin: the oracle's weights" in caption
+    for axis in figure.axes:  # axes in words, not the docs' shorthand
+        assert "baseline" in axis.get_ylabel() and "steps 0..T−1" in axis.get_xlabel()
+    _assert_inside_figure(figure)
+    renderer = figure.canvas.get_renderer()
+    box = figure._supxlabel.get_window_extent(renderer)
+    assert figure.bbox.padded(1).contains(box.x0, box.y0)
+    assert all(not a.get_window_extent(renderer).overlaps(box) for a in figure.axes)
+
+
+def _distance(box, point) -> float:
+    """From ``point`` to the nearest point of ``box``, pixels."""
+    x, y = point
+    return float(np.hypot(max(box.x0 - x, 0, x - box.x1), max(box.y0 - y, 0, y - box.y1)))
+
+
+def test_no_name_sits_nearer_to_another_marker_than_to_its_own():
+    """``d_ft, ewc`` was drawn beside i_ft's marker: a name must be read as its own point's."""
+    figure = _saved(compute_pareto(_crowded_points(), "crowded"))
+    axis = figure.axes[0]
+    renderer = figure.canvas.get_renderer()
+    spots = axis.transData.transform(_crowded_points()[["train_flops", "test_accuracy"]])
+    for label in axis.texts:
+        if label.arrow_patch is not None:
+            continue  # a leader line says whose it is
+        box = Text.get_window_extent(label, renderer)
+        own = axis.transData.transform(label.xy)
+        mine = _distance(box, own)
+        others = [p for p in spots if np.hypot(*(p - own)) > 10]  # not of its own spot
+        assert all(_distance(box, p) > mine for p in others), label.get_text()
 
 
 def test_a_layer_without_points_gets_no_panel_and_no_layer_no_figure():
     frame = _projection_frame(crowd=0)
     frame.loc[frame["layer"] == "fc", ["x", "y"]] = np.nan
     figure = projection_panels(frame, "t")
-    assert [a.get_title() for a in figure.axes] == ["conv1", "layer1", "model"]
+    assert [a.get_title() for a in figure.axes] == ["conv1", "layer1", "whole model"]
     assert projection_panels(frame.iloc[0:0], "t") is None
 
 
@@ -331,13 +384,13 @@ def test_a_name_the_registry_does_not_know_is_drawn_with_a_broken_line():
 
 
 def test_beside_the_registered_methods_of_a_figure_an_unknown_name_takes_a_colour_of_its_own():
-    """``erm+as_is`` hashes to ``baseline``'s blue; in a figure with both it takes a free colour,
+    """``erm+as_is`` hashes to ``lp_ft``'s brown; in a figure with both it takes a free colour,
     and the legend shows the look the points were drawn with."""
-    assert method_style("erm+as_is").colour == method_style("baseline").colour  # the clash
-    drawn = ["baseline", "erm+as_is", "ft", "plugin_7"]
+    assert method_style("erm+as_is").colour == method_style("lp_ft").colour  # the clash
+    drawn = ["lp_ft", "erm+as_is", "ft", "plugin_7"]
     colours = [method_style(m, drawn).colour for m in drawn]
     assert len(set(colours)) == len(drawn)
-    assert method_style("baseline", drawn) == method_style("baseline")  # registered: unmoved
+    assert method_style("lp_ft", drawn) == method_style("lp_ft")  # registered: unmoved
     deltas = pd.DataFrame(
         [{"method": m, "arch": "a", "intensity": i, "nn1": 10.0 + i, "delta": -i / 100}
          for m in drawn for i in (0, 30, 60)]
@@ -401,3 +454,47 @@ def test_sequence_examples_show_a_row_per_step_and_a_column_per_class_any_step_h
     assert [f"{figure.get_suptitle()}", axis.get_title()] == ["title", "key"]
     assert len(plots.sequence_examples(steps, list("abcd"), "t", "k", columns=2).axes[0]
                .get_xticklabels()) == 2  # fmt: skip
+
+
+def test_the_shift_figure_speaks_words_not_tex_and_names_the_sequence():
+    table = pd.DataFrame(
+        [[2.3, 2.3, 2.2], [2.6, 2.6, 2.3], [2.3, 2.3, 2.2]],
+        index=["W_X", "W_X|Y", "1-NN"], columns=["W^{0,3}", "W^{1,3}", "W^{2,3}"],
+    )  # fmt: skip
+    steps = ["0:source", "1:corruption", "2:label_flip"]
+    figure = _saved(plots.shift_profile(table, "digits_clr on digits, seed 1", "key-1a2b", steps))
+    [axis] = figure.axes
+    ticks = [t.get_text() for t in axis.get_xticklabels()]
+    assert ticks == ["step 0: source", "step 1: corruption", "step 2: label flip"]
+    legend = [t.get_text() for t in figure.legends[0].get_texts()]
+    assert not any("^{" in t or ("_" in t and "$" not in t) for t in [*ticks, *legend])
+    assert figure.get_suptitle().startswith("digits_clr on digits, seed 1")
+    assert axis.get_title() == "key-1a2b"  # the content key: the small subtitle at most
+    _assert_inside_figure(figure)
+
+
+def test_an_adjacency_sweep_of_one_value_says_so():
+    trials = pd.DataFrame({"adjacency": [1.17], "valid_accuracy": [0.3], "state": ["COMPLETE"]})
+    figure = plots.adjacency_sweep(trials, {"baseline": 0.2, "erm": 0.6}, "t")
+    [axis] = figure.axes
+    assert any("one value, 1.17" in t.get_text() for t in axis.texts)
+    low, high = axis.get_xlim()
+    assert low < 1.17 < high and np.isclose(np.sqrt(low * high), 1.17)  # centred
+    several = trials.assign(adjacency=[0.01]).pipe(lambda t: pd.concat([t, trials]))
+    assert not plots.adjacency_sweep(several, {}, "t").axes[0].texts
+
+
+def test_a_jobs_learning_curve_legend_lies_under_the_panels():
+    """SFT's five stages made ten entries over its accuracy curves."""
+    stages = tuple(f"schedule_{index}/final" for index in range(5))
+    figure = _saved(plots.learning_curves(_curves(4, stages), "sft on s (d), a, budget b"))
+    (legend,) = figure.legends
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "train", "valid", *(f"stage {s}" for s in stages)
+    ]  # fmt: skip
+    renderer = figure.canvas.get_renderer()
+    box = legend.get_window_extent(renderer)
+    for axis in figure.axes:
+        assert not axis.get_tightbbox(renderer).overlaps(box)
+        assert axis.get_legend() is None
+    assert figure.bbox.padded(1).contains(box.x0, box.y0)

@@ -63,7 +63,10 @@ def plot_examples(sequence: ShiftSequence, options: BuildOptions) -> dict[str, F
     """The examples of every step in one figure, plus the sub-class membership figure for
     sub-population shifts."""
     spec = sequence.manifest["spec"]
-    title = f"{spec['name']} on {spec['dataset']}, seed {spec['seed']}"
+    title = (
+        f"{spec['name']} on {spec['dataset']}, seed {spec['seed']}: "
+        "the first training image of each class, per step"
+    )
     examples = [(step.name, *step.split("train")) for step in sequence.steps()]
     figures = {
         f"{sequence.key}/examples.png": plots.sequence_examples(

@@ -202,7 +202,15 @@ def tabulate_shift(
         f"{key}/relative_to_final": relative.rename_axis("metric").reset_index(),
         f"{key}/consecutive": steps.rename_axis("metric").reset_index(),
     }
-    return tables, {key: report}, {f"{key}.png": plots.shift_profile(relative, key)}
+    to_final = frame[frame["comparison"] == "to_final"]["first"].astype(str).tolist()[:-1]
+    figure = plots.shift_profile(
+        relative,
+        f"{spec.name} on {spec.dataset}, seed {spec.seed}: "
+        "how far each earlier step lies from the final step",
+        key,
+        to_final,
+    )
+    return tables, {key: report}, {f"{key}.png": figure}
 
 
 def _support_lines(frame: pd.DataFrame) -> list[str]:

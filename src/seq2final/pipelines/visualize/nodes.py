@@ -100,6 +100,7 @@ def plot_interpolation(
     """Paper Fig. 1 per budget and seed (one panel per architecture), as PNG, PDF and plotly."""
     points = options.interpolation_points
     by_figure: dict[tuple[str, int], dict[str, dict[str, pd.DataFrame]]] = defaultdict(dict)
+    pathless: dict[tuple[str, int], dict[str, str]] = defaultdict(dict)
     for (run_budget, arch, seed), group in _groups(records).items():
         drawn = {}
         for name, record in group.items():
@@ -107,12 +108,24 @@ def plot_interpolation(
             path = paths.get(key)
             if path is not None and len(path):  # scratch jobs store an empty path
                 drawn[name] = path
+            else:
+                pathless[(run_budget, seed)][name] = (
+                    "trained from scratch: no start model, no path" if path is not None
+                    else "no stored path"
+                )  # fmt: skip
         if drawn:
             by_figure[(run_budget, seed)][arch] = drawn
     figures = {
         f"{_folder(spec)}/{b}-seed{seed}-interpolation": plots.interpolation_panels(
-            panels, f"{spec.name} ({spec.dataset}), budget {b}, seed {seed}: interpolation paths"
-        )
+            panels,
+            f"{spec.name} ({spec.dataset}), budget {b}, seed {seed}: test accuracy along the "
+            "straight path from each method's start model to its final model",
+            {
+                n: why
+                for n, why in pathless[(b, seed)].items()
+                if not any(n in methods for methods in panels.values())
+            },
+        )  # fmt: skip
         for (b, seed), panels in by_figure.items()
     }
     shown = next((key for key in by_figure if key[0] == budget), next(iter(by_figure), None))
@@ -139,6 +152,12 @@ def _interpolation_plotly(
     return figure
 
 
+# why the projection leaves a method out, said under the figure
+_JOINT = (
+    "joint and side-tuned models hold a module per step: weights of another shape than the oracle's"
+)
+
+
 def plot_projections(
     records: list[ResultRecord],
     results: Any,
@@ -148,8 +167,9 @@ def plot_projections(
     """Appendix G.2's weight projection for every (budget, arch, seed) with its three anchors.
 
     The anchors are the oracle, the baseline and ERM on the historical steps (the state FT
-    starts from); a group missing one is skipped with a note. Joint models have other weight
-    shapes and are left out, as in the paper.
+    starts from); a group missing one is skipped with a note. Models with a module per step
+    (joint and side-tuned) have other weight shapes and are left out, the figure says so: the
+    paper leaves side modules out for this reason but draws its joint model (docs/fixes.md).
     """
     models = JobModels(results, states, None)
     figures, frames = {}, []
@@ -161,20 +181,30 @@ def plot_projections(
                      "baseline and a stored ERM-history state (FT's)", budget, arch, seed)  # fmt: skip
             continue
         erm_history = erm_state.chains["main"].last
+        joint = {n for n, r in group.items() if isinstance(models.final(r), JointModel)}
         trajectories = {
             name: [m for m, _ in models.trajectory(r)]
             for name, r in group.items()
-            if name != ORACLE and not isinstance(models.final(r), JointModel)
+            if name != ORACLE and name not in joint
+        }
+        drawn = {n: t for n, t in trajectories.items() if t}
+        left_out = {
+            name: _JOINT if name in joint else "no stored model"
+            for name in group
+            if name != ORACLE and name not in drawn
         }
         frame = weight_projection(
-            {n: t for n, t in trajectories.items() if t},
+            drawn,
             models.final(group[ORACLE]),
             erm_history,
             models.final(group["baseline"]),
         )
         frames.append(frame.assign(budget=budget, arch=arch, seed=seed))
         figure = plots.projection_panels(
-            frame, f"{spec.name}, {arch}, budget {budget}, seed {seed}: weights around the oracle"
+            frame,
+            f"{spec.name} ({spec.dataset}), {arch}, budget {budget}, seed {seed}: each model's "
+            "weights around the oracle's",
+            left_out,
         )
         if figure is not None:  # no layer with a point: no figure of empty panels
             figures[f"{_folder(spec)}/{budget}-{arch}-seed{seed}-projection"] = figure
@@ -204,8 +234,12 @@ def plot_svcca(
             trajectories, models.final(group[ORACLE]), data, group[ORACLE].engine
         )
         frames.append(frame.assign(budget=budget, arch=arch, seed=seed))
+        shown = set(frame["label"]) if not frame.empty else set()
         figure = plots.svcca_panels(
-            frame, f"{spec.name}, {arch}, budget {budget}, seed {seed}: SVCCA with the oracle"
+            frame,
+            f"{spec.name} ({spec.dataset}), {arch}, budget {budget}, seed {seed}: how alike "
+            "each model's representation is to the oracle's (SVCCA)",
+            {n: "no stored model" for n in trajectories if n not in shown},
         )
         if figure is not None:
             figures[f"{_folder(spec)}/{budget}-{arch}-seed{seed}-svcca"] = figure
@@ -235,7 +269,10 @@ def plot_adjacency_sweep(
             name: group[name].valid_accuracy for name in ("baseline", "erm") if name in group
         }
         figures[f"{_folder(spec)}/{budget}-{arch}-seed{seed}-adjacency"] = plots.adjacency_sweep(
-            trials, references, f"{spec.name}, {arch}, budget {budget}: JM's λ_adj"
+            trials,
+            references,
+            f"{spec.name} ({spec.dataset}), {arch}, budget {budget}, seed {seed}: JM's accuracy "
+            "for each adjacency weight its tuning tried",
         )
     return _formats(figures)
 
@@ -282,8 +319,9 @@ def plot_learning_curves(
             continue
         figures[f"{_folder(spec)}/curves/{group}-{name}{view}"] = plots.learning_curves(
             curves,
-            f"{name}{view.replace('-steps', ' · steps ')} · {record.arch} · seed {record.seed} "
-            f"· {record.budget}",
+            f"{name} on {spec.name} ({spec.dataset}){view.replace('-steps', ', steps ')}, "
+            f"{record.arch}, budget {record.budget}, seed {record.seed}: loss and accuracy per "
+            "epoch on the final step",
         )
         panel = f"{name} · steps {record.view.name}" if view else name
         overviews[(record.budget, record.arch, record.seed, bool(view))].append((panel, curves))

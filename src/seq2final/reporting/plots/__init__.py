@@ -14,8 +14,12 @@ Legibility rules every figure here follows, because a run draws 26 methods and p
   order), and the artists drawn for it carry its name as ``gid`` (an id in SVG output, and how
   tests find them);
 - legends of methods sit outside the axes (constrained layout makes room, nothing is clipped);
-- in-plot names are placed where they overlap neither each other nor a point
-  (:func:`labels._place_labels`), and points closer than a few pixels share one label;
+- in-plot names are placed where they overlap neither each other nor a point and lie nearer to
+  their own point than to any other (:func:`labels._place_labels`), and points closer than a
+  few pixels share one label (a letter explained in the caption where more than two methods
+  share a spot of the projection or SVCCA panels);
+- titles are words (sequence, architecture, budget, seed), a content key at most a subtitle,
+  and TeX only as rendered mathtext, so a figure reads without the docs;
 - only panels with something to show are laid out.
 """
 

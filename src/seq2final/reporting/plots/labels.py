@@ -45,9 +45,12 @@ class _Cluster:
         return self.colours[0] if len(set(self.colours)) == 1 else "#333333"
 
 
-def _clusters(axis: Axes, points: Sequence[tuple[float, float, str]]) -> list[_Cluster]:
+def _clusters(
+    axis: Axes, points: Sequence[tuple[float, float, str]], colours: Mapping[str, str]
+) -> list[_Cluster]:
     """Points (x, y, name) merged where their markers overlap on screen: fifteen methods on one
-    spot get one label listing them, not fifteen labels stacked on each other."""
+    spot get one label listing them, not fifteen labels stacked on each other. A name is drawn
+    in its method's colour, or in ``colours``' for a name that is no method (a spot's tag)."""
     to_pixels = axis.transData.transform
     merge = _MERGE * axis.figure.dpi / 72
     clusters: list[_Cluster] = []
@@ -58,11 +61,13 @@ def _clusters(axis: Axes, points: Sequence[tuple[float, float, str]]) -> list[_C
         where = to_pixels((x, y))
         near = next((i for i, a in enumerate(anchors) if np.hypot(*(a - where)) <= merge), None)
         if near is None:
-            clusters.append(_Cluster(x, y, [name], [method_style(name).colour]))
+            clusters.append(
+                _Cluster(x, y, [name], [colours.get(name) or method_style(name).colour])
+            )
             anchors.append(where)
         elif name not in clusters[near].names:
             clusters[near].names.append(name)
-            clusters[near].colours.append(method_style(name).colour)
+            clusters[near].colours.append(colours.get(name) or method_style(name).colour)
     return clusters
 
 
@@ -74,6 +79,9 @@ def _place_labels(
     panels: Sequence[tuple[Axes, Sequence[tuple[float, float, str]]]],
     fontsize: float = LABEL_FONTSIZE,
     lines: Mapping[Axes, Sequence[tuple[float, float]]] | None = None,
+    paths: Mapping[Axes, Sequence[Sequence[tuple[float, float]]]] | None = None,
+    leaders: bool = True,
+    colours: Mapping[str, str] | None = None,
 ) -> list[Annotation]:
     """Name each point (x, y, name) of each panel (or group of coincident points) beside it,
     where the name overlaps no other name, no marker, no leader line and stays inside the axes:
@@ -83,7 +91,14 @@ def _place_labels(
     it lays the figure out once (legend and titles in place) and reads positions from that
     layout, and the labels it adds stay out of the layout so the axes do not move after.
     ``lines``: a polyline (data coordinates) per axis that names must not cross either (the
-    Pareto front)."""
+    Pareto front); ``paths``: more polylines per axis (a method's path from its start model),
+    which names must not cross nor cover. ``leaders=False`` keeps every name next to its point
+    (no leader line; a name with no room there is left out). ``colours``: the colour of a name
+    that is no method's (a tag standing for several, which the figure explains): such names are
+    placed first, with a leader line where they need one, so none is left out.
+
+    A name is never put nearer to another method's marker than to its own point, so it cannot be
+    read as the neighbour's name."""
     if not panels:
         return []
     figure = panels[0][0].get_figure(root=True)
@@ -91,11 +106,19 @@ def _place_labels(
     assert isinstance(figure, Figure) and isinstance(figure.canvas, FigureCanvasAgg)
     figure.draw_without_rendering()
     renderer = figure.canvas.get_renderer()
-    lines = lines or {}
+    lines, paths = lines or {}, paths or {}
     return [
         label
         for axis, points in panels
-        for label in _label_axis(axis, points, renderer, fontsize, lines.get(axis, ()))
+        for label in _label_axis(
+            axis,
+            points,
+            renderer,
+            fontsize,
+            [lines.get(axis, ()), *paths.get(axis, ())],
+            leaders,
+            colours or {},
+        )  # fmt: skip
     ]
 
 
@@ -104,11 +127,13 @@ def _label_axis(
     points: Sequence[tuple[float, float, str]],
     renderer: RendererBase,
     fontsize: float,
-    line: Sequence[tuple[float, float]],
+    polylines: Sequence[Sequence[tuple[float, float]]],
+    leaders: bool,
+    colours: Mapping[str, str],
 ) -> list[Annotation]:
     scale = axis.figure.dpi / 72
     frame = axis.get_window_extent(renderer).padded(-2)
-    clusters = _clusters(axis, points)
+    clusters = _clusters(axis, points, colours)
     radius = _POINT_RADIUS * scale
     markers = [
         Bbox.from_extents(px - radius, py - radius, px + radius, py + radius)
@@ -116,32 +141,40 @@ def _label_axis(
         if np.isfinite(px) and np.isfinite(py)
     ]
     placed: list[Bbox] = []
-    drawn = [tuple(axis.transData.transform(xy)) for xy in line]
-    leaders: list[tuple[tuple[float, float], tuple[float, float]]] = list(
-        zip(drawn, drawn[1:], strict=False)
-    )  # the segments no name may cross: the line's, then the leader lines drawn
+    segments: list[tuple[tuple[float, float], tuple[float, float]]] = []
+    for polyline in polylines:  # the segments no name may cross: the lines', then the leaders
+        drawn = [tuple(axis.transData.transform(xy)) for xy in polyline]
+        segments += [(a, b) for a, b in zip(drawn, drawn[1:], strict=False)]
+        segments += [(a, a) for a in drawn]  # a path's dots, a one-point line included
+    centres = [axis.transData.transform((c.x, c.y)) for c in clusters]
+    near = tuple(r for r in _LABEL_RADII if r <= _LEADER)
     labels = []
-    order = sorted(range(len(clusters)), key=lambda i: (-len(clusters[i].names), i))
+    tagged = [any(n in colours for n in c.names) for c in clusters]
+    order = sorted(range(len(clusters)), key=lambda i: (-tagged[i], -len(clusters[i].names), i))
     for index in order:
         cluster = clusters[index]
-        px, py = axis.transData.transform((cluster.x, cluster.y))
-        probe = axis.annotate(cluster.text(), (cluster.x, cluster.y), fontsize=fontsize)
+        rings = _LABEL_RADII if leaders or tagged[index] else near
+        px, py = centres[index]
+        text = cluster.text()
+        probe = axis.annotate(text, (cluster.x, cluster.y), fontsize=fontsize)
         extent = probe.get_window_extent(renderer)
         probe.remove()
+        others = [c for i, c in enumerate(centres) if i != index]
         spot = _free_spot(
-            (px, py), (extent.width, extent.height), frame, placed, markers, leaders, scale
-        )
+            (px, py), (extent.width, extent.height), frame, placed, markers, segments, scale,
+            others, rings,
+        )  # fmt: skip
         if spot is None:
-            log.debug("no room for the label %r", cluster.text())
+            log.debug("no room for the label %r", text)
             continue
         (dx, dy), ha, va, box, ring = spot
         leader = None
         if ring > _LEADER:
             leader = {"arrowstyle": "-", "color": cluster.colour(), "linewidth": 0.6,
                       "shrinkA": 1, "shrinkB": _POINT_RADIUS * 0.6}  # fmt: skip
-            leaders.append(((px, py), (box.x0 + box.width / 2, box.y0 + box.height / 2)))
+            segments.append(((px, py), (box.x0 + box.width / 2, box.y0 + box.height / 2)))
         label = axis.annotate(
-            cluster.text(), (cluster.x, cluster.y), xytext=(dx / scale, dy / scale),
+            text, (cluster.x, cluster.y), xytext=(dx / scale, dy / scale),
             textcoords="offset points", ha=ha, va=va, fontsize=fontsize, color=cluster.colour(),
             arrowprops=leader, annotation_clip=False,
         )  # fmt: skip
@@ -159,14 +192,18 @@ def _free_spot(
     markers: Sequence[Bbox],
     leaders: Sequence[tuple[tuple[float, float], tuple[float, float]]],
     scale: float,
+    others: Sequence[np.ndarray] = (),
+    rings: Sequence[float] = _LABEL_RADII,
 ) -> tuple[tuple[float, float], str, str, Bbox, float] | None:
     """The first spot on the rings around ``point`` (pixels) where a label of ``size`` fits in
     ``frame``, meets no other label, marker or leader line, and its own leader line (drawn from
     the farther rings, from the point to the label's centre) crosses no other label: the offset
-    (pixels), alignment, box and ring radius (points)."""
+    (pixels), alignment, box and ring radius (points). A name without a leader line must lie
+    nearer to its own point than to any of ``others`` (the other spots' markers, pixels), or it
+    reads as theirs."""
     px, py = point
     width, height = size
-    for radius in _LABEL_RADII:
+    for radius in rings:
         for angle in _LABEL_ANGLES:
             cos, sin = math.cos(angle), math.sin(angle)
             dx, dy = radius * scale * cos, radius * scale * sin
@@ -185,8 +222,17 @@ def _free_spot(
             centre = (x0 + width / 2, y0 + height / 2)
             if radius > _LEADER and any(_crosses(point, centre, other) for other in labels):
                 continue
+            own = _distance(box, point)
+            if radius <= _LEADER and any(_distance(box, o) <= own + scale for o in others):
+                continue
             return (dx, dy), ha, va, box, radius
     return None
+
+
+def _distance(box: Bbox, point: Sequence[float] | np.ndarray) -> float:
+    """From ``point`` to the nearest point of ``box`` (0 inside it), pixels."""
+    x, y = point
+    return math.hypot(max(box.x0 - x, 0.0, x - box.x1), max(box.y0 - y, 0.0, y - box.y1))
 
 
 def _crosses(start: tuple[float, float], end: tuple[float, float], box: Bbox) -> bool:

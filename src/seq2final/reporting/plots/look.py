@@ -58,21 +58,26 @@ def _figure(width: float, height: float, layout: str | None = "constrained") -> 
 # One look per method
 
 
-# tab10, its grey (the Pareto front's and the reference lines' colour here) swapped for black.
+# tab10, its grey (the Pareto front's and the reference lines' colour here) swapped for black,
+# then five darker or warmer shades none of those ten is close to (indigo, moss, plum, gold,
+# teal): with ten colours a registry of 30 drew each colour three times, and a reader saw erm,
+# ewc and lisa as one orange; with fifteen a colour is shared by two methods at most, 15 apart
+# in the tables' order and never with the same marker.
 _COLOURS = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
     "#8c564b", "#e377c2", "#000000", "#bcbd22", "#17becf",
+    "#393b79", "#637939", "#7b4173", "#e7ba52", "#0b6e69",
 )  # fmt: skip
-# Seven markers: 7 and 10 are coprime, so method i's (colour i % 10, marker i % 7) repeats only
-# after 70 methods, and methods that share a colour (10 apart) never share a marker.
+# Seven markers: 7 and 15 are coprime, so method i's (colour i % 15, marker i % 7) repeats only
+# after 105 methods, and methods that share a colour (15 apart) never share a marker.
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 _LINESTYLES = ("-", "--", "-.", ":")
-STYLES = len(_COLOURS) * len(_MARKERS) * len(_LINESTYLES)  # distinct looks: 280
+STYLES = len(_COLOURS) * len(_MARKERS) * len(_LINESTYLES)  # distinct looks: 420
 
 
 @dataclass(frozen=True)
 class MethodStyle:
-    """How one method is drawn in every figure: a colour, a marker and, past 70 methods, a line
+    """How one method is drawn in every figure: a colour, a marker and, past 105 methods, a line
     style, so no two methods look alike even where their colours are hard to tell apart."""
 
     colour: str

@@ -37,36 +37,43 @@ from seq2final.reporting.plots.look import (
 
 
 def learning_curves(curves: pd.DataFrame, title: str) -> Figure:
-    """Loss and accuracy per epoch, train and valid, one line style per fit stage.
+    """Loss and accuracy per epoch, train and valid, one colour per fit stage.
 
     Epoch 0 is the model before any update (validation only), so a fine-tuned model's curve starts
-    where its historical state stood on the final step.
+    where its historical state stood on the final step. The legend lies under the panels: train
+    dashed and valid solid once, then a colour per stage (SFT's five schedules made ten entries
+    that covered its curves inside the axes).
     """
+    stages = list(dict.fromkeys(curves["stage"]))
+    handles = [Line2D([], [], color="black", linestyle=s) for s in ("--", "-")]
+    labels = ["train", "valid"]
+    if len(stages) > 1:
+        handles += [Line2D([], [], color=f"C{i % 10}") for i in range(len(stages))]
+        labels += [f"stage {stage}" for stage in stages]
+    columns = min(len(labels), 4)
+    rows = -(-len(labels) // columns) if stages else 0
     # Fixed margins: constrained layout measured every label again for each job's figure, half
     # of the figure's cost, where this layout never changes (one per job a run logs to MLflow).
-    figure = _figure(9, 3.4, layout=None)
-    figure.subplots_adjust(left=0.1, right=0.985, bottom=0.14, top=0.82, wspace=0.25)
+    legend = 0.2 * rows + 0.1 if rows else 0.0  # inches under the axis labels
+    height = 3.4 + legend
+    figure = _figure(9, height, layout=None)
+    figure.subplots_adjust(left=0.1, right=0.985, bottom=(0.48 + legend) / height,
+                           top=1 - 0.6 / height, wspace=0.25)  # fmt: skip
     loss_axis, accuracy_axis = figure.subplots(1, 2)
-    stages = list(dict.fromkeys(curves["stage"]))
     for index, stage in enumerate(stages):
-        rows = curves[curves["stage"] == stage]
-        suffix = f" ({stage})" if len(stages) > 1 else ""
+        rows_of = curves[curves["stage"] == stage]
         for axis, metric in ((loss_axis, "loss"), (accuracy_axis, "accuracy")):
             for split, style in (("train", "--"), ("valid", "-")):
-                axis.plot(
-                    rows["epoch"],
-                    rows[f"{split}_{metric}"],
-                    style,
-                    color=f"C{index % 10}",
-                    label=f"{split}{suffix}",
-                )
+                axis.plot(rows_of["epoch"], rows_of[f"{split}_{metric}"], style,
+                          color=f"C{index % 10}", label=f"{split} ({stage})")  # fmt: skip
     for axis in (loss_axis, accuracy_axis):
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     loss_axis.set(xlabel="epoch", ylabel="cross-entropy", title="loss")
     accuracy_axis.set(xlabel="epoch", ylabel="accuracy", title="accuracy", ylim=(0, 1))
     if stages:  # a job that stored no epoch has nothing to name
-        accuracy_axis.legend(fontsize="small", ncol=1 + len(stages) // 4)
-    figure.suptitle(title)
+        figure.legend(handles, labels, loc="lower center", ncol=columns, frameon=False,
+                      fontsize=LEGEND_FONTSIZE, bbox_to_anchor=(0.5, 0.02 / height))  # fmt: skip
+    figure.suptitle(_wrapped(title, 110))
     return figure
 
 
@@ -127,18 +134,30 @@ def learning_curve_overview(jobs: Sequence[tuple[str, pd.DataFrame]], title: str
 # The paper's figures of finished jobs
 
 
-def interpolation_panels(paths: dict[str, dict[str, pd.DataFrame]], title: str) -> Figure:
+def interpolation_panels(
+    paths: dict[str, dict[str, pd.DataFrame]],
+    title: str,
+    left_out: Mapping[str, str] | None = None,
+) -> Figure:
     """Paper Fig. 1: test accuracy along each method's path, one panel per architecture, the
-    methods named once in a legend beside the panels (they look the same in every panel)."""
+    methods named once in a legend beside the panels (they look the same in every panel).
+    ``left_out``: methods of the run without a path, each with why (scratch jobs start from
+    nothing), said under the figure so the legend's gaps are explained."""
     figure, axes = _panels(len(paths), width=4.4, height=3.6, extra=1.6)
     for axis, (arch, methods) in zip(axes, paths.items(), strict=True):
         for method in _by_registry(list(methods)):
             path = methods[method]
             axis.plot(path["s"], path["test_accuracy"], **method_style(method).line(),
                       markevery=0.12, markersize=4.5, linewidth=1.3, label=method, gid=method)  # fmt: skip
-        axis.set(title=arch, xlabel="s (start → final model)", ylabel="test accuracy", xlim=(0, 1))
-    figure.suptitle(_wrapped(title), fontsize=9)
+        axis.set(title=arch, xlabel="s: 0 = the model it started from, 1 = its final model",
+                 ylabel="test accuracy on the final step", xlim=(0, 1))  # fmt: skip
+    # the panels' width, not the figure's: a title over the legend ran into it
+    figure.suptitle(_wrapped(title, int(4.4 * len(axes[:3]) * 10)), fontsize=9)
     _method_legend(figure, [m for methods in paths.values() for m in methods])
+    note = _left_out(left_out or {})
+    if note:
+        figure.supxlabel(_caption([note], figure.get_figwidth()), fontsize=7.5, x=0.01,
+                         ha="left", multialignment="left")  # fmt: skip
     return figure
 
 
@@ -157,26 +176,80 @@ def _drawn_layers(frame: pd.DataFrame, x: str, y: str) -> list[str]:
     return [layer for layer in layers if (finite["layer"] == layer).any()]
 
 
+_SPOT = 0.03  # share of an axis' range: ends closer than this on both axes share one spot
+_MOST_NAMED = 2  # a spot of more methods than this is named by a letter, explained below
+
+
+def _letter(index: int) -> str:
+    """A, B, …, Z, then AA, AB, …: the tags of crowded spots."""
+    return (_letter(index // 26 - 1) if index >= 26 else "") + chr(ord("A") + index % 26)
+
+
+def _spots(
+    points: Sequence[tuple[float, float, str]], span: tuple[float, float]
+) -> list[tuple[float, float, list[str]]]:
+    """Points (x, y, name) gathered where they lie within :data:`_SPOT` of an axis' ``span`` of
+    the first point of a spot, in the order given: the methods a reader sees as one marker."""
+    spots: list[tuple[float, float, list[str]]] = []
+    for x, y, name in points:
+        if not (np.isfinite(x) and np.isfinite(y)):
+            continue
+        near = next(
+            (s for s in spots
+             if abs(s[0] - x) <= _SPOT * span[0] and abs(s[1] - y) <= _SPOT * span[1]),
+            None,
+        )  # fmt: skip
+        if near is None:
+            spots.append((x, y, [name]))
+        else:
+            near[2].append(name)
+    return spots
+
+
+def _caption(lines: Sequence[str], width: float) -> str:
+    """A caption's lines, each wrapped to the figure's width (about 15 characters an inch at
+    the caption's size)."""
+    return "\n".join(_wrapped(line, max(int(width * 15), 40)) for line in lines if line)
+
+
+def _left_out(left_out: Mapping[str, str]) -> str:
+    """ "Not drawn: jm, jst_1 (why); …" from method → why, methods of one reason together."""
+    reasons: dict[str, list[str]] = {}
+    for method in _by_registry(list(left_out)):
+        reasons.setdefault(left_out[method], []).append(method)
+    parts = [f"{', '.join(methods)} ({why})" for why, methods in reasons.items()]
+    return f"Not drawn: {'; '.join(parts)}." if parts else ""
+
+
 def _layer_panels(
     frame: pd.DataFrame, x: str, y: str, oracle: tuple[float, float], labels: tuple[str, str],
-    title: str,
+    title: str, reading: str, left_out: Mapping[str, str],
 ) -> Figure | None:  # fmt: skip
-    """One panel per shown layer with something to draw: each job's trajectory in (x, y), its
-    end marked with the method's look and named beside it, the oracle marked. None when no
-    layer has a point."""
+    """One panel per shown layer with something to draw: each job's final model marked with the
+    method's look, the models before it (its start, a chain's model of each step) as small
+    dots joined to it by a thin line, the oracle marked. A method is named beside its marker
+    where the name has room next to it; a spot shared by more than two methods is named by a
+    letter, and the caption under the figure lists each letter's methods (sixteen names on one
+    spot were a text block over the panel), says how to read the axes (``reading``) and which
+    methods are not drawn and why (``left_out``: method → why). None when no layer has a
+    point."""
     layers = _drawn_layers(frame, x, y)
     if not layers:
         return None
     figure, axes = _panels(len(layers), width=3.9, height=3.4, extra=1.4)
     ends: dict[Axes, list[tuple[float, float, str]]] = {}
+    paths: dict[Axes, list[list[tuple[float, float]]]] = {}
     for axis, layer in zip(axes, layers, strict=True):
         mine = frame[frame["layer"] == layer]
-        ends[axis] = [(*oracle, "oracle")]
+        ends[axis], paths[axis] = [(*oracle, "oracle")], []
         for label in _by_registry([str(n) for n in dict.fromkeys(mine["label"])]):
             rows = mine[mine["label"] == label].sort_values("point")
             style = method_style(label)
-            axis.plot(rows[x], rows[y], color=style.colour, linestyle=style.linestyle,
-                      alpha=0.5, linewidth=1, marker=".", markersize=3)  # fmt: skip
+            if len(rows) > 1:
+                axis.plot(rows[x], rows[y], color=style.colour, linestyle=style.linestyle,
+                          alpha=0.35, linewidth=0.8, marker=".", markersize=3)  # fmt: skip
+                paths[axis].append(list(zip(rows[x].astype(float), rows[y].astype(float),
+                                            strict=True)))  # fmt: skip
             end = (float(rows[x].iloc[-1]), float(rows[y].iloc[-1]))
             axis.plot(*end, marker=style.marker, color=style.colour, markersize=6, linestyle="",
                       gid=label)  # fmt: skip
@@ -184,41 +257,96 @@ def _layer_panels(
         oracle_style = method_style("oracle")
         axis.plot(*oracle, marker=oracle_style.marker, color=oracle_style.colour, markersize=9,
                   markeredgecolor="black", linestyle="", gid="oracle")  # fmt: skip
-        axis.set(title=layer, xlabel=labels[0], ylabel=labels[1])
+        axis.set_title(layer if layer != "model" else "whole model")
+        axis.set_xlabel(labels[0], fontsize=8)
+        axis.set_ylabel(labels[1], fontsize=8)
         axis.margins(0.1)
+    tags: dict[tuple[str, ...], str] = {}
+    named: dict[Axes, list[tuple[float, float, str]]] = {}
+    for axis in axes:
+        (x0, x1), (y0, y1) = axis.get_xlim(), axis.get_ylim()  # autoscaled, before the layout
+        named[axis] = []
+        for sx, sy, names in _spots(ends[axis], (x1 - x0, y1 - y0)):
+            if len(names) > _MOST_NAMED:
+                tag = tags.setdefault(tuple(names), _letter(len(tags)))
+                named[axis].append((sx, sy, tag))
+            else:
+                named[axis] += [(sx, sy, name) for name in names]
     figure.suptitle(_wrapped(title), fontsize=9)
-    _method_legend(figure, ["oracle", *(str(n) for n in dict.fromkeys(frame["label"]))])
-    _place_labels(list(ends.items()))
+    path = Line2D([], [], color="grey", alpha=0.6, linewidth=0.8, marker=".", markersize=4)
+    _method_legend(figure, ["oracle", *(str(n) for n in dict.fromkeys(frame["label"]))],
+                   [(path, "models before\nthe final one")])  # fmt: skip
+    spots = [f"{tag}: {', '.join(names)}" for names, tag in tags.items()]
+    caption = [reading]
+    if any(paths.values()):
+        caption.append(
+            "Marker: a method's final model; small dots on a thin line in its colour: the models "
+            "it passed through before (the model it started from, a sequential method's model "
+            "of each step)."
+        )
+    caption.append(_left_out(left_out))
+    if spots:
+        caption.append(f"Methods on one spot: {'; '.join(spots)}.")
+    figure.supxlabel(_caption(caption, figure.get_figwidth()), fontsize=7.5, x=0.01, ha="left",
+                     multialignment="left")  # fmt: skip
+    _place_labels(list(named.items()), paths=paths, leaders=False,
+                  colours={tag: "#333333" for tag in tags.values()})  # fmt: skip
     return figure
 
 
-def projection_panels(frame: pd.DataFrame, title: str) -> Figure | None:
+def projection_panels(
+    frame: pd.DataFrame, title: str, left_out: Mapping[str, str] | None = None
+) -> Figure | None:
     """Paper Fig. 16: each model's weights in the oracle-centred plane, per layer and overall;
-    None when there is nothing to draw."""
-    labels = ("toward ERM on history", "toward final-step-only")
-    return _layer_panels(frame, "x", "y", (0, 0), labels, title)
+    None when there is nothing to draw. ``left_out``: methods of the group not drawn, each with
+    why (their models' weights have other shapes), named under the figure so a reader does not
+    look for them in vain."""
+    labels = ("toward ERM on steps 0..T−1 (FT's start)", "toward ERM on the final step (baseline)")
+    reading = (
+        "Origin: the oracle's weights. A model's weights minus the oracle's, projected on the "
+        "direction from the oracle to ERM trained on the historical steps 0..T−1 (x) and to "
+        "the baseline trained on the final step alone (y); Euclidean units, axes not orthogonal."
+    )
+    return _layer_panels(frame, "x", "y", (0, 0), labels, title, reading, left_out or {})
 
 
-def svcca_panels(frame: pd.DataFrame, title: str) -> Figure | None:
+def svcca_panels(
+    frame: pd.DataFrame, title: str, left_out: Mapping[str, str] | None = None
+) -> Figure | None:
     """Paper Fig. 17: SVCCA with the oracle keeping 50 % (x) and 90 % (y) of the variance; None
-    when there is nothing to draw."""
-    labels = ("SVCCA, 50 % variance", "SVCCA, 90 % variance")
-    return _layer_panels(frame, "svcca_50", "svcca_90", (1, 1), labels, title)
+    when there is nothing to draw. ``left_out`` as for :func:`projection_panels`."""
+    labels = ("SVCCA with the oracle, 50 % of variance", "SVCCA with the oracle, 90 % of variance")
+    reading = (
+        "How alike each model's activations are to the oracle's on final-step test images "
+        "(SVCCA, 1 = the same representation; the oracle sits at 1, 1), keeping the directions "
+        "that hold 50 % (x) or 90 % (y) of the variance."
+    )
+    return _layer_panels(
+        frame, "svcca_50", "svcca_90", (1, 1), labels, title, reading, left_out or {}
+    )
 
 
 _REFERENCES = {"baseline": "ERM on the final step (baseline)", "erm": "ERM on all steps"}
 
 
+_ADJ = r"$\lambda_{\mathrm{adj}}$"
+
+
 def adjacency_sweep(trials: pd.DataFrame, references: Mapping[str, float], title: str) -> Figure:
     """Paper Fig. 9: the joint model's final-step validation accuracy against λ_adj, with the
     validation accuracy of the reference methods in ``references`` (method → value) as
-    lines in their own colours."""
+    lines in their own colours. Where JM's tuning tried one λ_adj or none (a budget of one
+    random draw), the figure says so in the axes: one point is no sweep, and a reader would
+    otherwise look for the rest of the curve."""
     figure = _figure(7.0, 3.6)
     axis = figure.add_subplot()
     jm = method_style("jm")
     for index, (state, rows) in enumerate(trials.groupby("state")):
+        name = str(state).lower()
         axis.plot(rows["adjacency"], rows["valid_accuracy"], _MARKERS[index % len(_MARKERS)],
-                  color=jm.colour, alpha=0.8, label=f"JM trial ({state})")  # fmt: skip
+                  color=jm.colour, alpha=0.8,
+                  label=f"JM tuning trial ({name})" if name != "pruned" else
+                  "JM tuning trial (pruned: at its last epoch)")  # fmt: skip
     for method, value in references.items():
         axis.axhline(value, color=method_style(method).colour, linestyle="--", linewidth=1,
                      label=_REFERENCES.get(method, method))  # fmt: skip
@@ -228,8 +356,18 @@ def adjacency_sweep(trials: pd.DataFrame, references: Mapping[str, float], title
     axis.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     axis.xaxis.set_minor_formatter(NullFormatter())
-    axis.set(xlabel="λ_adj (adjacent-step L2)", ylabel="final-step validation accuracy")
-    axis.set_title(_wrapped(title, 55), fontsize=8)
+    tried = sorted({float(a) for a in trials["adjacency"] if a is not None and a > 0})
+    if len(tried) == 1:  # centred in a decade either side, not at a log axis' edge
+        axis.set_xlim(tried[0] / 10, tried[0] * 10)
+    if len(tried) < 2:
+        what = f"one value, {tried[0]:.3g}," if tried else "no value"
+        axis.text(0.5, 0.5, f"JM's tuning tried {what} of {_ADJ}: no sweep to draw.\n"
+                  "A budget that tries several (paper: 0.01, 0.1, 1) draws the curve.",
+                  transform=axis.transAxes, ha="center", va="center", fontsize=8, color="0.3",
+                  bbox={"facecolor": "white", "edgecolor": "0.8"})  # fmt: skip
+    axis.set(xlabel=f"{_ADJ}: weight of the penalty on adjacent steps' weight change",
+             ylabel="final-step validation accuracy")  # fmt: skip
+    axis.set_title(_wrapped(title, 75), fontsize=8)
     handles, labels = axis.get_legend_handles_labels()
     _legend_outside(figure, handles, labels)
     return figure
@@ -356,7 +494,8 @@ def compute_pareto(
     axis.set(xscale="log", xlabel=compute, ylabel=accuracy)
     axis.margins(x=0.08, y=0.1)
     _label_flops(axis, points["train_flops"])
-    figure.suptitle(_wrapped(title), fontsize=10)
+    # over the axes, not the figure: a figure title ran into the legend beside the axes
+    axis.set_title(_wrapped(title, 60), fontsize=10)
     _method_legend(figure, [str(m) for m in points["method"]], extra)
     named = [(r.train_flops, r.test_accuracy, str(r.method)) for r in points.itertuples()]
     _place_labels([(axis, named)], lines={axis: front})

@@ -3,12 +3,14 @@ distances."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from seq2final.reporting.plots.look import LABEL_FONTSIZE, _figure
+from seq2final.reporting.plots.look import LABEL_FONTSIZE, _figure, _wrapped
 
 
 def _show(axis: Axes, image: np.ndarray | None) -> None:
@@ -53,7 +55,10 @@ def sequence_examples(
     axis.set_xticks([c * (width + gap) + width / 2 for c in range(len(shown))])
     axis.set_xticklabels([class_names[c] for c in shown], fontsize=LABEL_FONTSIZE)
     axis.xaxis.tick_top()
-    axis.set_xlabel("label", fontsize=LABEL_FONTSIZE)
+    axis.set_xlabel(
+        "class label of each image (after a label flip: its new label)",
+        fontsize=LABEL_FONTSIZE,
+    )
     axis.xaxis.set_label_position("top")
     axis.set_yticks([r * (height + gap) + height / 2 for r in range(len(steps))])
     axis.set_yticklabels(
@@ -94,16 +99,44 @@ def subpopulation_grid(
     return figure
 
 
-def shift_profile(table: pd.DataFrame, title: str) -> Figure:
+_MEASURES = {
+    "W_X": r"images: W2 over all images ($W_X$)",
+    "W_X|Y": r"classes: W2 within each class ($W_{X|Y}$)",
+    "1-NN": "nearest neighbour: mean distance of a final test image to its closest training image",
+}
+
+
+def shift_profile(
+    table: pd.DataFrame, title: str, subtitle: str = "", steps: Sequence[str] = ()
+) -> Figure:
     """Normalised distance to the final step, per earlier step: covariate and conditional W2 and
-    the 1-NN distance."""
-    figure = _figure(4.5, 3)
+    the 1-NN distance. ``table``: a row per measure, a column per earlier step (the tables'
+    ``W^{t,T}``); ``steps`` names those steps (``0:source``) for the ticks. The ticks and the
+    legend are words and mathtext, never the tables' raw TeX; the title is the sequence in words,
+    its content key at most the small ``subtitle``."""
+    figure = _figure(6.0, 3.6)
     axis = figure.add_subplot()
     for metric, row in table.iterrows():
-        axis.plot(range(len(row)), row.to_numpy(dtype=float), marker="o", label=str(metric))
-    axis.axhline(1.0, color="grey", linestyle=":", linewidth=1)
-    axis.set_xticks(range(len(table.columns)), [str(c) for c in table.columns], fontsize=7)
-    axis.set_ylabel("distance to final ÷ final train-vs-test")
-    axis.set_title(title, fontsize=9)
-    axis.legend(fontsize=7)
+        axis.plot(range(len(row)), row.to_numpy(dtype=float), marker="o",
+                  label=_MEASURES.get(str(metric), str(metric)))  # fmt: skip
+    axis.axhline(1.0, color="grey", linestyle=":", linewidth=1,
+                 label="1 = no more shift than between the final train and test sets")  # fmt: skip
+    names = [str(c) for c in table.columns]
+    if len(steps) == len(names):
+        names = [_step_name(step) for step in steps]
+    axis.set_xticks(range(len(table.columns)), names, fontsize=7)
+    axis.margins(x=0.12)  # the first and last step names stay over the axes
+    axis.set_xlabel("earlier step (its training set against the final test set)", fontsize=8)
+    axis.set_ylabel("distance to the final test set\n÷ final train-vs-test distance", fontsize=8)
+    axis.set_ylim(bottom=min(0.0, axis.get_ylim()[0]))
+    figure.suptitle(_wrapped(title, 70), fontsize=9)
+    if subtitle:
+        axis.set_title(subtitle, fontsize=6, color="0.4")
+    figure.legend(loc="outside lower center", fontsize=7, frameon=False, ncol=1)
     return figure
+
+
+def _step_name(step: str) -> str:
+    """``2:label_flip`` → ``step 2: label flip``."""
+    index, _, name = step.partition(":")
+    return f"step {index}: {name.replace('_', ' ')}" if name else step
