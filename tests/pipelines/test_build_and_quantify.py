@@ -48,7 +48,7 @@ def test_build_then_quantify(project):
         "step_oracle.npz",
     ]
     figures = project / f"data/08_reporting/sequence_figures/{folder.name}"
-    assert [p.name for p in figures.iterdir()] == ["examples.png"]
+    assert sorted(p.name for p in figures.iterdir()) == ["examples.pdf", "examples.png"]
     with Image.open(figures / "examples.png") as figure:
         width, height = figure.size
     assert width > 600 and height > 300  # ten classes across, a row for each of the four steps

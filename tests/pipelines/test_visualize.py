@@ -90,6 +90,13 @@ def test_the_summary_run_holds_the_tables_and_figures_and_best_points_at_the_bes
     copy = client.download_artifacts(summary.info.run_id, heatmaps[0].path, str(tmp_path))
     written = every_method_run / f"data/08_reporting/heatmap_figures/{FOLDER}/smoke-heatmap.png"
     assert Path(copy).read_bytes() == written.read_bytes()
+    # ... and every figure the run made, the sequence's examples (build_sequences) included
+    made = {
+        f"figures/{p.relative_to(every_method_run / 'data/08_reporting').as_posix()}"
+        for p in (every_method_run / "data/08_reporting").glob("*_figures/**/*.png")
+    }
+    assert any(m.startswith("figures/sequence_figures/") for m in made)
+    assert _artifacts(client, summary.info.run_id, "figures") >= made
     records = _records(every_method_run)
     adapted = {n: r for n, r in records.items() if n != "oracle"}
     best = max(adapted.values(), key=lambda r: r.valid_accuracy).valid_accuracy
@@ -102,6 +109,14 @@ def test_the_summary_run_holds_the_tables_and_figures_and_best_points_at_the_bes
     )
     assert set(comparisons["method"]) == set(records) - {"baseline"}
     assert (comparisons["reference"] == "baseline").all() and (comparisons["pairs"] == 1).all()
+
+
+def _artifacts(client: MlflowClient, run_id: str, folder: str) -> set[str]:
+    """Every file under ``folder`` of a run's artifacts."""
+    files = set()
+    for entry in client.list_artifacts(run_id, folder):
+        files |= _artifacts(client, run_id, entry.path) if entry.is_dir else {entry.path}
+    return files
 
 
 def _spec(records: dict[str, dict]) -> SimpleNamespace:
@@ -135,11 +150,11 @@ def test_the_visualize_nodes_leave_no_figure_open_and_no_panel_empty(every_metho
             nodes.plot_learning_curves(list(records.values()), stores.results, spec),
             nodes.plot_projections(list(records.values()), stores.results, stores.states, spec),
             nodes.plot_compute(list(records.values()), spec),
-            nodes.plot_heatmaps(list(records.values()), spec, "smoke")[:2],
+            nodes.plot_heatmaps(list(records.values()), spec, "smoke")[0],
             nodes.plot_adjacency_sweep(list(records.values()), spec),
         ]
     assert plt.get_fignums() == before
-    curves, projections = outputs[0][0], outputs[1][0]
+    curves, projections = outputs[0], outputs[1][0]
     (overview,) = [f for k, f in curves.items() if "/overview-" in k]
     assert len(overview.axes) == len([r for r in records.values() if r.trials])
     assert projections
@@ -170,14 +185,13 @@ def test_thirty_jobs_make_one_overview_per_group_in_registry_order():
     before = plt.get_fignums()
     with warnings.catch_warnings():
         warnings.filterwarnings("error", "More than 20 figures")
-        png, pdf = nodes.plot_learning_curves(records, _Curves({"k0"}), spec)
+        figures = nodes.plot_learning_curves(records, _Curves({"k0"}), spec)
     assert plt.get_fignums() == before
     folder = "digits_clr-digits/curves"
-    overview = png[f"{folder}/overview-smoke-convnet_4-seed0.png"]
-    assert overview is pdf[f"{folder}/overview-smoke-convnet_4-seed0.pdf"]
+    overview = figures[f"{folder}/overview-smoke-convnet_4-seed0"]
     shown = [m for m in methods if m != "plugin_d"]  # k0: the last record, no curves yet
     assert [axis.get_title() for axis in overview.axes] == shown
-    views = png[f"{folder}/overview-smoke-convnet_4-seed0-views.png"]
+    views = figures[f"{folder}/overview-smoke-convnet_4-seed0-views"]
     assert [axis.get_title() for axis in views.axes] == ["ft · steps 0-2"]
-    assert len(png) == len(records) - 1 + 2  # k0 has no curve to draw: no figure of its own
-    assert not any(key.endswith("-plugin_d.png") for key in png)
+    assert len(figures) == len(records) - 1 + 2  # k0 has no curve to draw: no figure of its own
+    assert not any(key.endswith("-plugin_d") for key in figures)

@@ -122,9 +122,12 @@ class TrackingHook:
             for frame in data.values():
                 summary.mark_best(frame)
         elif dataset_name.endswith("_figures"):
-            # Only the sequence's reporting figures (keyed by its folder), not per-build ones.
+            # The sequence's figures: its reporting ones (keyed by its folder) and those of its
+            # build and shift (keyed by this run's sequence key), not other sequences' figures.
+            assert self._run is not None
             figures = data if isinstance(data, dict) else {}
-            mine = {k: f for k, f in figures.items() if k.startswith(f"{summary.folder}/")}
+            own = (f"{summary.folder}/", self._run.spec.key)
+            mine = {k: f for k, f in figures.items() if k.startswith(own)}
             summary.log_figures(f"figures/{dataset_name}", mine, self._written_folder(dataset_name))
         else:
             folder, suffix = _SUMMARY_DATASETS[dataset_name]

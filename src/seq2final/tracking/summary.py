@@ -126,10 +126,11 @@ class SequenceSummary:
     def log_figures(
         self, folder: str, figures: Mapping[str, Any], written: Path | None = None
     ) -> None:
-        """Each figure under ``folder``: the file the catalog wrote for it under ``written``
-        where there is one (drawing a figure is its cost), else the figure drawn again."""
+        """Each figure under ``folder`` as PNG: the file the catalog wrote for it under
+        ``written`` where there is one (drawing a figure is its cost), else the figure drawn
+        again."""
         for key, figure in figures.items():
-            path, file = PurePosixPath(f"{folder}/{key}"), written and written / key
+            path, file = PurePosixPath(f"{folder}/{key}.png"), written and written / f"{key}.png"
             if file and file.is_file():
                 self.client.log_artifact(self.run_id, str(file), str(path.parent))
             else:

@@ -69,7 +69,7 @@ def plot_examples(sequence: ShiftSequence, options: BuildOptions) -> dict[str, F
     )
     examples = [(step.name, *step.split("train")) for step in sequence.steps()]
     figures = {
-        f"{sequence.key}/examples.png": plots.sequence_examples(
+        f"{sequence.key}/examples": plots.sequence_examples(
             examples, sequence.class_names, title, sequence.key, options.example_columns
         )
     }
@@ -80,7 +80,7 @@ def plot_examples(sequence: ShiftSequence, options: BuildOptions) -> dict[str, F
             for s in sequence.steps()
         ]
         shown = list(np.arange(len(sequence.class_names))[: min(5, len(sequence.class_names))])
-        figures[f"{sequence.key}/subpopulations.png"] = plots.subpopulation_grid(
+        figures[f"{sequence.key}/subpopulations"] = plots.subpopulation_grid(
             steps, sequence.class_names, subclass_names, shown
         )
     return figures

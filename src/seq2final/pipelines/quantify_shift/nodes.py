@@ -210,7 +210,7 @@ def tabulate_shift(
         key,
         to_final,
     )
-    return tables, {key: report}, {f"{key}.png": figure}
+    return tables, {key: report}, {key: figure}
 
 
 def _support_lines(frame: pd.DataFrame) -> list[str]:

@@ -131,15 +131,15 @@ def fit_robustness(
     figures: dict[str, Figure] = {}
     if not slopes.empty:
         for arch in sorted(set(deltas["arch"])):
-            figures[f"{folder}/{budget}-{arch}-deltas.png"] = plots.robustness_lines(
+            figures[f"{folder}/{budget}-{arch}-deltas"] = plots.robustness_lines(
                 deltas, slopes, arch, f"Δ-accuracy: {title}", intensity_label(sequence)
             )
         for measure in sorted(set(slopes["measure"])):
-            figures[f"{folder}/{budget}-slope_vs_clean-{measure}.png"] = plots.slope_against_clean(
+            figures[f"{folder}/{budget}-slope_vs_clean-{measure}"] = plots.slope_against_clean(
                 slopes, measure, f"Robustness slope against clean accuracy: {title}"
             )
     if not value.empty:
-        figures[f"{folder}/{budget}-history.png"] = plots.history_value_lines(
+        figures[f"{folder}/{budget}-history"] = plots.history_value_lines(
             value, options.reference, f"History's value: {title}", intensity_label(sequence)
         )
     return tables, reports, figures

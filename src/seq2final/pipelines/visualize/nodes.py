@@ -96,7 +96,7 @@ def plot_interpolation(
     spec: SequenceSpec,
     options: VisualizeOptions,
     budget: str,
-) -> tuple[dict[str, Figure], dict[str, Figure], go.Figure]:
+) -> tuple[dict[str, Figure], go.Figure]:
     """Paper Fig. 1 per budget and seed (one panel per architecture), as PNG, PDF and plotly."""
     points = options.interpolation_points
     by_figure: dict[tuple[str, int], dict[str, dict[str, pd.DataFrame]]] = defaultdict(dict)
@@ -130,7 +130,7 @@ def plot_interpolation(
     }
     shown = next((key for key in by_figure if key[0] == budget), next(iter(by_figure), None))
     return (
-        *_formats(figures),
+        figures,
         _interpolation_plotly(by_figure.get(shown, {}) if shown else {}, spec),
     )
 
@@ -163,7 +163,7 @@ def plot_projections(
     results: Any,
     states: Mapping[str, HistoricalState],
     spec: SequenceSpec,
-) -> tuple[dict[str, Figure], dict[str, Figure], dict[str, pd.DataFrame]]:
+) -> tuple[dict[str, Figure], dict[str, pd.DataFrame]]:
     """Appendix G.2's weight projection for every (budget, arch, seed) with its three anchors.
 
     The anchors are the oracle, the baseline and ERM on the historical steps (the state FT
@@ -208,7 +208,7 @@ def plot_projections(
         )
         if figure is not None:  # no layer with a point: no figure of empty panels
             figures[f"{_folder(spec)}/{budget}-{arch}-seed{seed}-projection"] = figure
-    return *_formats(figures), {_folder(spec): _concat(frames)}
+    return figures, {_folder(spec): _concat(frames)}
 
 
 def plot_svcca(
@@ -218,7 +218,7 @@ def plot_svcca(
     sequences: Any,
     spec: SequenceSpec,
     options: VisualizeOptions,
-) -> tuple[dict[str, Figure], dict[str, Figure], dict[str, pd.DataFrame]]:
+) -> tuple[dict[str, Figure], dict[str, pd.DataFrame]]:
     """Paper Fig. 17: every job's trajectory in SVCCA similarity to the oracle, per layer."""
     models = JobModels(results, states, sequences)
     figures, frames = {}, []
@@ -243,12 +243,10 @@ def plot_svcca(
         )
         if figure is not None:
             figures[f"{_folder(spec)}/{budget}-{arch}-seed{seed}-svcca"] = figure
-    return *_formats(figures), {_folder(spec): _concat(frames)}
+    return figures, {_folder(spec): _concat(frames)}
 
 
-def plot_adjacency_sweep(
-    records: list[ResultRecord], spec: SequenceSpec
-) -> tuple[dict[str, Figure], dict[str, Figure]]:
+def plot_adjacency_sweep(records: list[ResultRecord], spec: SequenceSpec) -> dict[str, Figure]:
     """Paper Fig. 9 from JM's own trials: validation accuracy per λ_adj tried, against the
     validation accuracy of ERM on the final step alone (baseline) and on all steps (ERM)."""
     figures = {}
@@ -274,18 +272,18 @@ def plot_adjacency_sweep(
             f"{spec.name} ({spec.dataset}), {arch}, budget {budget}, seed {seed}: JM's accuracy "
             "for each adjacency weight its tuning tried",
         )
-    return _formats(figures)
+    return figures
 
 
 def plot_heatmaps(
     records: list[ResultRecord], spec: SequenceSpec, budget: str
-) -> tuple[dict[str, Figure], dict[str, Figure], go.Figure]:
+) -> tuple[dict[str, Figure], go.Figure]:
     """Test accuracy, methods × architectures, one heat-map per budget (plotly: the run's); none
     for a temporal protocol's views, whose numbers are its own (``plot_protocol``)."""
     figures, tables = {}, {}
     records = [r for r in records if r.view is None]
     if not records:
-        return {}, {}, go.Figure()
+        return {}, go.Figure()
     for run_budget in sorted({r.budget for r in records}):
         table = ResultTable.from_cells(cells([r for r in records if r.budget == run_budget]))
         tables[run_budget] = table.means
@@ -298,12 +296,12 @@ def plot_heatmaps(
                    colorscale="Viridis", colorbar={"title": "test accuracy"})
     )  # fmt: skip
     interactive.update_layout(title=f"{spec.name}: test accuracy", yaxis={"autorange": "reversed"})
-    return *_formats(figures), interactive
+    return figures, interactive
 
 
 def plot_learning_curves(
     records: list[ResultRecord], results: Any, spec: SequenceSpec
-) -> tuple[dict[str, Figure], dict[str, Figure]]:
+) -> dict[str, Figure]:
     """Each job's per-epoch loss and accuracy (every fit stage), as stored when it trained, and
     per budget, architecture and seed an overview with a small panel per job
     (``curves/overview-<budget>-<arch>-seed<seed>``; a temporal protocol's views in
@@ -334,12 +332,10 @@ def plot_learning_curves(
                 jobs, f"{spec.name} ({spec.dataset}), {arch}, budget {budget}, seed {seed}"
             )
         )
-    return _formats(figures)
+    return figures
 
 
-def plot_compute(
-    records: list[ResultRecord], spec: SequenceSpec
-) -> tuple[dict[str, Figure], dict[str, Figure]]:
+def plot_compute(records: list[ResultRecord], spec: SequenceSpec) -> dict[str, Figure]:
     """Per budget and architecture, every method's test accuracy against its training FLOPs
     (historical state included), means over seeds: the accuracy-for-compute Pareto figure."""
     counted = [r for r in records if r.train_flops is not None and r.view is None]
@@ -352,7 +348,7 @@ def plot_compute(
         points = group.groupby("method", as_index=False)[["train_flops", "test_accuracy"]].mean()
         title = f"{spec.name} ({spec.dataset}), {arch}, budget {budget}: accuracy for compute"
         figures[f"{_folder(spec)}/{budget}-{arch}-compute"] = plots.compute_pareto(points, title)
-    return _formats(figures)
+    return figures
 
 
 def plot_protocol(
@@ -360,14 +356,14 @@ def plot_protocol(
     spec: SequenceSpec,
     protocol: str,
     protocol_options: Mapping[str, Any],
-) -> tuple[dict[str, Figure], dict[str, Figure]]:
+) -> dict[str, Figure]:
     """Under a temporal protocol, per budget and architecture: every method's accuracy over
     time (the stream figure; under ``eval_stream`` also its P_CL and P_forget over time), and
     its headline score against the training FLOPs of every view
     it trained (the protocol's accuracy-for-compute Pareto figure); nothing under ``final``."""
     chosen = PROTOCOLS[protocol]
     if not chosen.temporal:
-        return {}, {}
+        return {}
     rows = protocol_scores(records, protocol, ProtocolOptions(**protocol_options))
     figures = {}
     for budget, arch in sorted({(r["budget"], r["arch"]) for r in rows}):
@@ -391,15 +387,7 @@ def plot_protocol(
             points, f"{title}: {score} for compute", f"{protocol} {score}",
             "training FLOPs of every view (historical states included, every trial)",
         )  # fmt: skip
-    return _formats(figures)
-
-
-def _formats(figures: dict[str, Figure]) -> tuple[dict[str, Figure], dict[str, Figure]]:
-    """The same figures keyed for the PNG and the PDF dataset."""
-    return (
-        {f"{k}.png": f for k, f in figures.items()},
-        {f"{k}.pdf": f for k, f in figures.items()},
-    )
+    return figures
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -408,7 +396,7 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 def plot_representation_curves(
     curves: Mapping[str, pd.DataFrame], spec: SequenceSpec
-) -> tuple[dict[str, Figure], dict[str, Figure]]:
+) -> dict[str, Figure]:
     """Per budget, architecture and tested view, the data-efficiency curves of the sequence's
     historical states, each mode's longest history (docs/representations.md); where a mode has
     states of several histories (``test_on: sequence``), also P_rep against the number of
@@ -430,4 +418,4 @@ def plot_representation_curves(
             figures[f"{name}-p_rep-history"] = plots.p_rep_by_history(
                 p_rep_table(points_of), f"{head}: P_rep by the steps a state saw", SCRATCH
             )
-    return _formats(figures)
+    return figures

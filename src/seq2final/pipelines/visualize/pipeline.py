@@ -18,7 +18,7 @@ def plot_curves_node() -> Node:
     return Node(
         nodes.plot_representation_curves,
         inputs=["representation_curves", "sequence_spec"],
-        outputs=["representation_figures", "representation_figures_pdf"],
+        outputs="representation_figures",
         name="plot_representation_curves",
         namespace=NAMESPACE,
     )
@@ -46,7 +46,6 @@ def create_pipeline(**kwargs) -> Pipeline:
                 ],
                 outputs=[
                     "interpolation_figures",
-                    "interpolation_figures_pdf",
                     "interpolation_plotly",
                 ],
                 name="plot_interpolation",
@@ -54,7 +53,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             Node(
                 nodes.plot_projections,
                 inputs=["sequence_results", *_STORES, "sequence_spec"],
-                outputs=["projection_figures", "projection_figures_pdf", "projection_coordinates"],
+                outputs=["projection_figures", "projection_coordinates"],
                 name="plot_weight_projections",
             ),
             Node(
@@ -66,25 +65,25 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "sequence_spec",
                     "params:visualize",
                 ],
-                outputs=["svcca_figures", "svcca_figures_pdf", "svcca_coordinates"],
+                outputs=["svcca_figures", "svcca_coordinates"],
                 name="plot_svcca",
             ),  # fmt: skip
             Node(
                 nodes.plot_adjacency_sweep,
                 inputs=["sequence_results", "sequence_spec"],
-                outputs=["adjacency_figures", "adjacency_figures_pdf"],
+                outputs="adjacency_figures",
                 name="plot_adjacency_sweep",
             ),
             Node(
                 nodes.plot_heatmaps,
                 inputs=["sequence_results", "sequence_spec", "params:budget"],
-                outputs=["heatmap_figures", "heatmap_figures_pdf", "heatmap_plotly"],
+                outputs=["heatmap_figures", "heatmap_plotly"],
                 name="plot_heatmaps",
             ),
             Node(
                 nodes.plot_compute,
                 inputs=["sequence_results", "sequence_spec"],
-                outputs=["compute_figures", "compute_figures_pdf"],
+                outputs="compute_figures",
                 name="plot_compute",
             ),
             Node(
@@ -95,13 +94,13 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "params:protocol",
                     "params:protocol_options",
                 ],
-                outputs=["protocol_figures", "protocol_figures_pdf"],
+                outputs="protocol_figures",
                 name="plot_protocol",
             ),
             Node(
                 nodes.plot_learning_curves,
                 inputs=["sequence_results", "adapt_results", "sequence_spec"],
-                outputs=["learning_curve_figures", "learning_curve_figures_pdf"],
+                outputs="learning_curve_figures",
                 name="plot_learning_curves",
             ),
             plot_curves_node(),
