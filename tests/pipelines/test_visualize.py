@@ -15,6 +15,7 @@ from result_records import make_record
 
 from seq2final.methods import paper_columns
 from seq2final.pipelines.visualize import nodes
+from seq2final.reporting import plots
 from seq2final.reporting.interpolation import accuracy, path_key
 from seq2final.reporting.tables import shown_name
 from seq2final.training.records import ResultRecord
@@ -195,3 +196,19 @@ def test_thirty_jobs_make_one_overview_per_group_in_registry_order():
     assert [axis.get_title() for axis in views.axes] == ["ft · steps 0-2"]
     assert len(figures) == len(records) - 1 + 2  # k0 has no curve to draw: no figure of its own
     assert not any(key.endswith("-plugin_d") for key in figures)
+
+
+def test_a_heatmap_cell_an_architecture_trains_as_another_methods_job_names_it():
+    """On a ConvNet ``st_b`` is ``st_1``'s job: its empty cell says ``= st_1``; a cell empty
+    for want of a result (``ft`` on the ResNet here) stays blank."""
+    means = pd.DataFrame(
+        {"st_1": [0.5, 0.4], "st_b": [float("nan"), 0.3], "ft": [0.7, float("nan")]},
+        index=["convnet_4", "resnet_1"],
+    )
+    same = nodes._same_jobs(means)
+    assert same == {("st_b", "convnet_4"): "st_1"}
+    figure = plots.result_heatmap(means, "t", same)
+    (axis,) = [a for a in figure.axes if a.get_yticklabels()[0].get_text() == "st_1"]
+    assert [t.get_text() for t in axis.texts if t.get_text().startswith("=")] == ["= st_1"]
+    assert axis.get_xlabel().startswith("“= m”")
+    plt.close(figure)

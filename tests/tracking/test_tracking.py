@@ -25,6 +25,7 @@ from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.sequence_store import SequenceStore
 from seq2final.tracking.jobs import JobTracker
 from seq2final.tracking.mlflow_io import (
+    COMPARISON_FILTER,
     EXPERIMENT_DESCRIPTION,
     NOTE,
     experiment_id,
@@ -178,6 +179,9 @@ def test_rerunning_a_finished_job_adds_no_run_and_untracked_jobs_are_logged_late
     runs = _job_runs(client, "FINISHED")
     assert len(runs) == 2
     assert client.get_run(run.info.run_id).data.tags["superseded_by"] != run.info.run_id
+    # the comparison view lists the job once: its latest run
+    (shown,) = client.search_runs([run.info.experiment_id], COMPARISON_FILTER)
+    assert shown.info.run_id == client.get_run(run.info.run_id).data.tags["superseded_by"]
 
 
 def test_a_job_that_trains_no_epoch_says_why_it_has_no_learning_curves(project, run_kedro):
@@ -210,8 +214,8 @@ def test_a_job_asked_for_under_two_names_is_one_run_named_as_in_the_tables(proje
     # Every run says what it is; only job runs answer the README's comparison filter.
     experiment = client.get_experiment_by_name(f"seq2final/{sequence}")
     runs = client.search_runs([experiment.experiment_id], run_view_type=ViewType.ALL)
-    assert {r.data.tags.get("kind") for r in runs} == {"job", "trial"}
-    assert len(runs) == 1 + job.data.metrics["trials"]
+    assert {r.data.tags.get("kind") for r in runs} == {"job", "trial", "summary"}
+    assert len(runs) == 1 + job.data.metrics["trials"] + 1  # the summary: the examples figure
     assert experiment.tags[NOTE] == EXPERIMENT_DESCRIPTION
 
 
@@ -231,7 +235,12 @@ def test_sessions_open_no_run_of_their_own_and_leave_no_empty_default_experiment
             s.run(pipeline_names=["build_sequences"])
         assert mlflow.active_run() is None
     client = _client(project)
-    assert client.search_experiments() == []  # neither "seq2final" nor "Default"
+    # neither "seq2final" nor "Default": the sequence's own, whose one run is its summary (the
+    # examples figure build_sequences drew)
+    (experiment,) = client.search_experiments()
+    assert experiment.name == f"seq2final/{safe_name(TINY['sequence'])}"
+    runs = client.search_runs([experiment.experiment_id], run_view_type=ViewType.ALL)
+    assert [r.data.tags["kind"] for r in runs] == ["summary"]
     (default,) = client.search_experiments(view_type=ViewType.DELETED_ONLY)
     assert (default.experiment_id, default.name) == ("0", "Default")
     assert client.search_runs(["0"], run_view_type=ViewType.ALL) == []

@@ -251,6 +251,11 @@ SHARED_VIEW = "mlflow.sharedViewState."
 COMPARISON_VIEW = "compare-methods"
 """The id of the saved view every experiment seq2final creates carries (:func:`comparison_view`)."""
 
+COMPARISON_FILTER = (
+    "tags.kind = 'job' and attributes.status = 'FINISHED' and tags.superseded_by IS NULL"
+)
+"""One row per job: its finished run, not an attempt cut short nor one retrained since."""
+
 COMPARISON_COLUMNS = (
     "tags.`method`", "tags.`arch`", "metrics.`test_accuracy`", "metrics.`valid_accuracy`",
     "metrics.`worst_class_accuracy`", "metrics.`ece`", "tags.`budget`", "tags.`seed`",
@@ -262,8 +267,8 @@ sequence's digest it shows is the tag ``sequence_key`` of every row)."""
 
 
 def comparison_view(created_ms: int) -> str:
-    """The experiment tag value of the saved view "Compare methods": one row per job, best test
-    accuracy first, the metrics a comparison needs as columns, and a parallel-coordinates chart
+    """The experiment tag value of the saved view "Compare methods": one row per job
+    (:data:`COMPARISON_FILTER`), best test accuracy first, the metrics a comparison needs as columns, and a parallel-coordinates chart
     from ``arch`` and ``method`` to test accuracy.
 
     MLflow 3.17's UI keeps an experiment's saved views as experiment tags
@@ -284,7 +289,7 @@ def comparison_view(created_ms: int) -> str:
          "metricKey": "test_accuracy"},
     ]  # fmt: skip
     state = {
-        "searchFilter": "tags.kind = 'job'",
+        "searchFilter": COMPARISON_FILTER,
         "orderByKey": "metrics.`test_accuracy`",
         "orderByAsc": False,
         "selectedColumns": list(COMPARISON_COLUMNS),

@@ -19,8 +19,9 @@ from plotly.subplots import make_subplots
 
 from seq2final.config.parameters import VisualizeOptions
 from seq2final.data.spec import SequenceSpec
-from seq2final.methods import ORACLE, HistoricalState, paper_columns
-from seq2final.models import JointModel
+from seq2final.methods import METHODS, ORACLE, HistoricalState, paper_columns
+from seq2final.methods.requests import canonical_modes
+from seq2final.models import ARCHITECTURES, JointModel
 from seq2final.pipelines.visualize.finished_jobs import JobModels
 from seq2final.protocols import PROTOCOLS, ProtocolOptions
 from seq2final.reporting import plots
@@ -288,7 +289,9 @@ def plot_heatmaps(
         table = ResultTable.from_cells(cells([r for r in records if r.budget == run_budget]))
         tables[run_budget] = table.means
         figures[f"{_folder(spec)}/{run_budget}-heatmap"] = plots.result_heatmap(
-            table.means, f"{spec.name} ({spec.dataset}), budget {run_budget}: test accuracy"
+            table.means,
+            f"{spec.name} ({spec.dataset}), budget {run_budget}: test accuracy",
+            _same_jobs(table.means),
         )
     means = tables.get(budget, next(iter(tables.values())))
     interactive = go.Figure(
@@ -297,6 +300,28 @@ def plot_heatmaps(
     )  # fmt: skip
     interactive.update_layout(title=f"{spec.name}: test accuracy", yaxis={"autorange": "reversed"})
     return figures, interactive
+
+
+def _same_jobs(means: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(method, arch) of each empty cell of an architectures × methods table whose method that
+    architecture trains as another's job, to that method: on a ConvNet, whose block is one conv
+    and BN, ``st_b`` trains ``st_1``'s model (``canonical_modes``), so its cell says so."""
+
+    def modes(method: str, arch: str) -> tuple[str, str] | None:
+        recipe = METHODS.get(method)
+        if recipe is None or arch not in ARCHITECTURES:
+            return None
+        return canonical_modes(recipe.historical, recipe.final, arch)
+
+    same = {}
+    for arch in means.index:
+        shown = [m for m in means.columns if pd.notna(means.at[arch, m])]
+        for method in (m for m in means.columns if pd.isna(means.at[arch, m])):
+            mine = modes(method, arch)
+            other = next((m for m in shown if mine and modes(m, arch) == mine), None)
+            if other is not None:
+                same[(method, arch)] = other
+    return same
 
 
 def plot_learning_curves(

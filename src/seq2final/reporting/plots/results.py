@@ -373,9 +373,14 @@ def adjacency_sweep(trials: pd.DataFrame, references: Mapping[str, float], title
     return figure
 
 
-def result_heatmap(means: pd.DataFrame, title: str) -> Figure:
-    """Test accuracy, methods (rows, the paper's order) × architectures; empty where missing."""
+def result_heatmap(
+    means: pd.DataFrame, title: str, same_jobs: Mapping[tuple[str, str], str] | None = None
+) -> Figure:
+    """Test accuracy, methods (rows, the paper's order) × architectures; empty where missing,
+    and where the architecture trains the method as another's job (``same_jobs``: (method,
+    arch) → that method) the empty cell names it, with a caption saying why."""
     table = means.T
+    same_jobs = same_jobs or {}
     figure = _figure(max(3.5 + 0.9 * len(table.columns), 5.0), 1.2 + 0.32 * len(table.index))
     axis = figure.add_subplot()
     image = axis.imshow(table.to_numpy(dtype=float), cmap="viridis", aspect="auto")
@@ -383,6 +388,14 @@ def result_heatmap(means: pd.DataFrame, title: str) -> Figure:
         if not np.isnan(value):
             axis.text(column, row, f"{value:.2f}", ha="center", va="center", fontsize=7,
                       color="white" if value < np.nanmean(table.to_numpy(dtype=float)) else "black")  # fmt: skip
+        elif (table.index[row], table.columns[column]) in same_jobs:
+            other = same_jobs[(table.index[row], table.columns[column])]
+            axis.text(column, row, f"= {other}", ha="center", va="center", fontsize=7,
+                      color="#555555")  # fmt: skip
+    if same_jobs:  # as the axis label, so the layout makes room for it below the ticks
+        axis.set_xlabel(_wrapped("“= m”: the architecture trains this method as m's job (its "
+                                 "side module is a whole block), shown in m's row.", 60),
+                        fontsize=6.5)  # fmt: skip
     axis.set_xticks(range(len(table.columns)), list(table.columns), rotation=30, fontsize=7)
     axis.set_yticks(range(len(table.index)), list(table.index), fontsize=7)
     figure.colorbar(image, ax=axis, label="test accuracy")
