@@ -225,8 +225,7 @@ def _held(path: Path) -> str | None:
 
 
 EXPERIMENT_DESCRIPTION = """\
-seq2final runs of one sequence: search tags.kind = 'job' for one row per job, then Group by the \
-tag method to compare methods.
+seq2final runs of one sequence: the saved view Compare methods (top right) shows one row per job.
 
 Every run has the tag `kind`:
 
