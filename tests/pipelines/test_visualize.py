@@ -192,6 +192,8 @@ def test_thirty_jobs_make_one_overview_per_group_in_registry_order():
     overview = figures[f"{folder}/overview-smoke-convnet_4-seed0"]
     shown = [m for m in methods if m != "plugin_d"]  # k0: the last record, no curves yet
     assert [axis.get_title() for axis in overview.axes] == shown
+    (note,) = [t.get_text() for t in overview.texts if t.get_text().startswith("no panel")]
+    assert note.replace("\n", " ").startswith("no panel: plugin_d (no epoch trained")
     views = figures[f"{folder}/overview-smoke-convnet_4-seed0-views"]
     assert [axis.get_title() for axis in views.axes] == ["ft · steps 0-2"]
     assert len(figures) == len(records) - 1 + 2  # k0 has no curve to draw: no figure of its own

@@ -97,7 +97,7 @@ def test_the_counts_the_readme_quotes_are_the_plans():
     assert len(_shipped()["convnet_4"][0]) == _quoted(r"the (\d+) methods less")
 
 
-def test_a_users_edit_of_the_view_is_kept_and_a_missing_view_is_added(tmp_path, monkeypatch):
+def test_the_view_is_added_once_a_users_edit_or_deletion_stays(tmp_path, monkeypatch):
     from seq2final.tracking.mlflow_io import experiment_id
 
     monkeypatch.chdir(tmp_path)
@@ -111,3 +111,6 @@ def test_a_users_edit_of_the_view_is_kept_and_a_missing_view_is_added(tmp_path, 
     older = client.create_experiment("seq2final/old")  # made before experiments had the view
     experiment_id(client, "seq2final/old")
     assert tag in client.get_experiment(older).tags
+    client.delete_experiment_tag(older, tag)  # a user deleted it: it stays deleted
+    experiment_id(client, "seq2final/old")
+    assert tag not in client.get_experiment(older).tags

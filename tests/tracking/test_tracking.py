@@ -3,8 +3,10 @@
 import multiprocessing
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import mlflow
@@ -179,9 +181,30 @@ def test_rerunning_a_finished_job_adds_no_run_and_untracked_jobs_are_logged_late
     runs = _job_runs(client, "FINISHED")
     assert len(runs) == 2
     assert client.get_run(run.info.run_id).data.tags["superseded_by"] != run.info.run_id
-    # the comparison view lists the job once: its latest run
+    # the comparison view lists the job once: its latest run; the old model says it is replaced
     (shown,) = client.search_runs([run.info.experiment_id], COMPARISON_FILTER)
     assert shown.info.run_id == client.get_run(run.info.run_id).data.tags["superseded_by"]
+    old = client.get_logged_model(run.data.tags["logged_model"])
+    assert old.tags["superseded_by"] == shown.info.run_id
+    assert "superseded_by" not in client.get_logged_model(shown.data.tags["logged_model"]).tags
+
+
+def test_a_model_that_cannot_be_registered_ends_failed_with_its_run(
+    project, run_kedro, monkeypatch
+):
+    """The logged model is READY only once linked, measured and registered."""
+    from mlflow.exceptions import MlflowException
+
+    def refuse(*args, **kwargs):
+        raise MlflowException("the registry is down")
+
+    monkeypatch.setattr(MlflowClient, "create_model_version", refuse)
+    with pytest.raises(Exception, match="the registry is down"):
+        _run(run_kedro, method="baseline")
+    client = _client(project)
+    (run,) = _job_runs(client)
+    (logged,) = client.search_logged_models([run.info.experiment_id])
+    assert (run.info.status, str(logged.status)) == ("FAILED", "FAILED")
 
 
 def test_a_job_that_trains_no_epoch_says_why_it_has_no_learning_curves(project, run_kedro):
@@ -289,9 +312,16 @@ def test_a_moved_copy_of_the_project_reads_its_own_artifacts(tmp_path, monkeypat
     old = moved.create_experiment("old")
     assert moved.get_experiment(old).artifact_location == f"{second}/mlruns/{old}"
     old_run = moved.create_run(old).info.run_id
+    old_model = moved.create_logged_model(old, source_run_id=old_run).model_id
+    moved.create_registered_model("old_model")
+    moved.create_model_version("old_model", f"models:/{old_model}", old_run, model_id=old_model)
     assert experiment_id(moved, "old") == old
     assert moved.get_experiment(old).artifact_location == f"mlruns/{old}"
     assert moved.get_run(old_run).info.artifact_uri == f"mlruns/{old}/{old_run}/artifacts"
+    where = f"mlruns/{old}/models/{old_model}/artifacts"
+    assert moved.get_logged_model(old_model).artifact_location == where
+    with closing(sqlite3.connect(second / "mlflow.db")) as db:
+        assert db.execute("SELECT storage_location FROM model_versions").fetchall() == [(where,)]
 
 
 def test_metrics_are_logged_to_four_significant_digits_and_whole_numbers_as_they_are():

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import tempfile
 import time
 from collections.abc import Mapping
@@ -70,6 +71,8 @@ log = logging.getLogger(__name__)
 # How an Optuna trial's state shows as an MLflow run status (the exact state is a tag).
 _TRIAL_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 _CURVE_COLUMNS = ("train_loss", "train_accuracy", "valid_loss", "valid_accuracy")
+# What MLflow refuses in a logged model's name (a run name may hold a plugin's or budget's '.').
+_LOGGED_MODEL_REFUSED = re.compile(r"[/:.%\"']")
 # The run's metrics its logged model carries too, so the *Models* tab compares them.
 _MODEL_METRICS = ("test_accuracy", "worst_class_accuracy", "ece", "valid_accuracy", "train_flops")
 
@@ -207,6 +210,9 @@ class JobTracker:
             self.seconds += time.perf_counter() - started
         for old in earlier:
             self.client.set_tag(old, "superseded_by", run_id)
+            model = self.client.get_run(old).data.tags.get("logged_model")
+            if model:  # its model stays registered as it was; the *Models* tab tells it apart
+                self.client.set_logged_model_tags(model, {"superseded_by": run_id})
         log.info(
             "MLflow: %s logged (%.1f s of tracking in this run so far)",
             job.name, self.seconds,
@@ -380,8 +386,10 @@ class JobTracker:
         MLflow 3 lists models by their ``LoggedModel`` entity: the experiment's *Models* tab, a
         run's "Logged models" and a registered version's source all read it, and a model saved
         as run artifacts is in none of them. Its metrics are the run's summary metrics, so the
-        *Models* tab compares them. The entity is made through the client, not the fluent
-        ``log_model``, which reads the process-wide active run and tracking URI.
+        *Models* tab compares them. The entity is made through this tracker's client, step by
+        step, rather than the fluent ``log_model``, which logs to the process's active run. The
+        model is READY only once it is linked, measured and registered; a failure on the way
+        leaves it FAILED, and the job's run FAILED with it (``complete``).
         """
         run = self.client.get_run(run_id)
         names = self.names(job, record)
@@ -391,9 +399,9 @@ class JobTracker:
             "dataset": self.plan.dataset, "seed": str(self.plan.seed),
             "budget": self.plan.budget_name,
         }  # fmt: skip
-        logged = self.client.create_logged_model(  # named as its run (MLflow refuses '.' here)
-            run.info.experiment_id, name=run.info.run_name, source_run_id=run_id, tags=tags,
-            model_type="classifier",
+        logged = self.client.create_logged_model(  # named as its run, less what MLflow refuses
+            run.info.experiment_id, name=_LOGGED_MODEL_REFUSED.sub("-", run.info.run_name),
+            source_run_id=run_id, tags=tags, model_type="classifier",
         )  # fmt: skip
         try:
             with tempfile.TemporaryDirectory() as folder:
@@ -405,33 +413,37 @@ class JobTracker:
                           artifact_path=logged.artifact_location),
                 )  # fmt: skip
                 self.client.log_model_artifacts(logged.model_id, str(path))
+            self.client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
+            logged_metrics = self.client.get_run(run_id).data.metrics
+            now = int(time.time() * 1000)
+            self._batch(run_id, metrics=[
+                Metric(name, logged_metrics[name], now, 0, model_id=logged.model_id)
+                for name in _MODEL_METRICS if name in logged_metrics
+            ])  # fmt: skip
+            ensure_registered_model(self.client, names.registered_model)
+            # One name holds every dataset, seed and budget of a sequence × arch × method: the
+            # version's tags tell them apart.
+            with quiet_model_logging():
+                version = self.client.create_model_version(
+                    names.registered_model,
+                    logged.model_uri,
+                    run_id,
+                    tags={k: tags[k] for k in ("job_key", "dataset", "seed", "budget")},
+                    description=f"{method} on {self.plan.sequence_key} ({self.plan.arch})",
+                    model_id=logged.model_id,
+                )
+            self._batch(run_id, tags={
+                "registered_model": f"{names.registered_model}/{version.version}",
+                "logged_model": logged.model_id,
+            })  # fmt: skip
         except BaseException:
-            self.client.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
+            try:
+                self.client.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
+            except Exception as tracking_error:  # noqa: BLE001 - the first error matters more
+                log.warning("could not mark logged model %s failed: %s", logged.model_id,
+                            tracking_error)  # fmt: skip
             raise
         self.client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
-        self.client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
-        logged_metrics = self.client.get_run(run_id).data.metrics
-        now = int(time.time() * 1000)
-        self._batch(run_id, metrics=[
-            Metric(name, logged_metrics[name], now, 0, model_id=logged.model_id)
-            for name in _MODEL_METRICS if name in logged_metrics
-        ])  # fmt: skip
-        ensure_registered_model(self.client, names.registered_model)
-        # One name holds every dataset, seed and budget of a sequence × arch × method: the
-        # version's tags tell them apart.
-        with quiet_model_logging():
-            version = self.client.create_model_version(
-                names.registered_model,
-                logged.model_uri,
-                run_id,
-                tags={k: tags[k] for k in ("job_key", "dataset", "seed", "budget")},
-                description=f"{method} on {self.plan.sequence_key} ({self.plan.arch})",
-                model_id=logged.model_id,
-            )
-        self._batch(run_id, tags={
-            "registered_model": f"{names.registered_model}/{version.version}",
-            "logged_model": logged.model_id,
-        })  # fmt: skip
 
     def _batch(
         self,

@@ -124,10 +124,12 @@ class TrackingHook:
         elif dataset_name.endswith("_figures"):
             # The sequence's figures: its reporting ones (keyed by its folder) and those of its
             # build and shift (keyed by this run's sequence key), not other sequences' figures.
-            assert self._run is not None
             figures = data if isinstance(data, dict) else {}
-            own = (f"{summary.folder}/", self._run.spec.key)
-            mine = {k: f for k, f in figures.items() if k.startswith(own)}
+            key = self._run.spec.key if self._run is not None else None
+            mine = {
+                k: f for k, f in figures.items()
+                if k.startswith(f"{summary.folder}/") or k == key or k.startswith(f"{key}/")
+            }  # fmt: skip
             summary.log_figures(f"figures/{dataset_name}", mine, self._written_folder(dataset_name))
         else:
             folder, suffix = _SUMMARY_DATASETS[dataset_name]

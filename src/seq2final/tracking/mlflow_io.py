@@ -250,6 +250,9 @@ SHARED_VIEW = "mlflow.sharedViewState."
 COMPARISON_VIEW = "compare-methods"
 """The id of the saved view every experiment seq2final creates carries (:func:`comparison_view`)."""
 
+VIEW_ADDED = "seq2final.saved_view"
+"""The experiment tag that says seq2final has added its saved view, so it never adds it again."""
+
 COMPARISON_FILTER = (
     "tags.kind = 'job' and attributes.status = 'FINISHED' and tags.superseded_by IS NULL"
 )
@@ -320,7 +323,7 @@ def experiment_id(
         try:  # the kind MLflow 3's own experiment-type selector records for training runs
             client.create_experiment(name, tags={
                 "mlflow.experimentKind": "custom_model_development", NOTE: description,
-                view: comparison_view(int(time.time() * 1000)),
+                view: comparison_view(int(time.time() * 1000)), VIEW_ADDED: COMPARISON_VIEW,
             })  # fmt: skip
         except MlflowException as error:  # another worker created it first: use that one
             if error.error_code != "RESOURCE_ALREADY_EXISTS":
@@ -331,10 +334,12 @@ def experiment_id(
         client.restore_experiment(experiment.experiment_id)
     if NOTE not in experiment.tags:  # made before experiments had descriptions
         client.set_experiment_tag(experiment.experiment_id, NOTE, description)
-    if view not in experiment.tags:  # made before the saved view (a user's edit of it stays)
-        client.set_experiment_tag(
-            experiment.experiment_id, view, comparison_view(int(time.time() * 1000))
-        )
+    if VIEW_ADDED not in experiment.tags:  # made before the saved view; once only, so a user's
+        if view not in experiment.tags:  # edit stays and a view they deleted stays deleted
+            client.set_experiment_tag(
+                experiment.experiment_id, view, comparison_view(int(time.time() * 1000))
+            )
+        client.set_experiment_tag(experiment.experiment_id, VIEW_ADDED, COMPARISON_VIEW)
     database = project_database(client.tracking_uri)
     if database is not None:
         relative_artifacts(database, experiment)
@@ -367,11 +372,13 @@ def relative_artifacts(database: Path, experiment: Experiment) -> None:
     starts. After a move, the UI and ``models:/`` loads would read the old folder, or another
     copy's. MLflow's location-free alternative, ``mlflow-artifacts:``, works only through a
     tracking server, which ``kedro run`` and ``mlflow.pyfunc.load_model`` on ``sqlite:///``
-    do not use. A relative path MLflow keeps as it is, and resolves, as it does the relative
+    do not use. A relative path MLflow keeps as it is (in a run's, a logged model's and a
+    registered version's location alike), and resolves, as it does the relative
     ``sqlite:///mlflow.db``, against the working directory: the project root for ``kedro run``,
     ``make mlflow`` and the notebooks. MLflow has no call that changes a location, so the
-    experiment's row and its runs' rows are rewritten in the database: only paths inside the
-    project, which name the same files afterwards, so the rewrite moves nothing and can run again.
+    experiment's row and its runs', logged models' and registered versions' rows are rewritten
+    in the database: only paths inside the project, which name the same files afterwards, so
+    the rewrite moves nothing and can run again.
     A failure leaves the absolute paths, which work as long as the project is not moved.
     """
     root = Path.cwd().resolve().as_posix()
@@ -391,6 +398,16 @@ def relative_artifacts(database: Path, experiment: Experiment) -> None:
                     "UPDATE runs SET artifact_uri = substr(artifact_uri, ?) "
                     "WHERE experiment_id = ? AND substr(artifact_uri, 1, ?) = ?",
                     (len(prefix) + 1, int(experiment.experiment_id), len(prefix), prefix),
+                )
+                db.execute(  # its logged models, and the registered versions they hold
+                    "UPDATE logged_models SET artifact_location = substr(artifact_location, ?) "
+                    "WHERE experiment_id = ? AND substr(artifact_location, 1, ?) = ?",
+                    (len(prefix) + 1, int(experiment.experiment_id), len(prefix), prefix),
+                )
+                db.execute(
+                    "UPDATE model_versions SET storage_location = substr(storage_location, ?) "
+                    "WHERE substr(storage_location, 1, ?) = ?",
+                    (len(prefix) + 1, len(prefix), prefix),
                 )
     except sqlite3.Error as error:
         log.warning(

@@ -161,10 +161,9 @@ class SequenceSummary:
                     max_results=1,
                 )
             )
-            if not runs or "logged_model" not in runs[0].data.tags:
+            if not runs or "registered_model" not in runs[0].data.tags:
                 log.warning(
-                    "no logged model for job %s (untracked, log_models off, or logged by an older "
-                    "seq2final); "
+                    "no registered model for job %s (untracked, or log_models off); "
                     "alias 'best' for %s not set", row.job_key, row.arch,
                 )  # fmt: skip
                 continue
@@ -175,15 +174,16 @@ class SequenceSummary:
             except MlflowException:
                 ensure_registered_model(self.client, name)
             run = runs[0]
-            with quiet_model_logging():
+            model = run.data.tags.get("logged_model")  # a run logged before logged models: its
+            with quiet_model_logging():  # model is the run's artifact folder `model`
                 version = self.client.create_model_version(
                     name,
-                    f"models:/{run.data.tags['logged_model']}",
+                    f"models:/{model}" if model else f"runs:/{run.info.run_id}/model",
                     run.info.run_id,
                     tags={"job_key": row.job_key, "method": row.method, "budget": row.budget,
                           "seed": str(row.seed)},
                     description=f"best on validation: {row.method} ({row.valid_accuracy:.3f})",
-                    model_id=run.data.tags["logged_model"],
+                    model_id=model,
                 )  # fmt: skip
             self.client.set_registered_model_alias(name, "best", version.version)
             log.info("%s@best is now %s (valid %.3f)", name, row.method, row.valid_accuracy)

@@ -154,7 +154,7 @@ def _interpolation_plotly(
 
 
 # why the projection leaves a method out, said under the figure
-_JOINT = (
+_PER_STEP = (
     "joint and side-tuned models hold a module per step: weights of another shape than the oracle's"
 )
 
@@ -182,15 +182,15 @@ def plot_projections(
                      "baseline and a stored ERM-history state (FT's)", budget, arch, seed)  # fmt: skip
             continue
         erm_history = erm_state.chains["main"].last
-        joint = {n for n, r in group.items() if isinstance(models.final(r), JointModel)}
+        per_step = {n for n, r in group.items() if isinstance(models.final(r), JointModel)}
         trajectories = {
             name: [m for m, _ in models.trajectory(r)]
             for name, r in group.items()
-            if name != ORACLE and name not in joint
+            if name != ORACLE and name not in per_step
         }
         drawn = {n: t for n, t in trajectories.items() if t}
         left_out = {
-            name: _JOINT if name in joint else "no stored model"
+            name: _PER_STEP if name in per_step else "no stored model"
             for name in group
             if name != ORACLE and name not in drawn
         }
@@ -338,7 +338,9 @@ def plot_learning_curves(
         view = f"-steps{record.view.name}" if record.view is not None else ""
         group = f"{record.budget}-{record.arch}-seed{record.seed}"
         curves = results.learning_curves(record.job_key)
-        if curves.empty:  # a job that trained nothing on the final step (as_is)
+        panel = f"{name} · steps {record.view.name}" if view else name
+        overviews[(record.budget, record.arch, record.seed, bool(view))].append((panel, curves))
+        if curves.empty:  # trained no epoch on the final step (NCM, as_is): the overview says so
             continue
         figures[f"{_folder(spec)}/curves/{group}-{name}{view}"] = plots.learning_curves(
             curves,
@@ -346,8 +348,6 @@ def plot_learning_curves(
             f"{record.arch}, budget {record.budget}, seed {record.seed}: loss and accuracy per "
             "epoch on the final step",
         )
-        panel = f"{name} · steps {record.view.name}" if view else name
-        overviews[(record.budget, record.arch, record.seed, bool(view))].append((panel, curves))
     order = {name: index for index, name in enumerate(paper_columns())}
     for (budget, arch, seed, views), jobs in overviews.items():
         jobs.sort(key=lambda job: (order.get(job[0].split(" ")[0], len(order)), job[0]))

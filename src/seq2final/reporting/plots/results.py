@@ -81,10 +81,12 @@ def learning_curve_overview(jobs: Sequence[tuple[str, pd.DataFrame]], title: str
     """Every job's accuracy per epoch on one page, a small panel per job (train dashed, valid
     solid, a colour per fit stage), so a run of 26 methods can be checked at a glance instead of
     opening 26 files; the per-job figures keep the loss and the detail. ``jobs``: (panel title,
-    curves) in the order to show; a job without curves gets no panel.
+    curves) in the order to show; a job without curves (it trained no epoch on the final step)
+    gets no panel, and a note under the legend names it.
 
     The margins are fixed in inches rather than left to constrained layout, whose cost grows
     with the panels (seconds per save for 26, and a protocol's views make hundreds)."""
+    without = [name for name, curves in jobs if not len(curves)]
     jobs = [(name, curves) for name, curves in jobs if len(curves)]
     stages = list(dict.fromkeys(s for _, curves in jobs for s in curves["stage"]))
     colour = {stage: f"C{index % 10}" for index, stage in enumerate(stages)}
@@ -124,6 +126,11 @@ def learning_curve_overview(jobs: Sequence[tuple[str, pd.DataFrame]], title: str
             axis.tick_params(labelleft=False)
     figure.legend(handles, labels, loc="upper left", fontsize=LEGEND_FONTSIZE, frameon=False,
                   bbox_to_anchor=(1 - (right - 0.05) / width, 1 - top / height))  # fmt: skip
+    if without:
+        figure.text(1 - (right - 0.1) / width, bottom / height,
+                    _wrapped(f"no panel: {', '.join(without)} (no epoch trained on the final "
+                             "step)", max(int(right * 14), 16)),
+                    fontsize=LEGEND_FONTSIZE - 1, ha="left", va="bottom")  # fmt: skip
     figure.suptitle(_wrapped(f"{title}: accuracy per epoch", int(width * 12)), fontsize=10,
                     y=1 - 0.12 / height, va="top")  # fmt: skip
     figure.supxlabel("epoch", fontsize=8, y=0.08 / height, va="bottom")
