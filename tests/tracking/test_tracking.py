@@ -314,7 +314,12 @@ def test_a_moved_copy_of_the_project_reads_its_own_artifacts(tmp_path, monkeypat
     old_run = moved.create_run(old).info.run_id
     old_model = moved.create_logged_model(old, source_run_id=old_run).model_id
     moved.create_registered_model("old_model")
-    moved.create_model_version("old_model", f"models:/{old_model}", old_run, model_id=old_model)
+    previous = mlflow.get_tracking_uri()  # MLflow reads a models:/ source through this process's
+    mlflow.set_tracking_uri(f"sqlite:///{second / 'mlflow.db'}")  # URI, as `kedro run` sets it
+    try:
+        moved.create_model_version("old_model", f"models:/{old_model}", old_run, model_id=old_model)
+    finally:
+        mlflow.set_tracking_uri(previous)
     assert experiment_id(moved, "old") == old
     assert moved.get_experiment(old).artifact_location == f"mlruns/{old}"
     assert moved.get_run(old_run).info.artifact_uri == f"mlruns/{old}/{old_run}/artifacts"

@@ -387,9 +387,11 @@ class JobTracker:
         run's "Logged models" and a registered version's source all read it, and a model saved
         as run artifacts is in none of them. Its metrics are the run's summary metrics, so the
         *Models* tab compares them. The entity is made through this tracker's client, step by
-        step, rather than the fluent ``log_model``, which logs to the process's active run. The
-        model is READY only once it is linked, measured and registered; a failure on the way
-        leaves it FAILED, and the job's run FAILED with it (``complete``).
+        step, rather than the fluent ``log_model``, which logs to the process's active run; the
+        registry reads a ``models:/`` source through the process's tracking URI, which the
+        Kedro hook points at the same store. The model is READY only once it is linked,
+        measured and registered; a failure on the way leaves it FAILED, and the job's run FAILED
+        with it (``complete``).
         """
         run = self.client.get_run(run_id)
         names = self.names(job, record)
