@@ -270,8 +270,8 @@ sequence's digest it shows is the tag ``sequence_key`` of every row)."""
 
 def comparison_view(created_ms: int) -> str:
     """The experiment tag value of the saved view "Compare methods": one row per job
-    (:data:`COMPARISON_FILTER`), best test accuracy first, the metrics a comparison needs as columns, and a parallel-coordinates chart
-    from ``arch`` and ``method`` to test accuracy.
+    (:data:`COMPARISON_FILTER`), best test accuracy first, the metrics a comparison needs as
+    columns, and a parallel-coordinates chart from ``arch`` and ``method`` to test accuracy.
 
     MLflow 3.17's UI keeps an experiment's saved views as experiment tags
     ``mlflow.sharedViewState.<id>`` (an envelope holding the view's state as JSON text), lists
