@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,6 +112,43 @@ def _refused(scheduler: str) -> str | None:
         return None
 
 
+_GPU_DIRECTIVE = re.compile(
+    r"--(?:gres=gpu(?::[\w-]+)?:(\d+)|gpus(?:-per-node)?=(?:[\w-]+:)?(\d+))"
+)
+"""A SLURM directive that asks for GPUs: ``--gres=gpu[:type]:N``, ``--gpus[-per-node]=[type:]N``."""
+
+
+def jobqueue_options(spec: ClusterSpec) -> dict[str, Any]:
+    """The dask-jobqueue class's arguments for ``spec``: its ``options``, with each worker
+    declaring ``gpus_per_worker`` GPUs as its Dask resource (every training task asks for one,
+    ``sweep.driver``) and, on SLURM, the job asking the scheduler for the GPUs its workers
+    declare (``--gres=gpu:N``, N = GPUs per worker × worker processes per job), unless a
+    directive of the options asks already; one that asks for fewer stops the sweep here, before
+    a job waits in the queue for GPUs it will not get.
+    """
+    options = dict(spec.options)
+    if not spec.gpus_per_worker:
+        return options
+    options["worker_extra_args"] = [
+        *options.get("worker_extra_args", []), "--resources", f"GPU={spec.gpus_per_worker}",
+    ]  # fmt: skip
+    if spec.type != "slurm":
+        return options
+    processes = options.setdefault("processes", 1)  # dask-jobqueue would derive it from cores
+    needed = spec.gpus_per_worker * processes
+    directives = list(options.get("job_extra_directives", []))
+    asked = [int(a or b) for d in directives for a, b in _GPU_DIRECTIVE.findall(d)]
+    if not asked:
+        options["job_extra_directives"] = [*directives, f"--gres=gpu:{needed}"]
+    elif max(asked) < needed:
+        raise Seq2FinalError(
+            f"sweep.yml cluster.options.job_extra_directives asks SLURM for {max(asked)} GPU(s) "
+            f"per job, but gpus_per_worker {spec.gpus_per_worker} × processes {processes} "
+            f"needs {needed}: drop the directive (seq2final adds --gres=gpu:{needed}) or raise it"
+        )
+    return options
+
+
 def _start_cluster(workers: int | None, settings: SweepSettings, threads: int) -> Any:
     """A batch-system cluster scaled to ``cluster.jobs``, or local workers: one per GPU (each
     seeing only its device) on a CUDA machine, else ``workers`` processes."""
@@ -119,11 +157,7 @@ def _start_cluster(workers: int | None, settings: SweepSettings, threads: int) -
         import dask_jobqueue  # lazy: only batch-system sweeps need it
 
         cluster_class = getattr(dask_jobqueue, JOBQUEUE_CLUSTERS[spec.type])
-        options = dict(spec.options)
-        if spec.gpus_per_worker:
-            options.setdefault("worker_extra_args", []).append(
-                f"--resources GPU={spec.gpus_per_worker}"
-            )
+        options = jobqueue_options(spec)
         try:
             cluster = cluster_class(**options)
         except (TypeError, ValueError) as error:
