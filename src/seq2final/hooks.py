@@ -19,7 +19,7 @@ from seq2final.data.family import is_family
 from seq2final.pipelines.robustness.pipeline import NAMESPACE as ROBUSTNESS
 from seq2final.pipelines.visualize import create_pipeline as visualize_pipeline
 from seq2final.reporting.tables import report_folder
-from seq2final.tracking.mlflow_io import ui_url
+from seq2final.tracking.display import ui_url
 from seq2final.tracking.names import sequence_names
 from seq2final.training.tuner import check_storage
 

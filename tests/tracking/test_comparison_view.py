@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from seq2final.tracking.mlflow_io import (
+from seq2final.tracking.display import (
     COMPARISON_COLUMNS,
     COMPARISON_VIEW,
     SHARED_VIEW,

@@ -25,13 +25,12 @@ from seq2final.methods import ModeBlock
 from seq2final.runs import training
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.sequence_store import SequenceStore
+from seq2final.tracking.display import COMPARISON_FILTER, metric_value
 from seq2final.tracking.jobs import JobTracker
 from seq2final.tracking.mlflow_io import (
-    COMPARISON_FILTER,
     EXPERIMENT_DESCRIPTION,
     NOTE,
     experiment_id,
-    metric_value,
     trash_empty_default_experiment,
 )
 from seq2final.tracking.names import render_name, safe_name

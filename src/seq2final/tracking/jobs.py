@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import tempfile
 import time
 from collections.abc import Mapping
@@ -38,31 +37,26 @@ from mlflow.entities import (
     Dataset,
     DatasetInput,
     InputTag,
-    LoggedModelOutput,
-    LoggedModelStatus,
     Metric,
     Param,
     RunTag,
 )
-from mlflow.models import Model
 
-from seq2final.methods import METHODS, JobNames
+from seq2final.methods import METHODS
 from seq2final.protocols import STEP_SPLITS
 from seq2final.reporting.plots import learning_curves
-from seq2final.reporting.tables import names_of, shown_name
+from seq2final.reporting.tables import shown_name
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.result_store import ResultStore
+from seq2final.tracking.display import metric_value, shown_csv
+from seq2final.tracking.logged_models import log_and_register
 from seq2final.tracking.mlflow_io import (
     NOTE,
     code_version,
-    ensure_registered_model,
     experiment_id,
-    metric_value,
     param_value,
-    quiet_model_logging,
-    shown_csv,
 )
-from seq2final.tracking.names import MlflowNames
+from seq2final.tracking.names import MlflowNames, mlflow_names, shown_names
 from seq2final.tracking.pyfunc import save_pyfunc_model
 from seq2final.training.records import ResultRecord
 
@@ -71,10 +65,6 @@ log = logging.getLogger(__name__)
 # How an Optuna trial's state shows as an MLflow run status (the exact state is a tag).
 _TRIAL_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 _CURVE_COLUMNS = ("train_loss", "train_accuracy", "valid_loss", "valid_accuracy")
-# What MLflow refuses in a logged model's name (a run name may hold a plugin's or budget's '.').
-_LOGGED_MODEL_REFUSED = re.compile(r"[/:.%\"']")
-# The run's metrics its logged model carries too, so the *Models* tab compares them.
-_MODEL_METRICS = ("test_accuracy", "worst_class_accuracy", "ece", "valid_accuracy", "train_flops")
 
 
 @dataclass
@@ -381,19 +371,8 @@ class JobTracker:
     def _log_model(
         self, run_id: str, job: JobPlan, record: ResultRecord, store: ResultStore
     ) -> None:
-        """Log the adapted model as MLflow 3's ``LoggedModel`` of the job run, and register it.
-
-        MLflow 3 lists models by their ``LoggedModel`` entity: the experiment's *Models* tab, a
-        run's "Logged models" and a registered version's source all read it, and a model saved
-        as run artifacts is in none of them. Its metrics are the run's summary metrics, so the
-        *Models* tab compares them. The entity is made through this tracker's client, step by
-        step, rather than the fluent ``log_model``, which logs to the process's active run; the
-        registry reads a ``models:/`` source through the process's tracking URI, which the
-        Kedro hook points at the same store. The model is READY only once it is linked,
-        measured and registered; a failure on the way leaves it FAILED, and the job's run FAILED
-        with it (``complete``).
-        """
-        run = self.client.get_run(run_id)
+        """Log the adapted model as the job run's ``LoggedModel`` and register it
+        (:func:`log_and_register`); a failure fails the run with it (``complete``)."""
         names = self.names(job, record)
         method = shown_name(record)
         tags = {
@@ -401,51 +380,29 @@ class JobTracker:
             "dataset": self.plan.dataset, "seed": str(self.plan.seed),
             "budget": self.plan.budget_name,
         }  # fmt: skip
-        logged = self.client.create_logged_model(  # named as its run, less what MLflow refuses
-            run.info.experiment_id, name=_LOGGED_MODEL_REFUSED.sub("-", run.info.run_name),
-            source_run_id=run_id, tags=tags, model_type="classifier",
-        )  # fmt: skip
-        try:
-            with tempfile.TemporaryDirectory() as folder:
-                path = Path(folder) / "model"
-                save_pyfunc_model(
-                    path, store.model_path(job.key), self.example, self.num_classes,
-                    record.engine.input_scale, record.eval_step, self.plan.plugins,
-                    Model(run_id=run_id, model_id=logged.model_id,
-                          artifact_path=logged.artifact_location),
-                )  # fmt: skip
-                self.client.log_model_artifacts(logged.model_id, str(path))
-            self.client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
-            logged_metrics = self.client.get_run(run_id).data.metrics
-            now = int(time.time() * 1000)
-            self._batch(run_id, metrics=[
-                Metric(name, logged_metrics[name], now, 0, model_id=logged.model_id)
-                for name in _MODEL_METRICS if name in logged_metrics
-            ])  # fmt: skip
-            ensure_registered_model(self.client, names.registered_model)
+        model, version = log_and_register(
+            self.client,
+            run_id,
+            lambda path, metadata: save_pyfunc_model(
+                path,
+                store.model_path(job.key),
+                self.example,
+                self.num_classes,
+                record.engine.input_scale,
+                record.eval_step,
+                self.plan.plugins,
+                metadata,
+            ),  # fmt: skip
+            tags,
+            names.registered_model,
             # One name holds every dataset, seed and budget of a sequence × arch × method: the
             # version's tags tell them apart.
-            with quiet_model_logging():
-                version = self.client.create_model_version(
-                    names.registered_model,
-                    logged.model_uri,
-                    run_id,
-                    tags={k: tags[k] for k in ("job_key", "dataset", "seed", "budget")},
-                    description=f"{method} on {self.plan.sequence_key} ({self.plan.arch})",
-                    model_id=logged.model_id,
-                )
-            self._batch(run_id, tags={
-                "registered_model": f"{names.registered_model}/{version.version}",
-                "logged_model": logged.model_id,
-            })  # fmt: skip
-        except BaseException:
-            try:
-                self.client.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
-            except Exception as tracking_error:  # noqa: BLE001 - the first error matters more
-                log.warning("could not mark logged model %s failed: %s", logged.model_id,
-                            tracking_error)  # fmt: skip
-            raise
-        self.client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
+            {k: tags[k] for k in ("job_key", "dataset", "seed", "budget")},
+            f"{method} on {self.plan.sequence_key} ({self.plan.arch})",
+        )
+        self._batch(run_id, tags={
+            "registered_model": f"{names.registered_model}/{version}", "logged_model": model,
+        })  # fmt: skip
 
     def _batch(
         self,
@@ -460,35 +417,6 @@ class JobTracker:
             params=[Param(k, param_value(v)) for k, v in (params or {}).items()],
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )
-
-
-def mlflow_names(plan: RunPlan, job: JobPlan, record: ResultRecord | None = None) -> MlflowNames:
-    """A job's experiment and registered-model names: under a temporal protocol, its view's model
-    name (``record``: see :func:`shown_names`). The tracking hook checks these before any work."""
-    view = job.view.name if job.view is not None else None
-    return MlflowNames.of(
-        plan.mlflow, **plan_fields(plan, shown_names(job, record).model_name(view))
-    )
-
-
-def plan_fields(plan: RunPlan, method: str) -> dict[str, Any]:
-    """The name-template fields of one of the plan's jobs."""
-    return {
-        "sequence": plan.sequence_name,
-        "dataset": plan.dataset,
-        "arch": plan.arch,
-        "method": method,
-        "budget": plan.budget_name,
-        "seed": plan.seed,
-    }
-
-
-def shown_names(job: JobPlan, record: ResultRecord | None) -> JobNames:
-    """The names a job goes by in MLflow: those the tables, figures and terminal give it, so a
-    method is found under one name everywhere. A job trained now has no record yet: its names
-    are those the run asked for, which its record will keep. A job trained earlier and logged now
-    goes by its record's names, as in the tables."""
-    return job.names if record is None else names_of(record)
 
 
 def _run_name(plan: RunPlan, job: JobPlan, method: str) -> str:

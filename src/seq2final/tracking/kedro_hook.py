@@ -23,17 +23,14 @@ from seq2final.config.checks import CheckedParameters, CheckedRun
 from seq2final.core.errors import Seq2FinalError
 from seq2final.runs.planner import plan_run
 from seq2final.runs.plans import JobPlan
-from seq2final.tracking.jobs import mlflow_names
-from seq2final.tracking.mlflow_io import (
-    shown_csv,
-    store_setup_lock,
-    trash_empty_default_experiment,
-)
+from seq2final.tracking.display import shown_csv
+from seq2final.tracking.mlflow_io import store_setup_lock, trash_empty_default_experiment
 from seq2final.tracking.names import (
     MlflowNames,
     check_experiment_names,
     check_registry_names,
     fail_fast,
+    mlflow_names,
 )
 from seq2final.tracking.summary import SequenceSummary
 
@@ -233,7 +230,7 @@ def _as_uri(uri: str, project: Path) -> str:
 
 def _job_names(run: CheckedRun) -> list[MlflowNames]:
     """The names this run's jobs will use, as the tracker will render them (templates checked):
-    the plan's jobs' own (:func:`~seq2final.tracking.jobs.mlflow_names`), planned here with a
+    the plan's jobs' own (:func:`~seq2final.tracking.names.mlflow_names`), planned here with a
     placeholder for the sequence's content, which keys hold and names do not. One job per name
     and one per view stand for the rest (a view's model is ``<name>.<view>``): every part a
     name is made of is checked without asking the registry about each job of each view.

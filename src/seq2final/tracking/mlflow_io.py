@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import re
 import sqlite3
 import subprocess
@@ -17,7 +16,6 @@ from typing import Any
 
 import mlflow
 import numpy as np
-import pandas as pd
 import sqlalchemy
 import torch
 from alembic.script import ScriptDirectory
@@ -42,12 +40,15 @@ from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 from seq2final import __version__
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import PARTIAL, atomic_write
+from seq2final.tracking.display import (
+    COMPARISON_VIEW,
+    SHARED_VIEW,
+    VIEW_ADDED,
+    comparison_view,
+)
 from seq2final.tracking.names import environment
 
 log = logging.getLogger(__name__)
-
-UI_ADDRESS = "http://127.0.0.1:5000"
-"""Where ``make mlflow`` serves the UI of the project's own store."""
 
 
 _SQLITE_PREFIX = "sqlite:///"
@@ -244,69 +245,6 @@ compare methods."""
 NOTE = "mlflow.note.content"
 """The tag MLflow's UI shows and edits as an experiment's or a run's description."""
 
-SHARED_VIEW = "mlflow.sharedViewState."
-"""The prefix of the experiment tags MLflow 3.17's UI keeps its saved views in."""
-
-COMPARISON_VIEW = "compare-methods"
-"""The id of the saved view every experiment seq2final creates carries (:func:`comparison_view`)."""
-
-VIEW_ADDED = "seq2final.saved_view"
-"""The experiment tag that says seq2final has added its saved view, so it never adds it again."""
-
-COMPARISON_FILTER = (
-    "tags.kind = 'job' and attributes.status = 'FINISHED' and tags.superseded_by IS NULL"
-)
-"""One row per job: its finished run, not an attempt cut short nor one retrained since."""
-
-COMPARISON_COLUMNS = (
-    "tags.`method`", "tags.`arch`", "metrics.`test_accuracy`", "metrics.`valid_accuracy`",
-    "metrics.`worst_class_accuracy`", "metrics.`ece`", "tags.`budget`", "tags.`seed`",
-    "attributes.`Models`",
-)  # fmt: skip
-"""The runs table's columns in the comparison view, as MLflow's UI names them: the metrics
-before the wide *Dataset* column, which at 1600 pixels would push them past the edge (the
-sequence's digest it shows is the tag ``sequence_key`` of every row)."""
-
-
-def comparison_view(created_ms: int) -> str:
-    """The experiment tag value of the saved view "Compare methods": one row per job
-    (:data:`COMPARISON_FILTER`), best test accuracy first, the metrics a comparison needs as
-    columns, and a parallel-coordinates chart from ``arch`` and ``method`` to test accuracy.
-
-    MLflow 3.17's UI keeps an experiment's saved views as experiment tags
-    ``mlflow.sharedViewState.<id>`` (an envelope holding the view's state as JSON text), lists
-    them under *Saved views* and opens one from the URL parameter ``viewStateShareKey``; the
-    links seq2final prints (:func:`ui_url`) open this one. Without it, MLflow opens on every
-    run, trials and the summary run included, with no metric column. (Its *Chart* tab adds a
-    bar chart of test accuracy, every job.)
-    """
-    section = "seq2final-compare"
-    common = {"runsCountToCompare": 100, "metricSectionId": section, "deleted": False,
-              "isGenerated": False}  # fmt: skip
-    charts = [
-        {**common, "uuid": "seq2final-method-arch", "type": "PARALLEL",
-         "selectedParams": ["arch", "method"], "selectedMetrics": ["test_accuracy"],
-         "showAllRuns": True},
-        {**common, "uuid": "seq2final-test-accuracy", "type": "BAR",
-         "metricKey": "test_accuracy"},
-    ]  # fmt: skip
-    state = {
-        "searchFilter": COMPARISON_FILTER,
-        "orderByKey": "metrics.`test_accuracy`",
-        "orderByAsc": False,
-        "selectedColumns": list(COMPARISON_COLUMNS),
-        "runsHiddenMode": "SHOW_ALL",  # the charts draw every job, not MLflow's first ten
-        # MLflow adds its own sections (one per metric prefix) after this one, sorted by name
-        "compareRunCharts": charts,
-        "compareRunSections": [
-            {"uuid": section, "name": "Compare methods", "display": True, "isReordered": False}
-        ],
-    }
-    return json.dumps({
-        "name": "Compare methods", "createdAt": created_ms, "updatedAt": created_ms,
-        "state": json.dumps(state),
-    })  # fmt: skip
-
 
 def experiment_id(
     client: MlflowClient, name: str, description: str = EXPERIMENT_DESCRIPTION
@@ -436,45 +374,6 @@ def trash_empty_default_experiment(client: MlflowClient) -> None:
     if client.search_runs(["0"], run_view_type=ViewType.ALL, max_results=1):
         return
     client.delete_experiment("0")
-
-
-SIGNIFICANT_DIGITS = 4
-"""Digits a logged metric keeps: an accuracy over a few hundred test images, an ECE or a wall
-time has no information past them."""
-
-
-def metric_value(value: float | np.floating | np.integer) -> float:
-    """A metric as MLflow shows it: to :data:`SIGNIFICANT_DIGITS` significant digits
-    (``0.925``, not ``0.925000011920929`` or ``0.15011541754938662``), so the UI's columns read
-    at a glance; whole numbers (counts, FLOPs, epochs) and what is not finite as they are. The
-    result records keep the raw values (docs/tracking.md, "Metric values")."""
-    number = float(value)
-    if isinstance(value, int | np.integer) or not math.isfinite(number) or number.is_integer():
-        return number
-    return float(f"{number:.{SIGNIFICANT_DIGITS}g}")
-
-
-def shown_csv(frame: pd.DataFrame) -> str:
-    """A table as MLflow shows metrics (:func:`metric_value`): floats to
-    :data:`SIGNIFICANT_DIGITS` significant digits, for the CSVs logged beside them."""
-    return frame.to_csv(index=False, float_format=f"%.{SIGNIFICANT_DIGITS}g")
-
-
-def ui_url(tracking_uri: str, experiment: str | None = None, local: str = UI_ADDRESS) -> str:
-    """The MLflow UI page of ``experiment`` (an id; all experiments when None), opening on *Model
-    training*.
-
-    MLflow 3.17's UI starts on its GenAI pages unless the browser remembers otherwise; the URL's
-    ``workflowType`` parameter decides it for this page. ``local`` is where ``make mlflow`` serves
-    a file or SQLite store; an ``http(s)`` tracking URI is its own UI.
-    """
-    base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else local
-    if experiment is None:
-        return f"{base}/#/experiments?workflowType=machine_learning"
-    return (
-        f"{base}/#/experiments/{experiment}/runs?workflowType=machine_learning"
-        f"&viewStateShareKey={COMPARISON_VIEW}"
-    )
 
 
 def ensure_registered_model(client: MlflowClient, name: str) -> None:

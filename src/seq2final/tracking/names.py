@@ -17,6 +17,10 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.methods import JobNames
+from seq2final.reporting.tables import names_of
+from seq2final.runs.plans import JobPlan, RunPlan
+from seq2final.training.records import ResultRecord
 
 NAME_FIELDS = ("sequence", "dataset", "arch", "method", "budget", "seed")
 
@@ -129,3 +133,32 @@ def check_registry_names(client: MlflowClient, names: list[str]) -> None:
                     f"{str(error).splitlines()[0]}"
                 ) from None
         _ACCEPTED_NAMES.add((registry, name))
+
+
+def mlflow_names(plan: RunPlan, job: JobPlan, record: ResultRecord | None = None) -> MlflowNames:
+    """A job's experiment and registered-model names: under a temporal protocol, its view's model
+    name (``record``: see :func:`shown_names`). The tracking hook checks these before any work."""
+    view = job.view.name if job.view is not None else None
+    return MlflowNames.of(
+        plan.mlflow, **plan_fields(plan, shown_names(job, record).model_name(view))
+    )
+
+
+def plan_fields(plan: RunPlan, method: str) -> dict[str, Any]:
+    """The name-template fields of one of the plan's jobs."""
+    return {
+        "sequence": plan.sequence_name,
+        "dataset": plan.dataset,
+        "arch": plan.arch,
+        "method": method,
+        "budget": plan.budget_name,
+        "seed": plan.seed,
+    }
+
+
+def shown_names(job: JobPlan, record: ResultRecord | None) -> JobNames:
+    """The names a job goes by in MLflow: those the tables, figures and terminal give it, so a
+    method is found under one name everywhere. A job trained now has no record yet: its names
+    are those the run asked for, which its record will keep. A job trained earlier and logged now
+    goes by its record's names, as in the tables."""
+    return job.names if record is None else names_of(record)

@@ -1,5 +1,6 @@
 """Figures, one module per subject: ``sequences`` (example images, sub-population membership,
-shift distances), ``results`` (learning curves and the paper's figures of finished jobs),
+shift distances), ``results`` (learning curves and the paper's figures of finished jobs), ``layers`` (its
+per-layer projection and SVCCA panels),
 ``studies`` (robustness across a family, representation curves); ``look`` and ``labels`` hold
 what they share.
 
@@ -23,6 +24,7 @@ Legibility rules every figure here follows, because a run draws 26 methods and p
 - only panels with something to show are laid out.
 """
 
+from seq2final.reporting.plots.layers import projection_panels, shown_layers, svcca_panels
 from seq2final.reporting.plots.look import (
     LABEL_FONTSIZE,
     LEGEND_FONTSIZE,
@@ -37,11 +39,8 @@ from seq2final.reporting.plots.results import (
     interpolation_panels,
     learning_curve_overview,
     learning_curves,
-    projection_panels,
     protocol_figure,
     result_heatmap,
-    shown_layers,
-    svcca_panels,
 )
 from seq2final.reporting.plots.sequences import (
     sequence_examples,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -220,3 +220,18 @@ def _method_legend(
     handles = [_method_handle(look) for look in looks] + [h for h, _ in extra]
     labels = ordered + [label for _, label in extra]
     return _legend_outside(figure, handles, labels)
+
+
+def _caption(lines: Sequence[str], width: float) -> str:
+    """A caption's lines, each wrapped to the figure's width (about 15 characters an inch at
+    the caption's size)."""
+    return "\n".join(_wrapped(line, max(int(width * 15), 40)) for line in lines if line)
+
+
+def _left_out(left_out: Mapping[str, str]) -> str:
+    """ "Not drawn: jm, jst_1 (why); …" from method → why, methods of one reason together."""
+    reasons: dict[str, list[str]] = {}
+    for method in _by_registry(list(left_out)):
+        reasons.setdefault(left_out[method], []).append(method)
+    parts = [f"{', '.join(methods)} ({why})" for why, methods in reasons.items()]
+    return f"Not drawn: {'; '.join(parts)}." if parts else ""

@@ -1,5 +1,6 @@
-"""Figures of finished jobs: learning curves and the paper's figures (interpolation, projection,
-SVCCA, adjacency, heat maps, protocols, forgetting, compute)."""
+"""Figures of finished jobs: learning curves and the paper's figures (interpolation, adjacency,
+heat maps, protocols, forgetting, compute; the per-layer projection and SVCCA are in
+``layers``)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ from seq2final.reporting.plots.look import (
     _MARKERS,
     LEGEND_FONTSIZE,
     _by_registry,
+    _caption,
     _figure,
+    _left_out,
     _legend_outside,
     _method_legend,
     _panels,
@@ -34,6 +37,17 @@ from seq2final.reporting.plots.look import (
 )
 
 # Learning curves
+
+
+def _curve_legend(stages: Sequence[str]) -> tuple[list[Line2D], list[str]]:
+    """The learning curves' legend: train dashed and valid solid once, then, where a job has
+    several fit stages, the colour of each (``C<index>``, in the stages' order)."""
+    handles = [Line2D([], [], color="black", linestyle=s) for s in ("--", "-")]
+    labels = ["train", "valid"]
+    if len(stages) > 1:
+        handles += [Line2D([], [], color=f"C{i % 10}") for i in range(len(stages))]
+        labels += [f"stage {stage}" for stage in stages]
+    return handles, labels
 
 
 def learning_curves(curves: pd.DataFrame, title: str) -> Figure:
@@ -45,11 +59,7 @@ def learning_curves(curves: pd.DataFrame, title: str) -> Figure:
     that covered its curves inside the axes).
     """
     stages = list(dict.fromkeys(curves["stage"]))
-    handles = [Line2D([], [], color="black", linestyle=s) for s in ("--", "-")]
-    labels = ["train", "valid"]
-    if len(stages) > 1:
-        handles += [Line2D([], [], color=f"C{i % 10}") for i in range(len(stages))]
-        labels += [f"stage {stage}" for stage in stages]
+    handles, labels = _curve_legend(stages)
     columns = min(len(labels), 4)
     rows = -(-len(labels) // columns) if stages else 0
     # Fixed margins: constrained layout measured every label again for each job's figure, half
@@ -90,11 +100,7 @@ def learning_curve_overview(jobs: Sequence[tuple[str, pd.DataFrame]], title: str
     jobs = [(name, curves) for name, curves in jobs if len(curves)]
     stages = list(dict.fromkeys(s for _, curves in jobs for s in curves["stage"]))
     colour = {stage: f"C{index % 10}" for index, stage in enumerate(stages)}
-    handles = [Line2D([], [], color="black", linestyle=s) for s in ("--", "-")]
-    labels = ["train", "valid"]
-    if len(stages) > 1:
-        handles += [Line2D([], [], color=colour[s]) for s in stages]
-        labels += [f"stage {s}" for s in stages]
+    handles, labels = _curve_legend(stages)
     columns = min(len(jobs), 6) or 1
     rows = -(-len(jobs) // columns) or 1
     # the legend's column: its longest entry (stage names run long: exponential_2e-4_0.5/final)
@@ -166,171 +172,6 @@ def interpolation_panels(
         figure.supxlabel(_caption([note], figure.get_figwidth()), fontsize=7.5, x=0.01,
                          ha="left", multialignment="left")  # fmt: skip
     return figure
-
-
-def shown_layers(layers: list[str]) -> list[str]:
-    """The paper's panels: the input conv, the second block, the head, and the whole model."""
-    wanted = ["conv1", "layer2" if "layer2" in layers else "layer1", "fc", "model"]
-    return [layer for layer in dict.fromkeys(wanted) if layer in layers]
-
-
-def _drawn_layers(frame: pd.DataFrame, x: str, y: str) -> list[str]:
-    """The shown layers that have a finite point to draw: a layer with none gets no panel."""
-    if frame.empty:
-        return []
-    finite = frame[np.isfinite(frame[x].astype(float)) & np.isfinite(frame[y].astype(float))]
-    layers = shown_layers(list(dict.fromkeys(frame["layer"])))
-    return [layer for layer in layers if (finite["layer"] == layer).any()]
-
-
-_SPOT = 0.03  # share of an axis' range: ends closer than this on both axes share one spot
-_MOST_NAMED = 2  # a spot of more methods than this is named by a letter, explained below
-
-
-def _letter(index: int) -> str:
-    """A, B, …, Z, then AA, AB, …: the tags of crowded spots."""
-    return (_letter(index // 26 - 1) if index >= 26 else "") + chr(ord("A") + index % 26)
-
-
-def _spots(
-    points: Sequence[tuple[float, float, str]], span: tuple[float, float]
-) -> list[tuple[float, float, list[str]]]:
-    """Points (x, y, name) gathered where they lie within :data:`_SPOT` of an axis' ``span`` of
-    the first point of a spot, in the order given: the methods a reader sees as one marker."""
-    spots: list[tuple[float, float, list[str]]] = []
-    for x, y, name in points:
-        if not (np.isfinite(x) and np.isfinite(y)):
-            continue
-        near = next(
-            (s for s in spots
-             if abs(s[0] - x) <= _SPOT * span[0] and abs(s[1] - y) <= _SPOT * span[1]),
-            None,
-        )  # fmt: skip
-        if near is None:
-            spots.append((x, y, [name]))
-        else:
-            near[2].append(name)
-    return spots
-
-
-def _caption(lines: Sequence[str], width: float) -> str:
-    """A caption's lines, each wrapped to the figure's width (about 15 characters an inch at
-    the caption's size)."""
-    return "\n".join(_wrapped(line, max(int(width * 15), 40)) for line in lines if line)
-
-
-def _left_out(left_out: Mapping[str, str]) -> str:
-    """ "Not drawn: jm, jst_1 (why); …" from method → why, methods of one reason together."""
-    reasons: dict[str, list[str]] = {}
-    for method in _by_registry(list(left_out)):
-        reasons.setdefault(left_out[method], []).append(method)
-    parts = [f"{', '.join(methods)} ({why})" for why, methods in reasons.items()]
-    return f"Not drawn: {'; '.join(parts)}." if parts else ""
-
-
-def _layer_panels(
-    frame: pd.DataFrame, x: str, y: str, oracle: tuple[float, float], labels: tuple[str, str],
-    title: str, reading: str, left_out: Mapping[str, str],
-) -> Figure | None:  # fmt: skip
-    """One panel per shown layer with something to draw: each job's final model marked with the
-    method's look, the models before it (its start, a chain's model of each step) as small
-    dots joined to it by a thin line, the oracle marked. A method is named beside its marker
-    where the name has room next to it; a spot shared by more than two methods is named by a
-    letter, and the caption under the figure lists each letter's methods (sixteen names on one
-    spot were a text block over the panel), says how to read the axes (``reading``) and which
-    methods are not drawn and why (``left_out``: method → why). None when no layer has a
-    point."""
-    layers = _drawn_layers(frame, x, y)
-    if not layers:
-        return None
-    figure, axes = _panels(len(layers), width=3.9, height=3.4, extra=1.4)
-    ends: dict[Axes, list[tuple[float, float, str]]] = {}
-    paths: dict[Axes, list[list[tuple[float, float]]]] = {}
-    for axis, layer in zip(axes, layers, strict=True):
-        mine = frame[frame["layer"] == layer]
-        ends[axis], paths[axis] = [(*oracle, "oracle")], []
-        for label in _by_registry([str(n) for n in dict.fromkeys(mine["label"])]):
-            rows = mine[mine["label"] == label].sort_values("point")
-            style = method_style(label)
-            if len(rows) > 1:
-                axis.plot(rows[x], rows[y], color=style.colour, linestyle=style.linestyle,
-                          alpha=0.35, linewidth=0.8, marker=".", markersize=3)  # fmt: skip
-                paths[axis].append(list(zip(rows[x].astype(float), rows[y].astype(float),
-                                            strict=True)))  # fmt: skip
-            end = (float(rows[x].iloc[-1]), float(rows[y].iloc[-1]))
-            axis.plot(*end, marker=style.marker, color=style.colour, markersize=6, linestyle="",
-                      gid=label)  # fmt: skip
-            ends[axis].append((*end, label))
-        oracle_style = method_style("oracle")
-        axis.plot(*oracle, marker=oracle_style.marker, color=oracle_style.colour, markersize=9,
-                  markeredgecolor="black", linestyle="", gid="oracle")  # fmt: skip
-        axis.set_title(layer if layer != "model" else "whole model")
-        axis.set_xlabel(labels[0], fontsize=8)
-        axis.set_ylabel(labels[1], fontsize=8)
-        axis.margins(0.1)
-    tags: dict[tuple[str, ...], str] = {}
-    named: dict[Axes, list[tuple[float, float, str]]] = {}
-    for axis in axes:
-        (x0, x1), (y0, y1) = axis.get_xlim(), axis.get_ylim()  # autoscaled, before the layout
-        named[axis] = []
-        for sx, sy, names in _spots(ends[axis], (x1 - x0, y1 - y0)):
-            if len(names) > _MOST_NAMED:
-                tag = tags.setdefault(tuple(names), _letter(len(tags)))
-                named[axis].append((sx, sy, tag))
-            else:
-                named[axis] += [(sx, sy, name) for name in names]
-    figure.suptitle(_wrapped(title), fontsize=9)
-    path = Line2D([], [], color="grey", alpha=0.6, linewidth=0.8, marker=".", markersize=4)
-    _method_legend(figure, ["oracle", *(str(n) for n in dict.fromkeys(frame["label"]))],
-                   [(path, "models before\nthe final one")])  # fmt: skip
-    spots = [f"{tag}: {', '.join(names)}" for names, tag in tags.items()]
-    caption = [reading]
-    if any(paths.values()):
-        caption.append(
-            "Marker: a method's final model; small dots on a thin line in its colour: the models "
-            "it passed through before (the model it started from, a sequential method's model "
-            "of each step)."
-        )
-    caption.append(_left_out(left_out))
-    if spots:
-        caption.append(f"Methods on one spot: {'; '.join(spots)}.")
-    figure.supxlabel(_caption(caption, figure.get_figwidth()), fontsize=7.5, x=0.01, ha="left",
-                     multialignment="left")  # fmt: skip
-    _place_labels(list(named.items()), paths=paths, leaders=False,
-                  colours={tag: "#333333" for tag in tags.values()})  # fmt: skip
-    return figure
-
-
-def projection_panels(
-    frame: pd.DataFrame, title: str, left_out: Mapping[str, str] | None = None
-) -> Figure | None:
-    """Paper Fig. 16: each model's weights in the oracle-centred plane, per layer and overall;
-    None when there is nothing to draw. ``left_out``: methods of the group not drawn, each with
-    why (their models' weights have other shapes), named under the figure so a reader does not
-    look for them in vain."""
-    labels = ("toward ERM on steps 0..T−1 (FT's start)", "toward ERM on the final step (baseline)")
-    reading = (
-        "Origin: the oracle's weights. A model's weights minus the oracle's, projected on the "
-        "direction from the oracle to ERM trained on the historical steps 0..T−1 (x) and to "
-        "the baseline trained on the final step alone (y); Euclidean units, axes not orthogonal."
-    )
-    return _layer_panels(frame, "x", "y", (0, 0), labels, title, reading, left_out or {})
-
-
-def svcca_panels(
-    frame: pd.DataFrame, title: str, left_out: Mapping[str, str] | None = None
-) -> Figure | None:
-    """Paper Fig. 17: SVCCA with the oracle keeping 50 % (x) and 90 % (y) of the variance; None
-    when there is nothing to draw. ``left_out`` as for :func:`projection_panels`."""
-    labels = ("SVCCA with the oracle, 50 % of variance", "SVCCA with the oracle, 90 % of variance")
-    reading = (
-        "How alike each model's activations are to the oracle's on final-step test images "
-        "(SVCCA, 1 = the same representation; the oracle sits at 1, 1), keeping the directions "
-        "that hold 50 % (x) or 90 % (y) of the variance."
-    )
-    return _layer_panels(
-        frame, "svcca_50", "svcca_90", (1, 1), labels, title, reading, left_out or {}
-    )
 
 
 _REFERENCES = {"baseline": "ERM on the final step (baseline)", "erm": "ERM on all steps"}
