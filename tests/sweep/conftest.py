@@ -40,3 +40,22 @@ def dask_cluster(tmp_path_factory):
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """A one-node SLURM (munge, slurmctld, slurmd) started for the session and stopped at the
+    end by process id (``sweep/slurm.py``); skipped, with the reason, only on a machine where
+    Debian's packages are not installed (.ci/run installs them) or the daemons cannot run as root."""
+    from seq2final.sweep.slurm import PACKAGES, missing_programs, start_slurm
+
+    missing = missing_programs()
+    if missing:
+        pytest.skip(
+            f"SLURM is not installed here (no {', '.join(missing)}; apt-get install {PACKAGES})"
+        )
+    if os.geteuid() != 0:
+        pytest.skip("a local SLURM's daemons run as root (SlurmUser=root); this user is not root")
+    cluster = start_slurm()
+    yield cluster
+    cluster.stop()

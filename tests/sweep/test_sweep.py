@@ -158,9 +158,15 @@ def test_bad_sweep_input_stops_in_one_line_before_any_work(project):
     assert done.exit_code != 0 and line.startswith("Error: --archs: unknown 'convnet_9'")
     unknown = sweep_here("--sequences", "nosuch", "--dry-run")
     assert "sequence 'nosuch':" in unknown.output and "unknown" in unknown.output
-    (project / "conf" / "test" / "sweep.yml").write_text("cluster: {type: slurm, jobs: 0}\n")
-    bad = sweep_here("--sequences", SEQUENCE, "--dry-run")
-    assert "sweep.yml:" in bad.output and "jobs" in bad.output
+    for sweep_yml, message in [
+        ("cluster: {type: slurm, maximum_jobs: 0}", "sweep.yml: parameter 'cluster.maximum_jobs' = 0: Input should be greater"),
+        ("cluster: {type: slurm, jobs: 2}", "sweep.yml: unknown parameter 'cluster.jobs'; valid: type, maximum_jobs, minimum_jobs"),
+        ("cluster: {type: slurm, options: {walltime: '00:02:00'}, lifetime: 2m}",
+         "sweep.yml cluster.lifetime 120 s + lifetime_stagger 6 s reaches the walltime"),
+    ]:  # fmt: skip
+        (project / "conf" / "test" / "sweep.yml").write_text(sweep_yml + "\n")
+        bad = sweep_here("--sequences", SEQUENCE, "--dry-run")
+        assert bad.exit_code != 0 and message in bad.output, bad.output
     assert not (project / "data/03_primary").exists()
 
 

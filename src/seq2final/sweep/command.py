@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dask
 import mlflow
 from kedro.config import MissingConfigException
 from kedro.framework.session import KedroSession
@@ -29,10 +30,14 @@ from seq2final.data.spec import resolve_spec
 from seq2final.reporting.robustness import history_distances
 from seq2final.reporting.tables import report_folder
 from seq2final.sweep.cluster import (
+    LOST_JOB_GRACE,
     SweepSettings,
     connect,
     forked_local_workers,
     has_gpus,
+    idle_word,
+    jobqueue_options,
+    submit_errors,
     tracking_server,
 )
 from seq2final.sweep.driver import Sweep, SweepReport
@@ -130,7 +135,13 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
     remote = options.scheduler is not None or settings.cluster.type != "local"
     with contextlib.ExitStack() as stack, ThreadPoolExecutor(1) as pool:
         stack.enter_context(forked_local_workers(options.scheduler, settings))
+        if settings.cluster.type != "local":  # a lost job is replaced at once
+            stack.enter_context(
+                dask.config.set({"distributed.deploy.lost-worker-timeout": LOST_JOB_GRACE})
+            )
+        watch = stack.enter_context(submit_errors(say))  # a refused sbatch, said once
         # The cluster and the MLflow server start side by side (each takes seconds).
+        asked = time.perf_counter()
         connecting = pool.submit(connect, options.scheduler, options.workers, settings, threads)
         stack.callback(_disconnect, connecting)
         if options.scheduler:  # a running cluster answers at once: unreachable is said first
@@ -140,13 +151,14 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
             if tracking
             else contextlib.nullcontext(None)
         )
-        client, _ = connecting.result()
+        client, cluster = connecting.result()
         worker_params = dict(base)
         if url:  # every worker logs over HTTP to the one server
             worker_params["mlflow"] = {**base.get("mlflow", {}), "tracking_uri": url}
         run = Sweep(
             client, project, options.env, worker_params, request, stores,
-            has_gpus(client, settings), say,
+            has_gpus(client, settings), say, asked=asked, stall_seconds=settings.stall_minutes * 60,
+            idle_word=lambda: idle_word(cluster, settings.cluster, watch.last),
         )  # fmt: skip
         report = run.run(graph)
         report.driver_seconds += planning
@@ -167,7 +179,11 @@ def _disconnect(connecting: Future) -> None:
     client, cluster = connecting.result()
     client.close()
     if cluster is not None:
-        cluster.close()
+        # Dask's SpecCluster asserts at its close that every batch job it created has closed;
+        # one whose submission the batch system refused never started, and fails that check
+        # after everything else is closed (its started jobs cancelled first).
+        with contextlib.suppress(AssertionError):
+            cluster.close()
 
 
 def check_names(graph: SweepGraph, options: MlflowOptions) -> None:
@@ -255,16 +271,20 @@ def read_families(
 
 
 def _settings(config_loader: Any) -> SweepSettings:
-    """``conf/<env>/sweep.yml``, checked (absent: a local cluster)."""
+    """``conf/<env>/sweep.yml``, checked (absent: a local cluster); a batch system's
+    ``dask_jobqueue`` is imported here, in the main thread, as it must be."""
     config_loader.config_patterns.setdefault("sweep", ["sweep*", "sweep*/**"])
     try:
         raw = config_loader["sweep"]
     except MissingConfigException:
         raw = {}
     try:
-        return SweepSettings.model_validate(raw or {})
+        settings = SweepSettings.model_validate(raw or {})
     except ValidationError as error:
         raise Seq2FinalError(f"sweep.yml: {one_line(error, SweepSettings)}") from None
+    if settings.cluster.type != "local":
+        jobqueue_options(settings.cluster)  # its walltime and lifetimes, checked before any work
+    return settings
 
 
 def describe(graph: SweepGraph, stores: Stores) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 from distributed import Client, Future, wait
 
+from seq2final.core.errors import Seq2FinalError
 from seq2final.models import build_model, forward_macs
 from seq2final.reporting.tables import report_folder
 from seq2final.runs.plans import STEP0
@@ -41,6 +42,10 @@ to the end leaves the other workers idle while its jobs wait for it), then the j
 state (they train on the historical steps themselves, so they are the long ones), then the jobs
 that adapt a state to the final step (short: the final step is the scarce one) to fill the end.
 Within each kind, larger architectures go first (:func:`architecture_order`)."""
+
+
+class SweepStalled(Seq2FinalError):
+    """No worker has been connected for the sweep's ``stall_minutes``."""
 
 
 @dataclass
@@ -77,11 +82,14 @@ class Sweep:
     stores: Stores
     gpus: bool
     say: Callable[[str], None]
+    asked: float | None = None  # perf_counter() when the cluster was asked for (None: at run)
+    stall_seconds: float = 600.0  # no worker this long stops the sweep (sweep.yml stall_minutes)
+    idle_word: Callable[[], str] = lambda: "no worker joined"  # why, in the cluster's words
     log_dir: Path = field(default_factory=lambda: Path("logs/sweep"))
     report: SweepReport = field(default_factory=SweepReport)
     _id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S"))
     _tasks: dict[Future, PipelineRun] = field(default_factory=dict)
-    _states: dict[str, Future] = field(default_factory=dict)
+    _states: dict[str, Future | None] = field(default_factory=dict)  # None: settled, released
     _pending_jobs: dict[tuple[str, str], int] = field(default_factory=Counter)
     _good_jobs: dict[tuple[str, str], int] = field(default_factory=Counter)
     _planned: dict[tuple[str, str], int] = field(default_factory=Counter)
@@ -91,6 +99,8 @@ class Sweep:
     _started: set[str] = field(default_factory=set)  # keys of tasks that began on a worker
     _arch_rank: dict[str, int] = field(default_factory=dict)
     _line: str = ""
+    _workers: int | None = None  # workers able to run a task (None: none has joined yet)
+    _idle_since: float | None = None  # since when no worker has been there
 
     def run(self, graph: SweepGraph) -> SweepReport:
         """Submit ``graph`` and follow it until every task has finished or failed."""
@@ -141,7 +151,8 @@ class Sweep:
                     # chain that no view continues: the task of the state that extends it
                     continue  # trains it first
                 step0 = state.step0_key
-                after = [self._states[k] for k in (step0, state.extends) if k in self._states]
+                before = [self._states.get(k) for k in (step0, state.extends) if k]
+                after = [future for future in before if future is not None]
                 task = self._task("state", state.key, "pretrain_historical", plan.job_params(job))
                 future = self._submit(task, after, training=True)
                 self._states[state.key] = future
@@ -209,16 +220,44 @@ class Sweep:
     def _wait_all(self, started: float) -> None:
         """Follow the tasks to the end; everything but the wait itself counts as overhead."""
         last_line, last_time = "", 0.0
+        self._idle_since = started
         while self._tasks:
-            try:
-                done, _ = wait(list(self._tasks), timeout=5, return_when="FIRST_COMPLETED")
+            try:  # every second until a worker has joined, to tell when it did
+                timeout = 1 if self._workers is None else 5
+                done, _ = wait(list(self._tasks), timeout=timeout, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 done = set()
+            self._count_workers(started)
             self._drive(functools.partial(self._follow, done, started))
-            line = self._line
-            if line != last_line or time.monotonic() - last_time > 60:
+            done.clear()  # settled futures released now, not after the next wait
+            line = self._line  # said when its counts change, and once a minute
+            if _counts(line) != _counts(last_line) or time.monotonic() - last_time > 60:
                 self.say(line)
                 last_line, last_time = line, time.monotonic()
+
+    def _count_workers(self, started: float) -> None:
+        """Count the workers that can run a task (a paused or closing one runs nothing); say
+        when the first joined, and stop the sweep when none has been there for its
+        ``stall_seconds``, with the cluster's word on why."""
+        count = sum(
+            w.get("status") == "running"
+            for w in self.client.scheduler_info().get("workers", {}).values()
+        )
+        now = time.perf_counter()
+        if count and self._workers is None:
+            since = now - (self.asked or started)
+            self.say(f"First worker joined {since:.1f} s after the cluster was asked for")
+        if count or self._workers is not None:
+            self._workers = count
+        if count:
+            self._idle_since = None
+        elif self._idle_since is None:
+            self._idle_since = now
+        elif now - self._idle_since >= self.stall_seconds:
+            raise SweepStalled(
+                f"The sweep stopped: no worker for {(now - self._idle_since) / 60:.1f} minutes "
+                f"(sweep.yml stall_minutes {self.stall_seconds / 60:g}); {self.idle_word()}"
+            )
 
     def _follow(self, done: set[Future], started: float) -> None:
         for future in done:
@@ -227,6 +266,10 @@ class Sweep:
 
     def _settle(self, future: Future) -> None:
         task = self._tasks.pop(future)
+        if task.kind == "state" and future.status == "finished":  # no reference is left to it:
+            # Dask forgets its result, and a worker that leaves has nothing to hand over or to
+            # see computed again (a failed one is kept: what is submitted after it fails too)
+            self._states.update({k: None for k, held in self._states.items() if held is future})
         if future.status == "finished":
             self.report.trained[task.kind] += 1
             result = future.result()
@@ -278,12 +321,11 @@ class Sweep:
         elapsed = time.perf_counter() - started
         line = (
             f"jobs {done}/{self.report.jobs} done · {running} running · {failed} failed · "
-            f"{_clock(elapsed)} elapsed"
+            f"{self._workers or 0} workers · {_clock(elapsed)} elapsed"
         )
         if self._job_seconds and left:
-            workers = max(1, len(self.client.scheduler_info().get("workers", {})))
             mean = sum(self._job_seconds) / len(self._job_seconds)
-            line += f" · ~{_clock(mean * left / workers)} left"
+            line += f" · ~{_clock(mean * left / max(1, self._workers or 0))} left"
         return line
 
 
@@ -293,6 +335,11 @@ def architecture_order(archs: tuple[str, ...] | list[str]) -> dict[str, int]:
     end, instead of one worker training a large model alone while the others idle."""
     macs = {arch: forward_macs(build_model(arch, num_classes=10)) for arch in archs}
     return {arch: rank for rank, arch in enumerate(sorted(macs, key=macs.__getitem__), start=1)}
+
+
+def _counts(line: str) -> list[str]:
+    """A progress line's counts (jobs, running, failed, workers), without its times."""
+    return line.split(" · ")[:4]
 
 
 def _clock(seconds: float) -> str:

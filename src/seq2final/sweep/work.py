@@ -13,6 +13,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import random
 import sys
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 from distributed import WorkerPlugin, get_worker
+from distributed.core import Status
 from kedro.framework.session import KedroSession
 
 from seq2final.core.startup import bootstrap_once
@@ -119,7 +121,21 @@ def task_log(path: Path) -> Iterator[None]:
 
 class TrainingWorker(WorkerPlugin):
     """Sets a Dask worker up for training: ``threads`` torch threads (one by default: processes
-    scale better than threads for these small models) and glibc's default memory reuse.
+    scale better than threads for these small models), glibc's default memory reuse, no pausing
+    at a memory threshold, and, given a ``lifetime`` (seconds ± ``stagger``, drawn per worker),
+    a departure that waits for the running task.
+
+    Dask pauses a worker whose process passes 80 % of its memory limit until Dask-held data is
+    spilled or freed; a training task's memory is torch's, which waiting never frees, so a paused
+    worker of a sweep waits for good (measured: a SLURM job of ``memory: 1GB`` whose worker held
+    788 MiB after its first task paused, and the sweep stood still, docs/scale.md). Without the
+    pause, a worker past the limit is ended by its nanny at 95 % and its task fails in one line
+    after Dask's retries.
+
+    Dask's own ``--lifetime`` retires a worker at once: the task it runs is cut and started again
+    elsewhere, and one longer than the lifetime never finishes. At its lifetime this worker
+    pauses instead (no task is sent to it or started on it), finishes the task it runs, then
+    leaves (docs/scale.md, "When a job dies").
 
     Dask starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which pins glibc's thresholds: every
     allocation over 128 KiB is then mapped and unmapped afresh, and each training step's tensors
@@ -130,12 +146,36 @@ class TrainingWorker(WorkerPlugin):
 
     name = "seq2final-training-worker"
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, lifetime: float | None = None, stagger: float = 0.0) -> None:
         self.threads = threads
+        self.lifetime = lifetime
+        self.stagger = stagger
 
     def setup(self, worker: Any) -> None:
         torch.set_num_threads(self.threads)
         reuse_freed_memory()
+        worker.memory_manager.memory_pause_fraction = False
+        if worker.status == Status.paused:  # paused before this plugin came: nothing unpauses it
+            worker.status = Status.running
+        if self.lifetime:
+            seconds = self.lifetime + random.uniform(-self.stagger, self.stagger)
+            worker.loop.call_later(seconds, self._leave_when_idle, worker)
+
+    def _leave_when_idle(self, worker: Any) -> None:
+        """Pause (the scheduler sends a paused worker nothing, and it starts nothing), then
+        leave once the task it runs has finished: its queued tasks go to other workers."""
+        if worker.status == Status.running:
+            worker.status = Status.paused
+        if worker.status != Status.paused:  # closing already
+            return
+        if worker.state.executing_count:
+            worker.loop.call_later(0.5, self._leave_when_idle, worker)
+            return
+        worker.loop.add_callback(worker.close_gracefully, reason=LIFETIME_REACHED)
+
+
+LIFETIME_REACHED = "seq2final-lifetime-reached"
+"""The reason a worker that reached its sweep lifetime gives when it leaves (in its job's log)."""
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (glibc malloc.h)
