@@ -5,8 +5,9 @@
 Needs Debian's ``slurmctld slurmd slurm-client munge`` and root (``sweep/slurm.py`` starts the
 daemons under a temporary folder and stops them at the end). Each side runs ``kedro sweep`` as
 typed, in a fresh project copy whose ``slurm`` environment asks for 2 one-core jobs (walltime 10
-minutes), on tiny digits data: 1 sequence, 1 historical state, 5 jobs (``convnet_1`` × baseline,
-ERM, FT, LP-FT, NCM; budget ``smoke`` with 2 trials of up to 6 epochs). The second side cancels,
+minutes), on small digits data: 1 sequence (1,000 historical images, 300 final), 1 historical
+state, 5 jobs (``convnet_1`` × baseline, ERM, FT, LP-FT, NCM; budget ``smoke`` with 2 trials of
+up to 8 epochs), long enough for a replacement to join before the end. The second side cancels,
 with ``scancel``, the job of a worker that has a training job's log open. Measured from the
 driver's own lines, stamped as they arrive: the time to its first worker, the cancelled worker's
 replacement (``scancel`` to the new job running in ``squeue``, and to the driver counting 2
@@ -35,10 +36,10 @@ from seq2final.sweep.slurm import start_slurm
 PROJECT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PARAMS = (
-    "build_sequences.test_size=50,build_sequences.oracle_size=120,"
-    "budgets.smoke.trials=2,budgets.smoke.max_epochs=6"
+    "build_sequences.test_size=200,build_sequences.oracle_size=120,"
+    "budgets.smoke.trials=2,budgets.smoke.max_epochs=8"
 )
-SWEEP = ("sweep", "--env", "slurm", "--sequences", "source100:rotation60", "--archs", "convnet_1",
+SWEEP = ("sweep", "--env", "slurm", "--sequences", "source1000:rotation300", "--archs", "convnet_1",
          "--methods", "baseline,erm,ft,lp_ft,ncm", "--budget", "smoke", "--params", PARAMS)  # fmt: skip
 SWEEP_YML = """cluster:
   type: slurm
@@ -81,6 +82,7 @@ def job_mid_task(project: Path) -> str | None:
 
 
 def one_sweep(project: Path, env: dict[str, str], cancel: bool) -> dict[str, object]:
+    earlier = {line.split()[0] for line in squeue(env)}  # the other side's jobs
     started = time.perf_counter()
     lines: list[tuple[float, str]] = []
     driver = subprocess.Popen([str(BIN / "kedro"), *SWEEP], cwd=project, env=env, text=True,
@@ -118,7 +120,8 @@ def one_sweep(project: Path, env: dict[str, str], cancel: bool) -> dict[str, obj
     finished = next((float(m[1]) for t in text if (m := re.search(r"finished in (\d+\.\d)", t))),
                     None)  # fmt: skip
     result.update(exit_code=driver.returncode, wall_s=round(wall, 1), sweep_s=finished,
-                  first_worker_s=first, squeue=squeue(env))  # fmt: skip
+                  first_worker_s=first,
+                  squeue=[r for r in squeue(env) if r.split()[0] not in earlier])  # fmt: skip
     if cancel and result.get("cancelled_at_s") is not None:
         at = float(result["cancelled_at_s"])  # type: ignore[arg-type]
         back = [t for t, line in lines if t > at and " · 2 workers · " in line]
@@ -130,6 +133,7 @@ def one_sweep(project: Path, env: dict[str, str], cancel: bool) -> dict[str, obj
 def main() -> None:
     slurm = start_slurm()
     env = {**os.environ, **slurm.env, "KEDRO_DISABLE_TELEMETRY": "1"}
+    version = subprocess.run(["sinfo", "-V"], env=env, capture_output=True, text=True).stdout
     try:
         with tempfile.TemporaryDirectory() as folder:
             runs = {
@@ -143,8 +147,7 @@ def main() -> None:
         print(name, json.dumps(shown))
         print("\n".join(f"  squeue: {line}" for line in run["squeue"]))  # type: ignore[union-attr]
     out = PROJECT / "benchmarks" / "results" / "slurm_sweep.json"
-    version = subprocess.run(["sinfo", "--version"], capture_output=True, text=True).stdout.strip()
-    machine = {**describe_machine(torch.device("cpu")), "slurm": version}
+    machine = {**describe_machine(torch.device("cpu")), "slurm": version.strip()}
     out.write_text(json.dumps({"machine": machine, "runs": runs}, indent=1) + "\n")
     print(f"wrote {out.relative_to(PROJECT)}")
 

@@ -29,15 +29,18 @@ from seq2final.data.family import expand_sequences, members
 from seq2final.data.spec import resolve_spec
 from seq2final.reporting.robustness import history_distances
 from seq2final.reporting.tables import report_folder
-from seq2final.sweep.cluster import (
+from seq2final.sweep.batch import (
     LOST_JOB_GRACE,
+    close_batch_cluster,
+    idle_word,
+    jobqueue_options,
+    submit_errors,
+)
+from seq2final.sweep.cluster import (
     SweepSettings,
     connect,
     forked_local_workers,
     has_gpus,
-    idle_word,
-    jobqueue_options,
-    submit_errors,
     tracking_server,
 )
 from seq2final.sweep.driver import Sweep, SweepReport
@@ -179,11 +182,7 @@ def _disconnect(connecting: Future) -> None:
     client, cluster = connecting.result()
     client.close()
     if cluster is not None:
-        # Dask's SpecCluster asserts at its close that every batch job it created has closed;
-        # one whose submission the batch system refused never started, and fails that check
-        # after everything else is closed (its started jobs cancelled first).
-        with contextlib.suppress(AssertionError):
-            cluster.close()
+        close_batch_cluster(cluster)
 
 
 def check_names(graph: SweepGraph, options: MlflowOptions) -> None:

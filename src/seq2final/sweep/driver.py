@@ -229,27 +229,25 @@ class Sweep:
                 done = set()
             self._count_workers(started)
             self._drive(functools.partial(self._follow, done, started))
-            done.clear()  # settled futures released now, not after the next wait
             line = self._line  # said when its counts change, and once a minute
             if _counts(line) != _counts(last_line) or time.monotonic() - last_time > 60:
                 self.say(line)
                 last_line, last_time = line, time.monotonic()
 
     def _count_workers(self, started: float) -> None:
-        """Count the workers that can run a task (a paused or closing one runs nothing); say
-        when the first joined, and stop the sweep when none has been there for its
-        ``stall_seconds``, with the cluster's word on why."""
-        count = sum(
-            w.get("status") == "running"
-            for w in self.client.scheduler_info().get("workers", {}).values()
-        )
+        """Count the workers that can run a task (a paused one finishes the task it runs, and
+        starts no other); say when the first joined, and stop the sweep when none, paused or
+        not, has been there for its ``stall_seconds``, with the cluster's word on why."""
+        statuses = [w.get("status") for w in self.client.scheduler_info()["workers"].values()]
+        count = statuses.count("running")
+        present = count + statuses.count("paused")  # one at its lifetime finishes its task
         now = time.perf_counter()
         if count and self._workers is None:
             since = now - (self.asked or started)
             self.say(f"First worker joined {since:.1f} s after the cluster was asked for")
         if count or self._workers is not None:
             self._workers = count
-        if count:
+        if present:
             self._idle_since = None
         elif self._idle_since is None:
             self._idle_since = now
@@ -266,11 +264,8 @@ class Sweep:
 
     def _settle(self, future: Future) -> None:
         task = self._tasks.pop(future)
-        if task.kind == "state" and future.status == "finished":  # no reference is left to it:
-            # Dask forgets its result, and a worker that leaves has nothing to hand over or to
-            # see computed again (a failed one is kept: what is submitted after it fails too)
-            self._states.update({k: None for k, held in self._states.items() if held is future})
-        if future.status == "finished":
+        finished = future.status == "finished"  # read once: a release changes it
+        if finished:
             self.report.trained[task.kind] += 1
             result = future.result()
             if task.kind == "job":
@@ -281,18 +276,23 @@ class Sweep:
             if not Path(task.log_path).exists():  # it never ran: a task it waited for failed
                 reason = f"not run: {reason}"
             self.report.failures.append(Failure(task, reason[:300]))
-        if task.kind == "evaluate" and future.status == "finished":
+        if task.kind == "evaluate" and finished:
             name, dataset = task.params["sequence"], task.params["dataset"]
             self.report.tables.append(
                 f"data/08_reporting/result_table_reports/{report_folder(name, dataset)}/"
             )
         if task.kind == "sequence":
-            self._after_sequence(task, built=future.status == "finished")
+            self._after_sequence(task, built=finished)
         elif task.kind == "job":
             group = (task.params["sequence"], task.params["dataset"])
             self._pending_jobs[group] -= 1
-            self._good_jobs[group] += future.status == "finished"
+            self._good_jobs[group] += finished
             self._maybe_evaluate(group)
+        if finished:  # released: Dask forgets the result (tasks waiting for it keep it until
+            # they run), so a worker that leaves has nothing to hand over, or to see computed
+            # again; a failed task is kept: what is submitted after it, waiting for it, fails too
+            self._states.update({k: None for k, held in self._states.items() if held is future})
+            future.release()
 
     def _after_sequence(self, task: PipelineRun, built: bool) -> None:
         """Plan and submit a sequence's states and jobs once it is built (their keys cover its

@@ -17,7 +17,7 @@ import pkgutil
 
 from seq2final.core.known_warnings import silence_known_warnings
 
-PROJECT = (
+PROJECT_MODULES = (
     "seq2final.config.loader",
     "seq2final.hooks",
     "seq2final.pipelines",
@@ -40,7 +40,7 @@ def import_what_tasks_use() -> None:
     dask_logger = logging.getLogger("distributed")
     saved = list(dask_logger.handlers), dask_logger.level, dask_logger.propagate
     silence_known_warnings()
-    for name in PROJECT:
+    for name in PROJECT_MODULES:
         importlib.import_module(name)
     pipelines = importlib.import_module("seq2final.pipelines")
     for module in pkgutil.walk_packages(pipelines.__path__, "seq2final.pipelines."):

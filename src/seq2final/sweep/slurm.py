@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -21,12 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.sweep.services import free_port
+from seq2final.sweep.services import free_port, stop_process
 
 PACKAGES = "slurmctld slurmd slurm-client munge"
 """Debian's packages of a one-node SLURM (``apt-get install --no-install-recommends``)."""
 
-PROGRAMS = ("slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "munged", "mungekey")
+PROGRAMS = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "munged", "mungekey")
+"""What starting, using and stopping it runs."""
 
 NODE = "seq2final"
 """The one node's SLURM name (its daemon is started as that node, whatever the host's name)."""
@@ -54,6 +54,7 @@ class LocalSlurm:
 
     @property
     def conf(self) -> Path:
+        """Its ``slurm.conf``, which every client command reads through ``SLURM_CONF``."""
         return self.folder / "slurm.conf"
 
     @property
@@ -62,16 +63,17 @@ class LocalSlurm:
         return {"SLURM_CONF": str(self.conf)}
 
     def stop(self) -> None:
-        """Cancel every job (their workers end with them), then stop the daemons, last
-        started first, each by its process id."""
+        """Cancel every job and wait until none is left (with ``proctrack/linuxproc`` a job's
+        processes would outlive ``slurmd``), then stop the daemons, last started first, each
+        by its process id."""
         _run([_need("scancel"), "--full", "--user", "root"], self.env)
+        deadline = time.monotonic() + 30
+        while _run([_need("squeue"), "-h"], self.env).stdout.strip():
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         for process in reversed(self.processes):
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process)
         if self.temporary:
             shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -96,13 +98,13 @@ def start_slurm(folder: Path | None = None, cpus: int | None = None) -> LocalSlu
     # munged refuses a socket in a folder not everyone may enter, and a key others may read
     temporary = folder is None
     folder = Path(folder or tempfile.mkdtemp(prefix="seq2final-slurm-")).resolve()
-    munge = folder / "munge"
-    for path in (folder, munge, folder / "state", folder / "spool"):
-        path.mkdir(parents=True, exist_ok=True)
-        path.chmod(0o755)
-    shutil.chown(munge, "munge", "munge")
     started: list[subprocess.Popen] = []
     try:
+        munge = folder / "munge"
+        for path in (folder, munge, folder / "state", folder / "spool"):
+            path.mkdir(parents=True, exist_ok=True)
+            path.chmod(0o755)
+        shutil.chown(munge, "munge", "munge")
         started.append(_start_munge(munge))
         _write_conf(folder, munge / "munge.socket", cpus or os.cpu_count() or 1)
         env = {**os.environ, "SLURM_CONF": str(folder / "slurm.conf")}
@@ -114,7 +116,7 @@ def start_slurm(folder: Path | None = None, cpus: int | None = None) -> LocalSlu
                 )
         slurm = LocalSlurm(folder, tuple(started), temporary)
         _wait_until_idle(slurm)
-    except BaseException:
+    except BaseException:  # nothing left running; the folder stays, for its logs
         for process in reversed(started):
             process.kill()
             process.wait()
@@ -139,6 +141,8 @@ def _start_munge(folder: Path) -> subprocess.Popen:
     deadline = time.monotonic() + 20
     while not socket_path.exists():
         if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            process.wait()
             raise Seq2FinalError(f"munged did not start; see {folder.parent / 'munged.out'}")
         time.sleep(0.1)
     return process
