@@ -144,3 +144,22 @@ def test_a_plugin_that_does_not_import_is_one_line_naming_it():
     with pytest.raises(Seq2FinalError, match="cannot import 'no_such_lab.methods'") as error:
         load_plugins(["no_such_lab.methods"])
     assert "\n" not in str(error.value)
+
+
+def test_a_plugin_that_takes_a_built_in_name_is_one_line_naming_the_registry_and_name(
+    tmp_path, monkeypatch
+):
+    """A plugin registering ``ft`` again is refused as a clash, not as an import path to fix."""
+    (tmp_path / "lab_clash.py").write_text(
+        "from seq2final.methods import final_mode\n\n\n"
+        "@final_mode('ft', 'my fine-tuning', continues_from=('model',), config_keys=())\n"
+        "def ft(ctx, config, state):\n    return None\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(Seq2FinalError) as error:
+        load_plugins(["lab_clash"])
+    assert str(error.value) == (
+        "parameter 'plugins': 'lab_clash' registers final mode 'ft', which is already registered "
+        "(built in or by a plugin loaded before it); valid: a final mode name not registered yet"
+    )
+    sys.modules.pop("lab_clash", None)

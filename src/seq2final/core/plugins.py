@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from importlib.metadata import entry_points
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.registry import NameClash
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ def load_plugins(import_paths: Iterable[str] = ()) -> list[str]:
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         try:
             entry.load()
+        except NameClash as clash:
+            raise _clash(f"plugin entry point '{entry.name}' ({entry.value})", clash) from None
         except Exception as error:  # a broken plugin is the user's to fix, named in one line
             raise Seq2FinalError(
                 f"plugin entry point '{entry.name}' ({entry.value}) failed to load: "
@@ -54,6 +57,8 @@ def load_plugins(import_paths: Iterable[str] = ()) -> list[str]:
     for path in import_paths:
         try:
             importlib.import_module(path)
+        except NameClash as clash:
+            raise _clash(f"parameter 'plugins': '{path}'", clash) from None
         except Exception as error:
             raise Seq2FinalError(
                 f"parameter 'plugins': cannot import '{path}' ({type(error).__name__}: {error}); "
@@ -63,3 +68,11 @@ def load_plugins(import_paths: Iterable[str] = ()) -> list[str]:
     if loaded:
         log.debug("plugins loaded: %s", ", ".join(loaded))
     return loaded
+
+
+def _clash(plugin: str, clash: NameClash) -> Seq2FinalError:
+    """A plugin that registers a name its registry holds already, as one line naming both."""
+    return Seq2FinalError(
+        f"{plugin} registers {clash.kind} '{clash.name}', which is already registered (built in "
+        f"or by a plugin loaded before it); valid: a {clash.kind} name not registered yet"
+    )

@@ -16,6 +16,16 @@ from seq2final.core.errors import UnknownNameError
 T = TypeVar("T")
 
 
+class NameClash(ValueError):
+    """A second object under a name a registry holds: which registry, and which name, so a
+    plugin's clash with a built-in (or another plugin's) name can be said as such."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(f"{kind} '{name}' is already registered")
+        self.kind = kind
+        self.name = name
+
+
 class Registry(Mapping[str, T], Generic[T]):
     """A read-only mapping from public names to objects, filled by :meth:`register`."""
 
@@ -35,7 +45,7 @@ class Registry(Mapping[str, T], Generic[T]):
     def add(self, name: str, obj: T) -> None:
         """Add ``obj`` under ``name`` (for objects built in a loop rather than defined)."""
         if name in self._entries:
-            raise ValueError(f"{self.kind} '{name}' is already registered")
+            raise NameClash(self.kind, name)
         self._entries[name] = obj
 
     def __getitem__(self, name: str) -> T:
