@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,10 +27,11 @@ import threading
 import time
 from pathlib import Path
 
+import sweep_speed  # its project copy (a module beside this script, in benchmarks/)
 import torch
 
 from seq2final.bench.machine import describe_machine
-from seq2final.sweep.slurm import start_slurm
+from seq2final.sweep.slurm import LocalSlurm, job_holding, start_slurm
 
 PROJECT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -41,6 +41,7 @@ PARAMS = (
 )
 SWEEP = ("sweep", "--env", "slurm", "--sequences", "source1000:rotation300", "--archs", "convnet_1",
          "--methods", "baseline,erm,ft,lp_ft,ncm", "--budget", "smoke", "--params", PARAMS)  # fmt: skip
+COLUMNS = "%i %j %T %r %M"  # squeue's id, name, state, reason, time
 SWEEP_YML = """cluster:
   type: slurm
   maximum_jobs: 2
@@ -49,40 +50,16 @@ SWEEP_YML = """cluster:
 
 
 def project_copy(target: Path) -> Path:
-    shutil.copytree(PROJECT / "conf", target / "conf", ignore=shutil.ignore_patterns("local"))
-    (target / "conf" / "local").mkdir()
-    (target / "conf" / "slurm").mkdir()
-    (target / "conf" / "slurm" / "sweep.yml").write_text(SWEEP_YML.format(logs=target / "slurm"))
-    shutil.copy(PROJECT / "pyproject.toml", target / "pyproject.toml")
-    for folder in ("data", "logs", "src"):
-        (target / folder).mkdir()
-    return target
+    """``sweep_speed``'s empty project copy, with the ``slurm`` environment's sweep.yml."""
+    copied = sweep_speed.project_copy(target)
+    (copied / "conf" / "slurm").mkdir()
+    (copied / "conf" / "slurm" / "sweep.yml").write_text(SWEEP_YML.format(logs=copied / "slurm"))
+    return copied
 
 
-def squeue(env: dict[str, str]) -> list[str]:
-    out = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i %j %T %r %M"], env=env,
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
-    return [line.strip() for line in out.splitlines() if line.strip()]
-
-
-def job_mid_task(project: Path) -> str | None:
-    """The SLURM job id of a worker process that has a training job's log open."""
-    logs = str(project / "logs" / "sweep")
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            held = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
-            if any(p.startswith(logs) and "/job-" in p for p in held):
-                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                for entry in environ:
-                    if entry.startswith(b"SLURM_JOB_ID="):
-                        return entry.split(b"=", 1)[1].decode()
-        except OSError:
-            continue
-    return None
-
-
-def one_sweep(project: Path, env: dict[str, str], cancel: bool) -> dict[str, object]:
-    earlier = {line.split()[0] for line in squeue(env)}  # the other side's jobs
+def one_sweep(project: Path, slurm: LocalSlurm, cancel: bool) -> dict[str, object]:
+    env = {**os.environ, **slurm.env, "KEDRO_DISABLE_TELEMETRY": "1"}
+    earlier = {line.split()[0] for line in slurm.queue(COLUMNS)}  # the other side's jobs
     started = time.perf_counter()
     lines: list[tuple[float, str]] = []
     driver = subprocess.Popen([str(BIN / "kedro"), *SWEEP], cwd=project, env=env, text=True,
@@ -99,13 +76,15 @@ def one_sweep(project: Path, env: dict[str, str], cancel: bool) -> dict[str, obj
     if cancel:
         cancelled = None
         while cancelled is None and driver.poll() is None:
-            cancelled = job_mid_task(project)
+            cancelled = job_holding(f"{project}/logs/sweep/*/job-*.log")
             time.sleep(0.1)
-        before = {line.split()[0] for line in squeue(env)}
+        before = {line.split()[0] for line in slurm.queue(COLUMNS)}
         subprocess.run(["scancel", cancelled], env=env, check=True)
         at = time.perf_counter() - started
         while True:
-            new = [r for r in squeue(env) if r.split()[0] not in before and " RUNNING " in r]
+            new = [
+                r for r in slurm.queue(COLUMNS) if r.split()[0] not in before and " RUNNING " in r
+            ]
             if new or driver.poll() is not None:
                 break
             time.sleep(0.1)
@@ -121,7 +100,7 @@ def one_sweep(project: Path, env: dict[str, str], cancel: bool) -> dict[str, obj
                     None)  # fmt: skip
     result.update(exit_code=driver.returncode, wall_s=round(wall, 1), sweep_s=finished,
                   first_worker_s=first,
-                  squeue=[r for r in squeue(env) if r.split()[0] not in earlier])  # fmt: skip
+                  squeue=[r for r in slurm.queue(COLUMNS) if r.split()[0] not in earlier])  # fmt: skip
     if cancel and result.get("cancelled_at_s") is not None:
         at = float(result["cancelled_at_s"])  # type: ignore[arg-type]
         back = [t for t, line in lines if t > at and " · 2 workers · " in line]
@@ -137,7 +116,9 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as folder:
             runs = {
-                name: one_sweep(project_copy(Path(folder) / name), env, cancel=name == "cancelled")
+                name: one_sweep(
+                    project_copy(Path(folder) / name), slurm, cancel=name == "cancelled"
+                )
                 for name in ("plain", "cancelled")
             }
     finally:

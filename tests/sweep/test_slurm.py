@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from omegaconf import OmegaConf
 
 from seq2final.cli import cli
+from seq2final.sweep.slurm import job_holding
 from seq2final.sweep.work import LIFETIME_REACHED
 
 TINY = "build_sequences.test_size=50,build_sequences.oracle_size=120"
@@ -46,30 +47,11 @@ def slurm_env(project: Path, stall_minutes: float = 3, **cluster) -> None:
 
 def jobs(slurm) -> list[tuple[str, str, str]]:
     """Every job SLURM knows, finished ones included: (id, state, reason)."""
-    out = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i|%T|%r"], env={**os.environ,
-                         **slurm.env}, capture_output=True, text=True, check=True).stdout  # fmt: skip
-    return [tuple(line.split("|")) for line in out.split()]
+    return [tuple(line.split("|")) for line in slurm.queue("%i|%T|%r")]
 
 
 def records(project: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in (project / RESULTS).glob("*.json")}
-
-
-def job_mid_task(project: Path) -> str | None:
-    """The SLURM job id of a worker that has a training job's log open (so is mid-task)."""
-    logs = str(project / "logs" / "sweep")
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-            held = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in fds]
-            if any(p.startswith(logs) and "/job-" in p for p in held):
-                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                found = [e[13:].decode() for e in environ if e.startswith(b"SLURM_JOB_ID=")]
-                if found:
-                    return found[0]
-        except OSError:  # a process that ended meanwhile
-            continue
-    return None
 
 
 def test_a_cancelled_worker_is_replaced_and_the_sweep_trains_what_a_local_one_does(
@@ -88,7 +70,7 @@ def test_a_cancelled_worker_is_replaced_and_the_sweep_trains_what_a_local_one_do
     try:
         cancelled = None
         while cancelled is None and driver.poll() is None and time.monotonic() - started < 300:
-            cancelled = job_mid_task(project)
+            cancelled = job_holding(f"{project}/logs/sweep/*/job-*.log")  # mid-task
             time.sleep(0.2)
         assert cancelled, "no worker was seen training a job"
         first = {job for job, _, _ in jobs(slurm)}

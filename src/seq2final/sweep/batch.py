@@ -37,9 +37,9 @@ class ClusterSpec(StrictModel):
 
     Its jobs are kept between ``minimum_jobs`` and ``maximum_jobs`` for the whole sweep (Dask's
     adaptive scaling): a job that ends, cancelled, preempted or at its walltime, is replaced.
-    Each worker leaves after its ``lifetime`` (± ``lifetime_stagger``, so they do not all leave
-    together), before the walltime kills it: the scheduler then moves its task to another
-    worker instead of losing it mid-write (dask-jobqueue's recipe, docs/scale.md).
+    Each worker stops taking tasks after its ``lifetime`` (± ``lifetime_stagger``, so they do
+    not all leave together), finishes the one it runs and leaves, before the walltime kills it
+    mid-task (``sweep.work.TrainingWorker``, docs/scale.md).
     """
 
     type: Literal["local", "slurm", "pbs", "sge", "lsf", "htcondor"] = "local"
@@ -74,12 +74,13 @@ _GPU_DIRECTIVE = re.compile(
 
 
 def jobqueue_options(spec: ClusterSpec) -> dict[str, Any]:
-    """The dask-jobqueue class's arguments for ``spec``: its ``options``, with each worker
-    importing the project before it joins (:data:`WORKER_PRELOAD`) and ``gpus_per_worker`` GPUs declared as its Dask
-    resource (every training task asks for one, ``sweep.driver``) and, on SLURM, the job asking
-    the scheduler for the GPUs its workers declare (``--gres=gpu:N``, N = GPUs per worker ×
-    worker processes per job), unless a directive of the options asks already; one that asks
-    for fewer stops the sweep here, before a job waits in the queue for GPUs it will not get.
+    """The dask-jobqueue class's arguments for ``spec``, checked (its job counts and
+    lifetimes): its ``options``, with each worker importing the project before it joins
+    (:data:`WORKER_PRELOAD`) and declaring ``gpus_per_worker`` GPUs as its Dask resource (every
+    training task asks for one, ``sweep.driver``) and, on SLURM, the job asking the scheduler
+    for the GPUs its workers declare (``--gres=gpu:N``, N = GPUs per worker × worker processes
+    per job), unless a directive of the options asks already; one that asks for fewer stops
+    the sweep here, before a job waits in the queue for GPUs it will not get.
     """
     if spec.minimum > spec.maximum_jobs:
         raise Seq2FinalError(
@@ -143,18 +144,16 @@ def walltime_seconds(text: str, kind: str) -> float | None:
     days, *parts = found.groups()
     numbers = [int(p) for p in parts if p is not None]
     if days is not None:  # D-H, D-H:M, D-H:M:S: SLURM's alone
-        if kind != "slurm":
-            return None
-        numbers += [0] * (3 - len(numbers))
-        return int(days) * 86400 + numbers[0] * 3600 + numbers[1] * 60 + numbers[2]
-    if kind == "slurm" and len(numbers) < 3:  # M or M:S
-        numbers = [0, *numbers, *([0] if len(numbers) == 1 else [])]
-    elif kind == "lsf":  # [H:]M
+        hours, minutes, seconds = (numbers + [0, 0])[:3]
+        return (
+            int(days) * 86400 + hours * 3600 + minutes * 60 + seconds if kind == "slurm" else None
+        )
+    if kind == "lsf" or (kind == "slurm" and len(numbers) == 1):  # [H:]M, or SLURM's bare M
         if len(numbers) > 2:
             return None
-        numbers = [*([0] * (2 - len(numbers))), *numbers, 0]
-    numbers = [0] * (3 - len(numbers)) + numbers
-    return numbers[0] * 3600 + numbers[1] * 60 + numbers[2]
+        numbers.append(0)
+    hours, minutes, seconds = [0] * (3 - len(numbers)) + numbers
+    return hours * 3600 + minutes * 60 + seconds
 
 
 def worker_lifetime(spec: ClusterSpec) -> tuple[float, float] | None:
@@ -177,10 +176,12 @@ def worker_lifetime(spec: ClusterSpec) -> tuple[float, float] | None:
             )
     if spec.lifetime is None and walltime is None:
         return None
-    given = {"lifetime": spec.lifetime, "lifetime_stagger": spec.lifetime_stagger}
-    seconds = {name: _seconds(name, text) for name, text in given.items()}
-    lifetime = seconds["lifetime"] if spec.lifetime else (walltime or 0) * 0.9
-    stagger = seconds["lifetime_stagger"] if spec.lifetime_stagger else (walltime or 0) * 0.05
+    lifetime = _seconds("lifetime", spec.lifetime) if spec.lifetime else (walltime or 0) * 0.9
+    stagger = (
+        _seconds("lifetime_stagger", spec.lifetime_stagger)
+        if spec.lifetime_stagger
+        else (walltime or 0) * 0.05
+    )
     if lifetime <= stagger:
         raise Seq2FinalError(
             f"sweep.yml cluster.lifetime {lifetime:g} s is not above its lifetime_stagger "
@@ -195,10 +196,10 @@ def worker_lifetime(spec: ClusterSpec) -> tuple[float, float] | None:
     return lifetime, stagger
 
 
-def _seconds(name: str, text: str | None) -> float:
+def _seconds(name: str, text: str) -> float:
     """A ``cluster`` setting's Dask time (``"11h"``, ``"30m"``, ``"90s"``) in seconds."""
     try:
-        return float(parse_timedelta(text) or 0) if text else 0.0
+        return float(parse_timedelta(text) or 0)
     except (ValueError, KeyError, TypeError):
         raise Seq2FinalError(
             f"sweep.yml cluster.{name} {text!r} is not a time: valid are Dask's ('11h', '30m', "

@@ -105,8 +105,8 @@ def _refused(scheduler: str) -> str | None:
 
 def _start_cluster(workers: int | None, settings: SweepSettings, threads: int) -> Any:
     """A batch-system cluster adapting between ``cluster.minimum_jobs`` and ``maximum_jobs``
-    jobs, or local workers: one per GPU (each
-    seeing only its device) on a CUDA machine, else ``workers`` processes."""
+    jobs, or local workers: one per GPU (each seeing only its device) on a CUDA machine, else
+    ``workers`` processes."""
     spec = settings.cluster
     if spec.type != "local":
         cluster_class = getattr(jobqueue(), JOBQUEUE_CLUSTERS[spec.type])

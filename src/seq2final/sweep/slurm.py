@@ -10,6 +10,7 @@ jobs inherit.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import socket
@@ -61,6 +62,12 @@ class LocalSlurm:
     def env(self) -> dict[str, str]:
         """What a client command (``sbatch``, ``squeue``) needs in its environment."""
         return {"SLURM_CONF": str(self.conf)}
+
+    def queue(self, columns: str) -> list[str]:
+        """Every job it knows, finished ones included (for ``MinJobAge``), one line each in
+        ``squeue``'s ``--format`` of ``columns`` (``"%i %T %r"``: id, state, reason)."""
+        found = _run([_need("squeue"), "-h", "--states=all", "-o", columns], self.env)
+        return [line.strip() for line in found.stdout.splitlines() if line.strip()]
 
     def stop(self) -> None:
         """Cancel every job and wait until none is left (with ``proctrack/linuxproc`` a job's
@@ -150,9 +157,10 @@ def _start_munge(folder: Path) -> subprocess.Popen:
 
 def _write_conf(folder: Path, munge_socket: Path, cpus: int) -> None:
     memory_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20 * 8 // 10
+    host = socket.gethostname().split(".")[0]  # `hostname -s`
     lines = {
         "ClusterName": "seq2final",
-        "SlurmctldHost": f"{socket.gethostname().split('.')[0]}(127.0.0.1)",
+        "SlurmctldHost": f"{host}(127.0.0.1)",
         "SlurmctldPort": free_port(),
         "SlurmdPort": free_port(),
         "SlurmUser": "root",
@@ -177,7 +185,7 @@ def _write_conf(folder: Path, munge_socket: Path, cpus: int) -> None:
         "MinJobAge": 600,  # a finished job stays in `squeue --states=all` for 10 minutes
     }
     node = (
-        f"NodeName={NODE} NodeAddr=127.0.0.1 NodeHostname={socket.gethostname().split('.')[0]} "
+        f"NodeName={NODE} NodeAddr=127.0.0.1 NodeHostname={host} "
         f"CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN"
     )
     partition = "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
@@ -196,6 +204,22 @@ def _wait_until_idle(slurm: LocalSlurm, timeout: float = 60) -> None:
             return
         time.sleep(0.5)
     raise Seq2FinalError(f"the SLURM node was not idle within {timeout:.0f} s; see {slurm.folder}")
+
+
+def job_holding(pattern: str) -> str | None:
+    """The SLURM job of a process on this machine that holds open a file matching the glob
+    ``pattern`` (a sweep's ``logs/sweep/*/job-*.log``: a worker mid-task), from ``/proc``."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = Path(f"/proc/{pid}/fd")
+            if any(fnmatch.fnmatch(os.readlink(fd), pattern) for fd in fds.iterdir()):
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                for entry in environ:
+                    if entry.startswith(b"SLURM_JOB_ID="):
+                        return entry.split(b"=", 1)[1].decode()
+        except OSError:  # a process that ended meanwhile, or one not ours to read
+            continue
+    return None
 
 
 def jobs_word(job_ids: list[str], env: dict[str, str] | None = None) -> str:

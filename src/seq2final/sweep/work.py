@@ -127,10 +127,9 @@ class TrainingWorker(WorkerPlugin):
 
     Dask pauses a worker whose process passes 80 % of its memory limit until Dask-held data is
     spilled or freed; a training task's memory is torch's, which waiting never frees, so a paused
-    worker of a sweep waits for good (measured: a SLURM job of ``memory: 1GB`` whose worker held
-    788 MiB after its first task paused, and the sweep stood still, docs/scale.md). Without the
-    pause, a worker past the limit is ended by its nanny at 95 % and its task fails in one line
-    after Dask's retries.
+    worker of a sweep waits for good (in a trial by hand, a SLURM sweep of ``memory: 1GB`` jobs
+    stood still after their first tasks, docs/scale.md). Without the pause, a worker past the
+    limit is ended by its nanny at 95 % and its task fails in one line after Dask's retries.
 
     Dask's own ``--lifetime`` retires a worker at once: the task it runs is cut and started again
     elsewhere, and one longer than the lifetime never finishes. At its lifetime this worker
