@@ -1,6 +1,7 @@
 """docs/extending.md runs as written: its plugin package, outside seq2final, in a real `kedro run`."""
 
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -17,10 +18,12 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.core.plugins import ENTRY_POINT_GROUP, load_plugins
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
+BENCHMARK = PAGE.parents[1] / "benchmarks" / "extension_lines.py"
 TEXT = PAGE.read_text()
 FILES = dict(re.findall(r"```\w+\n# file: (\S+)\n(.*?)```", TEXT, re.S))
 (RUN,) = re.findall(r"```bash\n# run\n(.*?)\n```", TEXT, re.S)
 (RUN_METHODS,) = re.findall(r"```bash\n# run methods\n(.*?)\n```", TEXT, re.S)
+(RUN_ONE_FILE,) = re.findall(r"```bash\n# run one file\n(.*?)\n```", TEXT, re.S)
 
 
 def test_the_page_holds_a_plugin_package_its_configuration_and_the_command():
@@ -30,6 +33,10 @@ def test_the_page_holds_a_plugin_package_its_configuration_and_the_command():
     assert RUN.startswith("kedro run --params ")
     methods = {Path(name).stem for name in FILES if name.startswith("my_methods/")}
     assert methods == {"__init__", "vrex", "lwf", "phased"}
+    one_file = {Path(name).stem for name in FILES if name.startswith("one_file/")}
+    assert one_file == {"__init__", "sam", "ema", "bitfit", "replay", "fishr"}
+    assert not [name for name in FILES if name.startswith("conf/one_file")]  # no YAML
+    assert RUN_ONE_FILE.startswith("kedro run --params plugins:one_file,")
     assert "conf/my_methods/parameters_my_methods.yml" in FILES
     assert RUN_METHODS.startswith("kedro run --env my_methods --params ")
     lines = len(FILES["my_methods/vrex.py"].splitlines())
@@ -52,13 +59,15 @@ def test_the_plugin_uses_public_names_only():
         assert name in importlib.import_module(package).__all__, (package, name)
 
 
-def _run_page(run: str, tmp_path_factory, copy_project_to, extra: str = "") -> Path:
-    """The page's packages in a folder of their own, the page's config in a copy of the project,
-    and the page's command ``run`` there (budget smoke, tracking off, then ``extra``
-    parameters) in a fresh process."""
+def _run_page(
+    run: str, tmp_path_factory, copy_project_to, extra: str = "", files: dict | None = None
+) -> Path:
+    """The page's packages in a folder of their own, the page's config in a copy of the project
+    (``files``: those only), and the page's command ``run`` there (budget smoke, tracking off,
+    then ``extra`` parameters) in a fresh process."""
     outside = tmp_path_factory.mktemp("outside")
     project = copy_project_to(tmp_path_factory.mktemp("project"))
-    for name, text in FILES.items():
+    for name, text in (FILES if files is None else files).items():
         target = (project if name.startswith("conf/") else outside) / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
@@ -79,13 +88,19 @@ def plugin_run(tmp_path_factory, copy_project_to) -> Path:
 
 @pytest.fixture(scope="module")
 def methods_run(tmp_path_factory, copy_project_to) -> Path:
-    # on a tiny four-step sequence and the smallest ConvNet: the methods' kinds, not the data,
-    # are what the page shows
-    tiny = (
-        ",sequence:source100:rotation60:corruption100:label_flip60,arch:convnet_1,"
-        "build_sequences.test_size:50,build_sequences.oracle_size:120"
-    )
-    return _run_page(RUN_METHODS, tmp_path_factory, copy_project_to, tiny)
+    return _run_page(RUN_METHODS, tmp_path_factory, copy_project_to, TINY)
+
+
+@pytest.fixture(scope="module")
+def one_file_run(tmp_path_factory, copy_project_to) -> Path:
+    one_file = {name: text for name, text in FILES.items() if name.startswith("one_file/")}
+    return _run_page(RUN_ONE_FILE, tmp_path_factory, copy_project_to, TINY, one_file)
+
+
+TINY = (  # a tiny four-step sequence and the smallest ConvNet: the methods' kinds are the point
+    ",sequence:source100:rotation60:corruption100:label_flip60,arch:convnet_1,"
+    "build_sequences.test_size:50,build_sequences.oracle_size:120"
+)
 
 
 def test_the_three_methods_of_three_kinds_train_end_to_end(methods_run):
@@ -163,3 +178,44 @@ def test_a_plugin_that_takes_a_built_in_name_is_one_line_naming_the_registry_and
         "(built in or by a plugin loaded before it); valid: a final mode name not registered yet"
     )
     sys.modules.pop("lab_clash", None)
+
+
+def _records(project: Path) -> dict[str, dict]:
+    paths = (project / "data/07_model_output/results").glob("*.json")
+    return {record["method"]: record for record in map(json.loads, map(Path.read_text, paths))}
+
+
+def test_five_methods_of_one_file_each_train_with_no_yaml_in_their_defaults(one_file_run):
+    records = _records(one_file_run)
+    assert {name: (r["historical"], r["final"]) for name, r in records.items()} == {
+        "sam_irm_ft": ("sam_irm", "ft"), "ema_ft": ("erm", "ema"), "bitfit": ("erm", "bitfit"),
+        "replay_ft": ("erm", "replay"), "fishr_ft": ("fishr", "ft"),
+    }  # fmt: skip
+    log = (one_file_run / "logs/info.log").read_text()
+    # SAM-IRM searched its declared defaults: the fit's, L2's, IRM's and the recipe's
+    drawn = re.search(r" sam_irm: valid [\d.]+ \(.*\) with (.*)", log)
+    assert drawn, log[-3000:]
+    names = [part.split("=")[0] for part in drawn.group(1).split(", ")]
+    assert sorted(names) == ["dropout", "irm_penalty", "lr", "sam_rho", "weight_decay"]
+    assert re.search(r" fishr: valid [\d.]+ \(.*\) with .*fishr_lambda=", log)
+
+    # BitFit's epochs cost what training its chosen parameters costs: less than EMA's full
+    # fine-tuning of the same images, and more than a forward pass alone (the FLOPs counted on
+    # the parameters that train, not on the whole network)
+    def per_epoch(record):
+        (fit,) = record["fits"]
+        return fit["train_flops"] / sum(len(t["valid_curve"]) - 1 for t in fit["trial_summaries"])
+
+    bitfit, full = per_epoch(records["bitfit"]), per_epoch(records["ema_ft"])
+    assert full / 3 < bitfit < full * 0.9
+
+
+def test_the_pages_line_counts_are_the_benchmarks_and_the_files_own():
+    spec = importlib.util.spec_from_file_location("extension_lines", BENCHMARK)
+    counting = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(counting)
+    for name, before, now, yaml_before in counting.rows():
+        assert f"| {name} | {before} → {now} | {yaml_before} → 0 |" in TEXT
+        code = [line for line in FILES[f"one_file/{name}.py"].splitlines()
+                if line.strip() and not line.strip().startswith("#")]  # fmt: skip
+        assert now == len(code) and before > now

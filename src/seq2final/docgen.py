@@ -24,6 +24,7 @@ from seq2final.data.sources import SOURCES
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES, METHODS, MethodRecipe
 from seq2final.models import ARCHITECTURES, build_model, count_parameters, forward_macs
 from seq2final.training.hyperparameters import FitHyperParameters, default_space
+from seq2final.training.optimizers import OPTIMIZERS
 from seq2final.training.terms import LOSS_TERMS, AnchorPull, is_objective
 
 
@@ -234,7 +235,8 @@ def render(conf: Path) -> str:
         "## Loss terms (`seq2final.training.LOSS_TERMS`)\n\nWhat a fit's loss is made of "
         "(`docs/extending.md`, Methods of any kind): objectives combine the domains' losses, "
         "penalties add to them; `l2` is in every fit. Each hyper-parameter with its default, its "
-        "valid range and the default search-space entry to copy into a mode's YAML block.\n",
+        "valid range and its default search-space entry, which a mode no YAML block names "
+        "searches.\n",
         _table(
             ["name", "kind", "hyper-parameters", "what"],
             [
@@ -253,6 +255,20 @@ def render(conf: Path) -> str:
                     ]
                     for n, t in LOSS_TERMS.items()
                 ),
+            ],
+        ),  # fmt: skip
+        "## Optimisers (`seq2final.training.OPTIMIZERS`)\n\nHow a fit updates its weights "
+        "(`docs/extending.md`, Methods of any kind); a task names one, `adam` by default.\n",
+        _table(
+            ["name", "step closure", "hyper-parameters", "what"],
+            [
+                [
+                    f"`{n}`",
+                    "yes" if r.takes_closure else "no",
+                    _hyperparameters(r.hyperparameters),
+                    _summary(r.__doc__),
+                ]
+                for n, r in OPTIMIZERS.items()
             ],
         ),  # fmt: skip
     ]

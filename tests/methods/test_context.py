@@ -1,5 +1,8 @@
 """A context's tuned fits, one trial at a time and fused (``training.fuse``): same choice, and a
-killed fused study resumes without redoing the trials that finished."""
+killed fused study resumes without redoing the trials that finished; a head fit on a frozen
+body computes its features once per trial, with the same choice."""
+
+import functools
 
 import pytest
 import torch
@@ -23,8 +26,9 @@ GRID = SearchSpace.parse(
 )
 
 
-def context(tmp_path, fuse, patience=99, epochs=3):
-    engine = Engine(device="cpu", batch_size=50, eval_batch_size=60, patience=patience, fuse=fuse)
+def context(tmp_path, fuse, patience=99, epochs=3, **options):
+    engine = Engine(device="cpu", batch_size=50, eval_batch_size=60, patience=patience, fuse=fuse,
+                    **options)  # fmt: skip
     budget = Budget(sampler="grid", max_epochs=epochs)
     return Context(
         sequence=None, arch="convnet_2", seed=0, engine=engine, budget=budget,
@@ -93,3 +97,38 @@ def test_a_killed_fused_study_resumes_without_redoing_finished_trials(
     assert widths[1:] == [4 - len(finished_first)]  # only the unfinished trials trained again
     assert resumed.params == uninterrupted.params
     assert resumed.valid_accuracy == uninterrupted.valid_accuracy
+
+
+def test_a_head_fit_on_a_frozen_body_runs_the_body_once_per_split_with_the_same_choice(
+    tmp_path, learnable, monkeypatch
+):
+    task = Task([learnable(80)], learnable(40, seed=1), trainable=["fc"])
+    passes = []
+
+    def tuned_with_passes(ctx):
+        def make():
+            model = ctx.seeded("final", lambda: build_model("convnet_2", 10))
+            model.conv1.register_forward_hook(lambda *args: passes.append(1))
+            return model
+
+        model = ctx.tuned_fit("final", GRID, make, task)
+        return model, ctx.fits[-1]
+
+    stacks = []
+    monkeypatch.setattr(context_module, "fit_fused", lambda models, *a: stacks.append(models))
+    # fuse 4 asked: a head on cached features trains its trials one at a time instead
+    cached_model, cached = tuned_with_passes(context(tmp_path / "c", 4, freeze_bn_stats=True))
+    cached_passes = len(passes)
+    monkeypatch.setattr(context_module, "fit_cached",
+                        functools.partial(context_module.fit_cached, cache=False))  # fmt: skip
+    passes.clear()
+    looped_model, looped = tuned_with_passes(context(tmp_path / "l", 1, freeze_bn_stats=True))
+    assert not stacks
+    assert cached.params == looped.params and cached.best_epoch == looped.best_epoch
+    assert [t.value for t in cached.trial_summaries] == [t.value for t in looped.trial_summaries]
+    for name, value in looped_model.state_dict().items():
+        assert torch.allclose(value, cached_model.state_dict()[name], rtol=0, atol=1e-12), name
+    # each of four trials: 80 training images in two evaluation batches and 40 validation in
+    # one, where the loop runs two training batches an epoch and a validation pass before and
+    # after each of three epochs (the fit's cost, counted once after the study, runs in both)
+    assert len(passes) - cached_passes == 4 * ((2 * 3 + 4) - (2 + 1))

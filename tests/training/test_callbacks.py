@@ -1,5 +1,7 @@
 """Callbacks fire at the documented points of the one loop, in order, the documented times."""
 
+import copy
+
 import pytest
 import torch
 
@@ -7,7 +9,7 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.models import build_model
 from seq2final.training import FitCallback, HyperParameters, LossTerm, ModelWrapper, Task, fit
 from seq2final.training import loop as training
-from seq2final.training.engine import Engine, fuse_width, unfusable
+from seq2final.training.engine import Engine, accuracy, fuse_width, unfusable
 from seq2final.training.tensors import TensorSplit
 
 ENGINE = Engine(batch_size=8, eval_batch_size=16, patience=2)
@@ -42,8 +44,8 @@ class Recording(FitCallback):
 
 
 POINTS = {
-    "before_fit", "on_selected", "before_epoch", "transform_batch", "after_backward",
-    "before_update", "after_update", "after_epoch", "after_fit",
+    "before_fit", "before_eval", "after_eval", "on_selected", "before_epoch", "transform_batch",
+    "after_backward", "before_update", "after_update", "after_epoch", "after_fit",
 }  # fmt: skip
 
 
@@ -61,9 +63,10 @@ def test_callbacks_fire_in_the_documented_order_and_number(monkeypatch):
     def epoch(e, selected):
         calls = [("before_epoch", e)]
         calls += [tuple(e if part == "E" else part for part in call) for call in step * 2]
+        calls += [("before_eval", e), ("after_eval", e)]
         return calls + ([("on_selected", e)] if selected else []) + [("after_epoch", e)]
 
-    expected = [("before_fit", 0), ("on_selected", 0)]
+    expected = [("before_fit", 0), ("before_eval", 0), ("after_eval", 0), ("on_selected", 0)]
     for e, selected in ((1, False), (2, True), (3, False), (4, False)):
         expected += epoch(e, selected)
     assert recording.calls == [*expected, ("after_fit", 4)]
@@ -189,3 +192,64 @@ def test_parts_written_with_the_names_before_they_were_renamed_are_warned_and_st
     assert wrapper.freeze_bn_stats
     with pytest.warns(DeprecationWarning, match=r"Task.hyperparameters\(values\) is now"):
         assert task.hyperparameters({"lr": 0.5}) == task.checked_hyperparameters({"lr": 0.5})
+
+
+class Averaged(FitCallback):
+    """The weights' running mean, swapped in for every validation (an EMA of decay 1/n)."""
+
+    def before_fit(self, fit_state):
+        self.average = copy.deepcopy(fit_state.model)
+        self.seen = 1
+        self.validated, self.snapshots = [], []
+
+    def after_update(self, fit_state):
+        self.seen += 1
+        with torch.no_grad():
+            for mean, now in zip(
+                self.average.parameters(), fit_state.model.parameters(), strict=True
+            ):
+                mean += (now - mean) / self.seen
+
+    def before_eval(self, fit_state):
+        fit_state.eval_model = self.average
+
+    def after_eval(self, fit_state):
+        self.validated.append(fit_state.valid_accuracy)
+        self.snapshots.append(copy.deepcopy(fit_state.eval_model.state_dict()))
+
+
+def test_a_replaced_eval_model_is_what_validation_selection_and_the_result_see():
+    averaged = Averaged()
+    task = Task([_data(24)], _data(seed=1), callbacks=[averaged])
+    model = build_model("convnet_1", 3)
+    seen = []
+    result = fit(model, task, HyperParameters(lr=1e-2), ENGINE, 3, seed=0,
+                 on_epoch=lambda epoch, accuracy: seen.append(accuracy))  # fmt: skip
+    valid = _data(seed=1)
+    curve = [row["valid_accuracy"] for row in result.history]
+    assert curve == averaged.validated == seen  # the history, the tuner's reports, after_eval
+    assert result.valid_accuracy == max(curve)
+    # what the fit hands back is the average of the selected epoch, which scores as recorded
+    assert accuracy(model, valid, ENGINE) == pytest.approx(result.valid_accuracy)
+    kept = averaged.snapshots[result.best_epoch]
+    assert all(torch.equal(value, kept[name]) for name, value in model.state_dict().items())
+
+
+def test_after_fit_runs_when_a_pruned_fit_stops_so_hooks_are_removed():
+    class Hooked(FitCallback):
+        def before_fit(self, fit_state):
+            self.hook = fit_state.model.fc.linear.register_forward_hook(lambda *a: None)
+
+        def after_fit(self, fit_state):
+            self.hook.remove()
+
+    def prune(epoch, accuracy):
+        if epoch == 1:
+            raise RuntimeError("pruned")
+
+    model = build_model("convnet_1", 3)
+    task = Task([_data()], _data(seed=1), callbacks=[Hooked()])
+    with pytest.raises(RuntimeError, match="pruned"):
+        fit(model, task, HyperParameters(lr=1e-3), ENGINE, 3, seed=0, on_epoch=prune)
+    assert not model.fc.linear._forward_hooks
+    assert all(p.requires_grad for p in model.parameters())

@@ -115,7 +115,7 @@ def fit_cost_epoch(model, train, valid, engine, trainable):
     from seq2final.training.flops import fit_cost
 
     hp = HyperParameters({"lr": 1e-3, "weight_decay": 0.0, "dropout": 0.0})
-    return fit_cost(model, Task([train], valid, trainable=trainable), hp, engine).train_epoch
+    return fit_cost(model, Task([train], valid, trainable=trainable), hp, engine).train_epochs[0]
 
 
 def test_p_rep_is_the_mean_of_the_curve_per_seed_then_over_seeds():

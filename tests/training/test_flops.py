@@ -3,6 +3,8 @@
 import torch
 from torch import nn
 
+from seq2final.models import biases
+from seq2final.training.callbacks import FitCallback
 from seq2final.training.continual import GradientProjection
 from seq2final.training.engine import Engine
 from seq2final.training.flops import FitCost, counted_flops, fit_cost
@@ -10,6 +12,7 @@ from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.objectives import Task
 from seq2final.training.records import TrialRecord
 from seq2final.training.tensors import TensorSplit
+from seq2final.training.wrappers import ModelWrapper
 
 # a 3→4-channel 3×3 convolution (padding 1) on 8×8 images, then a linear layer 256 → 2
 CONV = 2 * (8 * 8) * (3 * 3) * 3 * 4  # FLOPs per image: 2 per multiply-add, one per output tap
@@ -38,7 +41,7 @@ def test_a_fits_cost_is_its_step_scaled_to_epochs_passes_and_every_trial():
     # training an image: forward, the convolution's weight gradient (the input needs none) and
     # the linear layer's input and weight gradients
     per_image = 2 * CONV + 3 * LINEAR
-    assert cost == FitCost(train_epoch=10 * per_image, valid_pass=6 * (CONV + LINEAR),
+    assert cost == FitCost(train_epochs=(10 * per_image,), valid_pass=6 * (CONV + LINEAR),
                            per_image=CONV + LINEAR)  # fmt: skip
     # counted on a few images, scaled: the same for a batch of 100
     assert fit_cost(_model(), task, HyperParameters(lr=1e-3), Engine(batch_size=100)) == cost
@@ -57,7 +60,7 @@ def test_an_agem_fit_also_pays_a_reference_gradient_on_its_memory_every_step():
     plain = fit_cost(_model(), task, HyperParameters(lr=1e-3), engine)
     memory = Task([_split(10)], _split(6), callbacks=[GradientProjection(_split(20), 5)])
     agem = fit_cost(_model(), memory, HyperParameters(lr=1e-3), engine)
-    assert agem.train_epoch - plain.train_epoch == 3 * 5 * (2 * CONV + 3 * LINEAR)
+    assert agem.train_epochs[0] - plain.train_epochs[0] == 3 * 5 * (2 * CONV + 3 * LINEAR)
     assert (agem.valid_pass, agem.per_image) == (plain.valid_pass, plain.per_image)
 
 
@@ -67,3 +70,41 @@ def test_counting_leaves_the_model_as_it_was():
     fit_cost(model, Task([_split(10)], _split(6)), HyperParameters(lr=1e-3), Engine(batch_size=4))
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_the_count_sees_the_parameters_that_train_a_predicates_and_each_phases():
+    task = Task([_split(10)], _split(6))
+    hp, engine = HyperParameters(lr=1e-3), Engine(batch_size=4)
+    # biases only: no weight gradient, but the conv bias needs the gradient of the linear
+    # layer's input
+    bitfit = fit_cost(_model(), Task([_split(10)], _split(6), trainable=biases()), hp, engine)
+    assert bitfit.train_epochs == (10 * (CONV + 2 * LINEAR),)
+
+    class HeadFirst(ModelWrapper):
+        def phases(self):
+            return [(2, ["2."]), (None, None)]  # the linear layer alone for two epochs
+
+    phased = Task([_split(10)], _split(6), callbacks=[HeadFirst().callback()])
+    cost = fit_cost(_model(), phased, hp, engine, max_epochs=5)
+    head, every = 10 * (CONV + 2 * LINEAR), 10 * (2 * CONV + 3 * LINEAR)
+    assert cost.train_epochs == (head, head, every)
+    assert cost.train_flops(4) == 2 * head + 2 * every
+    assert fit_cost(_model(), task, hp, engine, max_epochs=5).train_epochs == (every,)
+
+
+def test_the_count_ends_every_callback_it_started():
+    calls = []
+
+    class Hooked(FitCallback):
+        def before_fit(self, fit_state):
+            self.hook = fit_state.model[2].register_forward_hook(lambda *a: calls.append("hook"))
+
+        def after_fit(self, fit_state):
+            self.hook.remove()
+            calls.append("after_fit")
+
+    model = _model()
+    task = Task([_split(10)], _split(6), callbacks=[Hooked()])
+    fit_cost(model, task, HyperParameters(lr=1e-3), Engine(batch_size=4))
+    assert calls[-1] == "after_fit" and "hook" in calls
+    assert not model[2]._forward_hooks

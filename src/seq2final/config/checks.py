@@ -22,7 +22,7 @@ from seq2final.data.family import is_family, members
 from seq2final.data.sources import SOURCES
 from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
-from seq2final.methods.base import block_keys
+from seq2final.methods.base import FinalMode, HistoricalMode, block_keys, default_space
 from seq2final.methods.blocks import ModeBlock, settings_of
 from seq2final.methods.requests import RequestedJob, requested_jobs, resolve_request
 from seq2final.methods.schedules import check_schedules
@@ -37,8 +37,8 @@ from seq2final.protocols import (
     sequence_options,
 )
 from seq2final.training.hyperparameters import complete, declared
+from seq2final.training.objectives import mode_schemas
 from seq2final.training.search import Budget, SearchSpace, get_budget
-from seq2final.training.terms import mode_schemas
 
 
 @dataclass(frozen=True)
@@ -244,8 +244,8 @@ def check_mode_configs(
     final_step: int | None = None,
     budget: str | None = None,
 ) -> ModeBlocks:
-    """Every registered mode has its YAML block, and everything in it is usable: the blocks,
-    each with its search spaces parsed.
+    """Every registered mode's block, from its YAML or its defaults in code, and everything in
+    it usable: the blocks, each with its search spaces parsed and its settings read.
 
     Checked here, before any training, so a typo in a YAML block costs seconds, not the hours of
     training that would run before the mode reading it is reached.
@@ -267,45 +267,45 @@ def check_mode_configs(
             )
         checked[group] = {}
         for name, mode in registry.items():
-            where = f"{group}.{name}"
-            block = blocks.get(name)
-            if block is None and not mode.config_keys:  # a mode with no settings may have none
-                checked[group][name] = ModeBlock(where)
-                continue
-            if block is None:
-                raise Seq2FinalError(
-                    f"{group} has no block for registered mode '{name}'; "
-                    "add one to conf/base/parameters_*.yml"
-                )
-            block = block or {}
-            valid = block_keys(mode)
-            unknown = [key for key in block if key not in valid]
-            if unknown:
-                raise Seq2FinalError(
-                    f"{where} has unknown key(s) {', '.join(map(str, unknown))}; valid: "
-                    f"{', '.join(valid) or 'none (the mode has no settings)'}"
-                )
-            spaces = {}
-            for key in mode.config_keys:
-                if key not in block:
-                    raise Seq2FinalError(f"{where} needs '{key}'; it has {', '.join(block)}")
-                spaces[key] = check_space(block[key], f"{where}.{key}", mode.terms)
-            checked[group][name] = ModeBlock(where, dict(block), spaces)
-            if mode.settings is not None:
-                settings_of(mode.settings, block, where)
-            if mode.check is not None:
-                mode.check(block, where)
+            checked[group][name] = _mode_block(mode, blocks.get(name), f"{group}.{name}")
             if final_step is not None and budget is not None:
-                check_schedules(checked[group][name], final_step, budget, where)
+                check_schedules(checked[group][name], final_step, budget, f"{group}.{name}")
     return ModeBlocks(checked["historical_modes"], checked["final_modes"], step0)
 
 
-def check_space(raw: Mapping[str, Any], where: str, terms: Sequence[str] = ()) -> SearchSpace:
-    """A search space that parses, sets a learning rate and names only hyper-parameters the fit
-    or the mode's loss terms (``terms``, besides the L2 term every fit has) declare, each value
-    it can take within the declared range."""
+def _mode_block(mode: HistoricalMode | FinalMode, block: Any, where: str) -> ModeBlock:
+    """A mode's block checked: only its keys, each search space usable (the mode's default for
+    one the YAML does not give), its settings valid against its schema, then its own check."""
+    block = dict(block or {})
+    valid = block_keys(mode)
+    unknown = [key for key in block if key not in valid]
+    if unknown:
+        raise Seq2FinalError(
+            f"{where} has unknown key(s) {', '.join(map(str, unknown))}; valid: "
+            f"{', '.join(valid) or 'none (the mode has no settings)'}"
+        )
+    raw = {
+        **{key: default_space(mode, key) for key in mode.config_keys if key not in block},
+        **block,
+    }
+    spaces = {
+        key: check_space(raw[key], f"{where}.{key}", mode.terms, mode.optimizer)
+        for key in mode.config_keys
+    }
+    settings = None if mode.settings is None else settings_of(mode.settings, raw, where)
+    if mode.check is not None:
+        mode.check(raw, where)
+    return ModeBlock(where, raw, spaces, settings)
+
+
+def check_space(
+    raw: Mapping[str, Any], where: str, terms: Sequence[str] = (), optimizer: str = "adam"
+) -> SearchSpace:
+    """A search space that parses, sets a learning rate and names only hyper-parameters the fit,
+    the mode's loss terms (``terms``, besides the L2 term every fit has) or its optimiser
+    declare, each value it can take within the declared range."""
     space = SearchSpace.parse(raw, where)
-    schemas = mode_schemas(terms)
+    schemas = mode_schemas(terms, optimizer)
     known = declared(schemas)
     unknown = [name for name in space.params if name not in known]
     if unknown:

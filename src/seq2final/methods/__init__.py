@@ -26,12 +26,14 @@ from seq2final.methods.base import (
 from seq2final.methods.catalogue import ORACLE, JobNames, paper_columns
 from seq2final.methods.blocks import ModeBlock, settings_of, space_of
 from seq2final.methods.context import Context
-from seq2final.methods.final import chain_space, continue_chains, stage_name
+from seq2final.methods.final import chain_space, continue_chains, fine_tune_chain, stage_name
+from seq2final.core.schema import StrictModel
 from seq2final.methods.requests import RequestedJob, requested_jobs
 
 __all__ = [
     "FINAL_MODES", "HISTORICAL_MODES", "METHODS", "ORACLE", "Context", "FinalMode", "FinalOutcome",
     "HistoricalMode", "HistoricalState", "JobNames", "MethodRecipe", "ModeBlock", "ModelChain", "RequestedJob",
-    "chain_mode", "chain_space", "continue_chains", "final_mode", "from_step0", "historical_mode", "method", "paper_columns",
+    "StrictModel", "chain_mode", "chain_space", "continue_chains", "final_mode", "fine_tune_chain", "from_step0",
+    "historical_mode", "method", "paper_columns",
     "requested_jobs", "settings_of", "space_of", "stage_name",
 ]  # fmt: skip

@@ -25,14 +25,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+from pydantic import BaseModel
 from torch import nn
 
 from seq2final.core.registry import Registry
 from seq2final.core.schema import StrictModel
 from seq2final.methods.context import Context
-from seq2final.training.hyperparameters import declared
+from seq2final.training.hyperparameters import FitHyperParameters, declared
+from seq2final.training.hyperparameters import default_space as schema_space
+from seq2final.training.objectives import mode_schemas
+from seq2final.training.optimizers import OPTIMIZERS
 from seq2final.training.records import FitRecord
-from seq2final.training.terms import LOSS_TERMS, Anchor, AnchorPull, mode_schemas, pull_towards
+from seq2final.training.terms import LOSS_TERMS, Anchor, AnchorPull, pull_towards
 from seq2final.training.wrappers import ModelWrapper
 
 Leaves = Literal["nothing", "model", "side_chain"]
@@ -128,7 +132,7 @@ class HistoricalMode:
     ``side_module``: the kind of side module its chain adds (``one_layer``, ``block``), if any;
     ``block_equivalent``: the mode trained instead on architectures without ``one_layer`` side
     modules (a ConvNet block is one conv + BN already). ``config_keys``: the search spaces its
-    YAML block must hold; ``settings``: the schema of its other keys (their types and defaults).
+    block holds; ``settings``: the schema of its other keys (their types and defaults).
     A block holds these keys and no other: every block is checked against them before any work,
     so a typo or a setting the mode does not read stops the run (``check`` adds what the schema
     cannot say alone). ``terms``: the registered loss terms its fits use beyond the L2 term
@@ -137,7 +141,10 @@ class HistoricalMode:
     of the run's architecture before any work. ``grow``: for a chain written with
     :func:`chain_mode`, its one step; a temporal protocol then keys the chain's state by the steps
     it saw and extends the state of steps 0..t−1 by one fit for time t, instead of re-running the
-    chain for every view (docs/protocols.md, "Chains that grow").
+    chain for every view (docs/protocols.md, "Chains that grow"). ``optimizer``: the
+    registered optimiser recipe its fits use, whose hyper-parameters its spaces may name.
+    ``spaces``: its search spaces' defaults by key, used where its YAML block gives none (then
+    without a declared one, :func:`default_space`); a YAML block's key replaces the default.
     """
 
     name: str
@@ -153,10 +160,11 @@ class HistoricalMode:
     check: ConfigCheck | None = None
     terms: tuple[str, ...] = ()
     wrapper: ModelWrapper | None = None
+    optimizer: str = "adam"
+    spaces: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check_terms(self.name, self.terms)
-        _check_keys(self.name, self.config_keys, self.settings)
+        _check_declared(self)
         if self.leaves not in LEAVES:
             raise ValueError(
                 f"historical mode '{self.name}': unknown leaves '{self.leaves}'; "
@@ -168,8 +176,8 @@ class HistoricalMode:
 class FinalMode:
     """A way to fit the final step; ``continues_from`` lists what historical modes it follows.
 
-    ``side_module``, ``block_equivalent``, ``config_keys``, ``settings``, ``check``, ``terms`` and
-    ``wrapper`` as for :class:`HistoricalMode`.
+    ``side_module``, ``block_equivalent``, ``config_keys``, ``settings``, ``check``, ``terms``,
+    ``wrapper``, ``optimizer`` and ``spaces`` as for :class:`HistoricalMode`.
     ``uses_oracle``: it trains on the final step's oracle-size draw, which only a whole sequence
     has (the views the temporal protocols train on have none). ``pooled``: it trains one fresh
     model (:meth:`Context.new_model`) on steps 0..T, which a stream may warm-start from the
@@ -189,10 +197,11 @@ class FinalMode:
     terms: tuple[str, ...] = ()
     wrapper: ModelWrapper | None = None
     pooled: bool = False
+    optimizer: str = "adam"
+    spaces: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check_terms(self.name, self.terms)
-        _check_keys(self.name, self.config_keys, self.settings)
+        _check_declared(self)
         unknown = [kind for kind in self.continues_from if kind not in LEAVES]
         if unknown:
             raise ValueError(
@@ -206,23 +215,43 @@ def block_keys(mode: HistoricalMode | FinalMode) -> tuple[str, ...]:
     return (*mode.config_keys, *(mode.settings.model_fields if mode.settings else ()))
 
 
-def _check_keys(
-    mode: str, config_keys: tuple[str, ...], settings: type[StrictModel] | None
-) -> None:
-    """A setting is not also the name of a search space: a block's key has one meaning."""
-    both = [key for key in config_keys if settings is not None and key in settings.model_fields]
-    if both:
-        raise ValueError(f"mode '{mode}': {', '.join(both)} both a search space and a setting")
+def default_space(mode: HistoricalMode | FinalMode, key: str) -> dict[str, Any]:
+    """The search space ``key`` of a mode whose YAML block does not give it: the one the mode
+    declares in code (``spaces=``), else every declared default entry of what its fits read —
+    the fit's learning rate and dropout, the L2 term's weight, its terms' and its optimiser's
+    hyper-parameters (docs/extending.md, "One file")."""
+    if key in mode.spaces:
+        return dict(mode.spaces[key])
+    schemas: list[type[BaseModel]] = [FitHyperParameters]
+    schemas += [schema for _, schema in mode_schemas(mode.terms, mode.optimizer)]
+    return {name: entry for schema in schemas for name, entry in schema_space(schema).items()}
 
 
-def _check_terms(mode: str, terms: tuple[str, ...]) -> None:
-    """A mode names registered loss terms whose hyper-parameters are distinct (with L2's)."""
-    for name in terms:
-        if name not in LOSS_TERMS:
+def _check_declared(mode: HistoricalMode | FinalMode) -> None:
+    """What a mode declares is usable: registered loss terms and optimiser whose
+    hyper-parameters are distinct (with L2's), no key both a search space and a setting (a
+    block's key has one meaning), and default spaces only for its search-space keys."""
+    for term in mode.terms:
+        if term not in LOSS_TERMS:
             raise ValueError(
-                f"mode '{mode}': unknown loss term '{name}'; valid: {', '.join(LOSS_TERMS)}"
+                f"mode '{mode.name}': unknown loss term '{term}'; valid: {', '.join(LOSS_TERMS)}"
             )
-    declared(mode_schemas(terms))
+    if mode.optimizer not in OPTIMIZERS:
+        raise ValueError(
+            f"mode '{mode.name}': unknown optimizer '{mode.optimizer}'; valid: "
+            f"{', '.join(OPTIMIZERS)}"
+        )
+    declared(mode_schemas(mode.terms, mode.optimizer))
+    settings = mode.settings.model_fields if mode.settings is not None else {}
+    both = [key for key in mode.config_keys if key in settings]
+    if both:
+        raise ValueError(f"mode '{mode.name}': {', '.join(both)} both a search space and a setting")
+    stray = [key for key in mode.spaces if key not in mode.config_keys]
+    if stray:
+        raise ValueError(
+            f"mode '{mode.name}': spaces for {', '.join(stray)}, which are not its search "
+            f"spaces; valid: {', '.join(mode.config_keys) or 'none (config_keys is empty)'}"
+        )
 
 
 HISTORICAL_MODES: Registry[HistoricalMode] = Registry("historical mode")

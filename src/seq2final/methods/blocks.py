@@ -23,12 +23,15 @@ S = TypeVar("S", bound=StrictModel)
 
 @dataclass(frozen=True, eq=False)  # equal as the mapping it reads as
 class ModeBlock(Mapping[str, Any]):
-    """A checked YAML block: its values as written (``raw``; ``where`` names the block in
-    messages) and its search spaces, parsed when it was checked."""
+    """A checked block: its values (``raw``: as written, with the mode's default for each search
+    space the YAML does not give; ``where`` names the block in messages), its search spaces,
+    parsed when it was checked, and its settings, read by the mode's ``settings`` schema (every
+    missing one at its default; ``None`` for a mode without settings)."""
 
     where: str
     raw: Mapping[str, Any] = field(default_factory=dict)
     spaces: Mapping[str, SearchSpace] = field(default_factory=dict, repr=False)
+    settings: Any = field(default=None, repr=False)
 
     def __getitem__(self, key: str) -> Any:
         return self.raw[key]

@@ -22,10 +22,11 @@ from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.models import build_model, set_dropout
 from seq2final.training.engine import Engine, accuracy, fuse_width
+from seq2final.training.features import cache_refusal, fit_cached, setup_refusal
 from seq2final.training.flops import fit_cost, image_flops
 from seq2final.training.fused import FusedTrial, fit_fused
 from seq2final.training.hyperparameters import HyperParameters
-from seq2final.training.loop import FitResult, clone_model, fit
+from seq2final.training.loop import FitResult, clone_model
 from seq2final.training.objectives import Task
 from seq2final.training.records import FitRecord
 from seq2final.training.search import Budget, SearchSpace
@@ -93,7 +94,12 @@ class Context:
     def tuned_fit(
         self, stage: str, space: SearchSpace, make_model: Callable[[], M], task: Task
     ) -> M:
-        """Tune one fit; return its selected model and keep its record in :attr:`fits`."""
+        """Tune one fit; return its selected model and keep its record in :attr:`fits`.
+
+        A trial that trains the head alone on a body whose output cannot change (frozen, its
+        BatchNorm statistics fixed, no augmentation or dropout) computes the body's features
+        once and trains the head on them, with the same result
+        (:mod:`seq2final.training.features`); such trials run one at a time, never stacked."""
         return self.tuned(stage, space, make_model, task)[0]
 
     def tuned(
@@ -107,7 +113,7 @@ class Context:
             hp = HyperParameters(params)  # checked and completed by the fit
             epochs = self.budget.max_epochs
             progress.epochs(epochs)
-            result = fit(model, task, hp, self.engine, epochs, seed, report, progress.epoch)
+            result = fit_cached(model, task, hp, self.engine, epochs, seed, report, progress.epoch)
             return result, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
         def train_stack(runs: list[TrialRun]) -> None:
@@ -120,13 +126,18 @@ class Context:
             fit_fused(models, task, trials, self.engine, self.budget.max_epochs)
 
         width = fuse_width(self.engine, task)
+        cached = setup_refusal(task, self.engine) is None  # a model is built to check only then
+        if width > 1 and cached and cache_refusal(make_model(), task, None, self.engine) is None:
+            width = 1  # a head on cached features costs less than a stack of whole networks
         progress = current()
         with progress.fit(stage):
             tuned = self.tuner.tune(
                 f"{self.owner_key}/{stage}", space, train_trial, train_stack, width
             )
         model = make_model()
-        cost = fit_cost(model, task, HyperParameters(tuned.params), self.engine)
+        cost = fit_cost(
+            model, task, HyperParameters(tuned.params), self.engine, self.budget.max_epochs
+        )
         model.load_state_dict(tuned.state_dict)
         set_dropout(model, float(tuned.params.get("dropout", 0.0)))
         model.eval()

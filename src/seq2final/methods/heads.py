@@ -174,6 +174,13 @@ def _ncm(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None)
 def _proto_tune(
     ctx: Context, config: Mapping[str, Any], state: HistoricalState | None
 ) -> FinalOutcome:
+    """The head tuned alone from the class-mean head. Under the default
+    ``training.freeze_bn_stats: false`` the frozen body's BatchNorm layers normalise by each
+    batch and their statistics move during the fit (as the loop lets every frozen layer's), so
+    its features differ from epoch to epoch and are computed anew each time; caching them would
+    change the result. With ``freeze_bn_stats: true`` a trial without dropout or augmentation
+    computes them once and trains the head on them, the same fit
+    (:mod:`seq2final.training.features`, through :meth:`Context.tuned_fit`)."""
     assert state is not None
     train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
     space = space_of(config, "space", "final_modes.proto_tune")

@@ -27,6 +27,13 @@ from seq2final.models.architectures import (
     sum_of_squares,
 )
 from seq2final.models.joint import JOINT_MODES, STEM_HEAD_MODES, JointModel
+from seq2final.models.selection import (
+    ParameterChoice,
+    biases,
+    choose_trainable,
+    in_modules,
+    of_type,
+)
 from seq2final.models.side_modules import (
     SIDE_MODULES,
     build_side_module,
@@ -50,15 +57,20 @@ __all__ = [
     "Stem",
     "JointModel",
     "Architecture",
+    "ParameterChoice",
     "architecture",
+    "biases",
+    "choose_trainable",
     "build_model",
     "build_side_module",
     "count_parameters",
     "decayed_parameters",
     "forward_macs",
     "fresh_copy",
+    "in_modules",
     "interpolate",
     "layer_names",
+    "of_type",
     "scale_side_modules",
     "set_dropout",
     "set_trainable",

@@ -153,6 +153,22 @@ class BlockModel(nn.Module):
                 x = apply_dropout(x, self.dropout, self.training)
         return x
 
+    def forward_with_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The penultimate features (what the head's last linear layer sees: after the pool,
+        and DenseNet's norm) and the logits, from one pass: the same operations as
+        :meth:`forward`, so a loss term reads features without a hook or a second pass."""
+        if not isinstance(self.fc, ClassifierHead):
+            raise Seq2FinalError(
+                f"{self.arch}: features need a ClassifierHead as fc, not {type(self.fc).__name__}"
+            )
+        for name in self.layer_names[:-1]:
+            x = apply_dropout(getattr(self, name)(x), self.dropout, self.training)
+        for part in list(self.fc)[
+            :-1
+        ]:  # the head up to its linear layer (a slice would rebuild it)
+            x = part(x)
+        return x, self.fc.linear(x)
+
 
 def set_dropout(model: nn.Module, rate: float | torch.Tensor) -> None:
     """Set the dropout rate a block or joint model reads on every forward pass: a fit sets its

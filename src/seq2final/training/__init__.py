@@ -2,22 +2,26 @@
 
 A new method needs only what is exported here (docs/extending.md): the :class:`Task` a fit
 trains, a :class:`LossTerm` registered with :func:`loss_term` for a new part of the loss, a
-:class:`FitCallback` for what it does at named points of the loop, the data splits, and
-:func:`clone_model` to start a fit from an earlier model.
+:class:`FitCallback` for what it does at named points of the loop, an
+:class:`OptimizerRecipe` registered with :func:`optimizer` for how it updates the weights, the
+data splits, :func:`clone_model` to start a fit from an earlier model, and :func:`objective_loss`
+and :func:`accuracy` to compute what the loop does.
 """
 
 from seq2final.training.callbacks import FitCallback, FitState
-from seq2final.training.engine import Engine, predict_logits
+from seq2final.training.engine import Engine, accuracy, predict_logits
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import FitResult, clone_model, fit
-from seq2final.training.objectives import Task
+from seq2final.training.objectives import Task, objective_loss
+from seq2final.training.optimizers import OPTIMIZERS, OptimizerRecipe, optimizer
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import LOSS_TERMS, Batch, LossInputs, LossTerm, loss_term
 from seq2final.training.wrappers import ModelWrapper
 
 __all__ = [
-    "LOSS_TERMS", "Batch", "Budget", "Engine", "FitCallback", "FitResult", "FitState",
-    "HyperParameters", "LossTerm", "LossInputs", "ModelWrapper", "SearchSpace", "Task", "TensorSplit",
-    "clone_model", "fit", "loss_term", "predict_logits",
+    "LOSS_TERMS", "OPTIMIZERS", "Batch", "Budget", "Engine", "FitCallback", "FitResult", "FitState",
+    "HyperParameters", "LossTerm", "LossInputs", "ModelWrapper", "OptimizerRecipe", "SearchSpace",
+    "Task", "TensorSplit", "accuracy", "clone_model", "fit", "loss_term", "objective_loss",
+    "optimizer", "predict_logits",
 ]  # fmt: skip

@@ -7,15 +7,30 @@ in the task's order:
 point                  when                                                    times
 =====================  ======================================================  ==============
 ``before_fit``         the optimiser exists, before epoch 0's validation       once
+``before_eval``        before each validation (epoch 0's too); may replace     per epoch + 1
+                       ``fit_state.eval_model``, the model validated
+``after_eval``         the validation's ``valid_loss``/``valid_accuracy`` set  per epoch + 1
 ``on_selected``        an epoch became the selected one (epoch 0 included)     ≥ 1
 ``before_epoch``       before each training epoch                              per epoch
 ``transform_batch``    each domain's batch, before the forward pass            per batch, domain
-``after_backward``     the batch's gradients exist, before the update          per batch
+``after_backward``     the batch's gradients exist, before the update          per pass
 ``before_update``      just before the optimiser's update                      per batch
 ``after_update``       just after the optimiser's update                       per batch
 ``after_epoch``        after each epoch's validation and selection             per epoch
-``after_fit``          the selected epoch's weights are back in the model      once
+``after_fit``          the selected epoch's weights are back in the model;     once
+                       also when the fit stops early (a pruned trial), so a
+                       callback removes here whatever it installed
 =====================  ======================================================  ==============
+
+The points are Avalanche's (its ``BaseSGDTemplate``), named for what this loop does. The model
+validated is ``fit_state.eval_model``, the fit's model unless a ``before_eval`` replaces it (an
+average of the weights: EMA, SWA); then that model is what validation, epoch selection, early
+stopping, a tuner's ranking and pruning, and the fit's result see, and the selected epoch's
+``eval_model`` is what the fit hands back (its state dict must load into the fit's model).
+``after_backward`` runs once per backward pass: twice per update under an optimiser that
+re-evaluates the loss in its step (:mod:`seq2final.training.optimizers`, SAM), whose last pass's
+gradients are the ones the update uses. From ``after_backward`` on, ``fit_state.batches`` and
+``fit_state.loss`` are the step's batches and its (unscaled) loss.
 
 A callback sees the fit through :class:`FitState`; what it keeps for the mode that asked for the
 fit it writes into :attr:`FitState.extras` in :meth:`FitCallback.on_selected`, which the loop
@@ -30,7 +45,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -51,7 +66,9 @@ class FitState:
     whole fit (a model wrapper's phases with ``freeze_bn_stats``). ``valid_loss`` and
     ``valid_accuracy`` are the last validation's (epoch 0's before training), what a schedule
     reads in ``after_epoch``; ``stop`` set there ends the fit after that epoch, its selected
-    epoch kept (a schedule that has run its course)."""
+    epoch kept (a schedule that has run its course). ``eval_model``: the model the coming
+    validation runs (the fit's ``model`` until a ``before_eval`` replaces it); ``batches`` and
+    ``loss``: the current step's (the table above)."""
 
     model: nn.Module
     parameters: list[nn.Parameter]
@@ -67,6 +84,9 @@ class FitState:
     valid_loss: float = float("nan")
     valid_accuracy: float = float("nan")
     stop: bool = False
+    eval_model: nn.Module | None = None
+    batches: list[Batch] = field(default_factory=list)
+    loss: torch.Tensor | None = None
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
         return self.scaler.scale(loss)
@@ -82,7 +102,14 @@ new point."""
 
 
 class FitCallback:
-    """Subclass and override the points you need (all do nothing by default)."""
+    """Subclass and override the points you need (all do nothing by default).
+
+    ``feature_safe``: it reads and sets only the optimiser, the epoch, the validation results
+    and ``stop`` (a learning-rate schedule), never the batches, the gradients or the model, so a
+    head fit on a frozen body's cached features may run it (:mod:`seq2final.training.features`);
+    a fit with any other callback trains through the whole network."""
+
+    feature_safe: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -97,6 +124,12 @@ class FitCallback:
                 setattr(cls, new, cls.__dict__[old])
 
     def before_fit(self, fit_state: FitState) -> None:
+        pass
+
+    def before_eval(self, fit_state: FitState) -> None:
+        pass
+
+    def after_eval(self, fit_state: FitState) -> None:
         pass
 
     def on_selected(self, fit_state: FitState) -> None:

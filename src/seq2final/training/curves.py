@@ -22,9 +22,10 @@ from torch import nn
 from seq2final.core.errors import Seq2FinalError
 from seq2final.training.callbacks import FitCallback, FitState
 from seq2final.training.engine import Engine, accuracy
+from seq2final.training.features import fit_cached
 from seq2final.training.flops import fit_cost
 from seq2final.training.hyperparameters import HyperParameters
-from seq2final.training.loop import clone_model, fit
+from seq2final.training.loop import clone_model
 from seq2final.training.objectives import Task
 from seq2final.training.tensors import TensorSplit
 
@@ -80,6 +81,8 @@ class PlateauSchedule(FitCallback):
     ``ReduceLROnPlateau``, which counts them), ``reductions`` times; the next plateau ends the
     fit."""
 
+    feature_safe = True  # it reads the validation loss and sets the rate: a cached head fit runs it
+
     def __init__(self, factor: float = 0.3, reductions: int = 3, patience: int = 2) -> None:
         self.factor, self.reductions, self.patience = factor, reductions, patience
 
@@ -120,28 +123,34 @@ def curve_point(
     max_epochs: int,
     seed: int,
     patience: int = 2,
+    cache_features: bool = True,
 ) -> CurvePoint:
     """Fit a copy of ``model`` on ``train`` as ``kind`` says, with :class:`PlateauSchedule` (Adam
     10⁻³, no dropout, no weight decay) selecting on ``valid``, at most ``max_epochs`` epochs,
     and test it on ``test``; LP keeps the body's BatchNorm statistics fixed. Its FLOPs are
-    counted as a tuned fit's: every epoch run and every validation pass, and the test pass."""
+    counted as a tuned fit's: every epoch run and every validation pass, and the test pass.
+
+    LP trains the head on the body's features computed once (:mod:`seq2final.training.features`)
+    where that computes what the loop would (no augmentation, a plain block model); the same
+    point, several times faster. ``cache_features`` off runs every epoch through the whole
+    network, as a comparison of the two does."""
     if kind not in KINDS:
         raise Seq2FinalError(f"curve kind '{kind}': valid: {', '.join(KINDS)}")
     start = clone_model(model).to(engine.torch_device())
     schedule = PlateauSchedule(patience=patience)
     task = Task([train], valid, trainable=KINDS[kind], callbacks=[schedule])
     hp = HyperParameters({"lr": 1e-3, "weight_decay": 0.0, "dropout": 0.0})
-    cost = fit_cost(start, task, hp, engine)
+    cost = fit_cost(start, task, hp, engine, max_epochs)
     # only the schedule stops the fit (the epoch kept is the best on validation)
     fitting = engine.model_copy(update={"patience": max_epochs, "freeze_bn_stats": kind == "lp"})
-    result = fit(start, task, hp, fitting, max_epochs, seed)
+    result = fit_cached(start, task, hp, fitting, max_epochs, seed, cache=cache_features)
     return CurvePoint(
         kind=kind,
         size=len(train),
         test_accuracy=accuracy(start, test, engine),
         valid_accuracy=result.valid_accuracy,
         epochs=result.epochs,
-        train_flops=cost.train_epoch * result.epochs,
+        train_flops=cost.train_flops(result.epochs),
         eval_flops=cost.valid_pass * (result.epochs + 1) + cost.per_image * len(test),
     )
 

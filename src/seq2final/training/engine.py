@@ -14,7 +14,7 @@ from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel
-from seq2final.models import JointModel
+from seq2final.models import BlockModel, JointModel
 from seq2final.training.augment import Augment
 from seq2final.training.tensors import TensorSplit
 
@@ -127,7 +127,8 @@ def unfusable(engine: Engine, task: Task | None = None) -> list[str]:
     """What keeps a fit's trials from training as one stacked model
     (:mod:`seq2final.training.fused`): the engine's options a stack cannot run (fp16 loss
     scaling, channels_last, compile) and, given the fit's task, its callbacks (a stack calls
-    none) and its loss terms not written for ``vmap``. Empty: the trials can fuse.
+    none), its loss terms not written for ``vmap`` or reading features, and an optimiser other than Adam (a stack
+    runs its own). Empty: the trials can fuse.
 
     The one place this is decided: the engine's check of an explicit ``fuse``, the width a fit's
     trials train at (:func:`fuse_width`) and :func:`~seq2final.training.fused.fit_fused`'s
@@ -136,8 +137,10 @@ def unfusable(engine: Engine, task: Task | None = None) -> list[str]:
                "compile": engine.compile}  # fmt: skip
     found = [name for name, on in options.items() if on]
     if task is not None:
-        found += [term.name for term in task.loss_terms if not term.fusable]
+        found += [t.name for t in task.loss_terms if not t.fusable or t.uses_features]
         found += [type(c).__name__ for c in task.callbacks]
+        if task.optimizer_recipe.name != "adam":
+            found.append(f"optimizer {task.optimizer_recipe.name}")
     return found
 
 
@@ -186,6 +189,20 @@ def run_model(model: nn.Module, x: torch.Tensor, step: int | None) -> torch.Tens
             raise Seq2FinalError("a joint model needs the time step to run at")
         return model(x, step)
     return model(x)
+
+
+def run_model_with_features(
+    model: nn.Module, x: torch.Tensor, step: int | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A block model's penultimate features and logits from one forward pass
+    (:meth:`~seq2final.models.BlockModel.forward_with_features`), for a loss term that reads
+    features; a joint model, whose heads sum per step, has no one feature vector to give."""
+    if not isinstance(model, BlockModel) or step is not None:
+        raise Seq2FinalError(
+            f"a loss term reading features needs a block model, not {type(model).__name__}; "
+            "valid: the models of registered architectures"
+        )
+    return model.forward_with_features(x)
 
 
 @torch.no_grad()

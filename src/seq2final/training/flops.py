@@ -1,9 +1,9 @@
 """What a fit costs in floating-point operations, counted by PyTorch's ``FlopCounterMode``.
 
 A fit's cost is its training steps, all trials included, plus its validation passes. Counting
-every step under the counter would slow every step, so one training step per fit is counted on
-real batches of the fit's data (one batch of every training domain, as a step takes them) and
-scaled to an epoch, and one forward pass on the validation images to a validation pass; a study's
+every step under the counter would slow every step, so one training step per fit (per phase of
+trained parameters) is counted on real batches of the fit's data (one batch of every training
+domain, as a step takes them) and scaled to an epoch, and one forward pass on the validation images to a validation pass; a study's
 cost is then these times the epochs every trial ran, which Optuna keeps for finished, pruned and
 resumed trials alike. Convolutions and matrix products, the operations counted (2 FLOPs per
 multiply-add, backward passes included), cost exactly in proportion to the images they see, so
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from seq2final.models import set_trainable
+from seq2final.models import choose_trainable
 from seq2final.training.callbacks import FitState
 from seq2final.training.engine import Engine, autocast, run_model, scale_images
 from seq2final.training.hyperparameters import HyperParameters
@@ -58,31 +58,46 @@ def image_flops(model: nn.Module, data: TensorSplit, engine: Engine, step: int |
 
 @dataclass(frozen=True)
 class FitCost:
-    """FLOPs of one training epoch, of one validation pass, and of one image's forward pass."""
+    """FLOPs of training epochs 1, 2, … (``train_epochs``; every later epoch costs the last
+    one's, so a fit whose trained parameters never change has one entry), of one validation
+    pass, and of one image's forward pass."""
 
-    train_epoch: int
+    train_epochs: tuple[int, ...]
     valid_pass: int
     per_image: int
 
+    def train_flops(self, epochs: int) -> int:
+        """FLOPs of training ``epochs`` epochs from the start of a fit."""
+        last = len(self.train_epochs) - 1
+        return sum(self.train_epochs[min(e, last)] for e in range(epochs))
+
     def of_trials(self, trials: Sequence[TrialRecord]) -> tuple[int, int]:
-        """(training, validation) FLOPs of every trial of a study: epochs run × an epoch, and a
+        """(training, validation) FLOPs of every trial of a study: the epochs each ran, and a
         validation pass for each epoch plus the one before training."""
         epochs = [max(0, len(t.valid_curve) - 1) for t in trials]
         passes = [len(t.valid_curve) for t in trials]
-        return self.train_epoch * sum(epochs), self.valid_pass * sum(passes)
+        return sum(self.train_flops(e) for e in epochs), self.valid_pass * sum(passes)
 
 
 def fit_cost(
-    model: nn.Module, task: Task, hp: HyperParameters, engine: Engine, step: int | None = None
+    model: nn.Module,
+    task: Task,
+    hp: HyperParameters,
+    engine: Engine,
+    max_epochs: int = 1,
 ) -> FitCost:
-    """Count one training step of ``model`` on ``task`` (a copy's gradients, no update; up to
-    :data:`COUNTED_BATCH` images per domain) and one forward pass, and scale them to an epoch and
-    a validation pass. ``step`` is the time a joint
-    model is evaluated at."""
+    """Count one training step of ``model`` on ``task`` (a copy's gradients, the optimiser's
+    step included where it re-evaluates the loss; up to :data:`COUNTED_BATCH` images per
+    domain) and one forward pass, and scale them to an epoch and a validation pass.
+
+    The step is counted with the parameters that actually train: the task's ``trainable``, then
+    what the callbacks' ``before_fit`` and ``before_epoch`` leave trainable, for every epoch up
+    to ``max_epochs`` whose trained parameters differ from the epoch before (a model wrapper's
+    phases). ``after_fit`` ends the count, so whatever a callback installed is removed."""
     model = copy.deepcopy(model)  # its BN statistics and gradients move while counting
     hp = task.checked_hyperparameters(hp)
     if task.trainable is not None:
-        set_trainable(model, task.trainable)  # frozen layers' weight gradients are not computed
+        choose_trainable(model, task.trainable)  # frozen layers' weight gradients are not computed
     device = next(model.parameters()).device
     batches = []
     drawn = 0
@@ -97,28 +112,51 @@ def fit_cost(
         ))  # fmt: skip
     generator = torch.Generator(device).manual_seed(0)
     parameters = [p for p in model.parameters() if p.requires_grad]
+    optimizer = task.optimizer_recipe.build(parameters, hp)
     state = FitState(
-        model, parameters, torch.optim.Adam(parameters, lr=hp.lr),
-        torch.amp.GradScaler(device.type, enabled=False), engine, hp, generator,
-        [domain.to(device) for domain in task.domains],
+        model, parameters, optimizer, torch.amp.GradScaler(device.type, enabled=False), engine,
+        hp, generator, [domain.to(device) for domain in task.domains], batches=batches,
     )  # fmt: skip
-    for callback in task.callbacks:  # a term may read what its callback sets up (LwF's teacher)
-        callback.before_fit(state)
 
-    def train_step() -> None:
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
         with autocast(engine, device):
             loss, *_ = objective_loss(model, batches, task, hp, generator)
         loss.backward()
+        return loss
 
-    model.train()
-    step_flops = counted_flops(train_step)
-    per_image = image_flops(model, task.valid, engine, task.valid_step)
-    # an epoch draws, from each domain, the images its batches cycle through in that many steps
-    steps = max(math.ceil(len(d) / engine.batch_size) for d in task.domains)
-    per_epoch = sum(steps * len(d) / math.ceil(len(d) / engine.batch_size) for d in task.domains)
-    extra = sum(c.extra_train_flops(model, engine, steps) for c in task.callbacks)  # A-GEM's
-    return FitCost(
-        train_epoch=round(step_flops * per_epoch / drawn + extra),
-        valid_pass=per_image * len(task.valid),
-        per_image=per_image,
-    )
+    def train_step() -> None:
+        closure()
+        if task.optimizer_recipe.takes_closure:
+            optimizer.step(closure)  # type: ignore[arg-type]  # torch's closures return the loss tensor
+
+    # a term may read what its callback sets up (LwF's teacher)
+    for callback in task.callbacks:
+        callback.before_fit(state)
+    try:
+        # an epoch draws, from each domain, the images its batches cycle through in that many steps
+        steps = max(math.ceil(len(d) / engine.batch_size) for d in task.domains)
+        per_epoch = sum(
+            steps * len(d) / math.ceil(len(d) / engine.batch_size) for d in task.domains
+        )
+        epochs: list[int] = []
+        counted: tuple[bool, ...] = ()
+        for epoch in range(1, max_epochs + 1):
+            state.epoch = epoch
+            for callback in task.callbacks:
+                callback.before_epoch(state)
+            trained = tuple(p.requires_grad for p in model.parameters())
+            if trained == counted:
+                continue
+            model.train()
+            step_flops = counted_flops(train_step)
+            extra = sum(c.extra_train_flops(model, engine, steps) for c in task.callbacks)
+            epochs += epochs[-1:] * (epoch - 1 - len(epochs))  # the epochs that changed nothing
+            epochs.append(round(step_flops * per_epoch / drawn + extra))  # extra: A-GEM's
+            counted = trained
+        per_image = image_flops(model, task.valid, engine, task.valid_step)
+    finally:
+        for callback in task.callbacks:
+            callback.after_fit(state)
+    return FitCost(train_epochs=tuple(epochs), valid_pass=per_image * len(task.valid),
+                   per_image=per_image)  # fmt: skip

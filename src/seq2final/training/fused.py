@@ -41,7 +41,7 @@ from torch import nn
 from torch.func import functional_call, stack_module_state
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.models import set_dropout, set_trainable
+from seq2final.models import choose_trainable, set_dropout
 from seq2final.training.augment import Augmenter
 from seq2final.training.engine import (
     Engine,
@@ -212,7 +212,7 @@ def fit_fused(
     flags = [{name: p.requires_grad for name, p in m.named_parameters()} for m in models]
     for model in models:
         if task.trainable is not None:
-            set_trainable(model, task.trainable)
+            choose_trainable(model, task.trainable)
         train_mode(model, engine)
     if not any(p.requires_grad for p in models[0].parameters()):
         raise Seq2FinalError("nothing to train: every parameter of the model is frozen")

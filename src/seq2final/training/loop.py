@@ -6,8 +6,9 @@ Every method trains through :func:`fit`: what differs between methods is only th
 at named points of this loop — so the loop keeps the original code's rules in one place
 (docs/methods.md, "The fit loop"):
 
-* Adam with a fresh optimiser per fit, a constant learning rate and the L2 penalty added to the
-  loss (BN parameters excluded), not Adam's ``weight_decay``;
+* a fresh optimiser per fit, Adam at a constant learning rate unless the task names another
+  recipe (:mod:`seq2final.training.optimizers`), and the L2 penalty added to the loss (BN
+  parameters excluded), not Adam's ``weight_decay``;
 * the model stays in training mode, so frozen layers' BN statistics keep updating, unless
   ``freeze_bn_stats`` is set;
 * which epoch is kept and when the fit stops: :mod:`seq2final.training.rules`, shared with the
@@ -37,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.models import set_dropout, set_trainable
+from seq2final.models import choose_trainable, set_dropout
 from seq2final.training.augment import Augmenter
 from seq2final.training.callbacks import FitState
 from seq2final.training.engine import (
@@ -133,12 +134,18 @@ def fit(
 ) -> FitResult:
     """Train ``model`` in place on ``task`` and load the selected epoch's weights into it.
 
-    ``hp`` is checked against what the task's loss terms declare, missing values at
-    their defaults. ``on_epoch(epoch, valid_accuracy)`` runs after every epoch's validation (a
+    ``hp`` is checked against what the task's loss terms and optimiser declare, missing values
+    at their defaults. ``on_epoch(epoch, valid_accuracy)`` runs after every epoch's validation (a
     tuner reports to its pruner there and may raise to stop the fit); ``progress(1)`` after every
     epoch (a progress bar). The model must already be on its device.
     """
     hp = task.checked_hyperparameters(hp)
+    recipe = task.optimizer_recipe
+    if recipe.takes_closure and engine.amp == "fp16":
+        raise Seq2FinalError(
+            f"optimizer '{recipe.name}' steps with a closure, which the fp16 gradient scaler "
+            "cannot run; valid: amp none or bf16 with it"
+        )
     device = next(model.parameters()).device
     pick_fast_kernels(device)
     if engine.channels_last:
@@ -149,12 +156,13 @@ def fit(
     generator = torch.Generator(device).manual_seed(seed)
     flags = {name: p.requires_grad for name, p in model.named_parameters()}
     if task.trainable is not None:
-        set_trainable(model, task.trainable)
+        choose_trainable(model, task.trainable)
     set_dropout(model, hp.dropout)
     parameters = [p for p in model.parameters() if p.requires_grad]
     if not parameters:
+        hand_back(model, flags, float(hp.dropout))
         raise Seq2FinalError("nothing to train: every parameter of the model is frozen")
-    optimizer = torch.optim.Adam(parameters, lr=hp.lr)
+    optimizer = recipe.build(parameters, hp)
     scaler = torch.amp.GradScaler(device.type, enabled=engine.amp == "fp16")
     domains = [d.to(device) for d in task.domains]
     steps = task.steps or [None] * len(domains)
@@ -174,22 +182,50 @@ def fit(
         loss_of = torch.compile(objective_loss)
         loss_hp = HyperParameters({n: torch.tensor(v, device=device) for n, v in hp.items()})
         set_dropout(model, loss_hp.dropout)
+
+    def forward_backward() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """One pass over the step's batches: the gradients of the whole loss, then the
+        callbacks' ``after_backward``; an optimiser's closure is this pass again."""
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(engine, device):
+            out = loss_of(model, state.batches, task, loss_hp, generator)
+        scaler.scale(out[0]).backward()
+        state.loss = out[0].detach()
+        for callback in callbacks:
+            callback.after_backward(state)
+        return out
+
+    def closure() -> torch.Tensor:
+        return forward_backward()[0]
+
+    def evaluate() -> float:
+        """Validate ``state.eval_model`` (the callbacks may replace the fit's model)."""
+        state.eval_model = model
+        for callback in callbacks:
+            callback.before_eval(state)
+        state.valid_loss, state.valid_accuracy = _validate(
+            state.eval_model, valid, task.valid_step, engine
+        )
+        for callback in callbacks:
+            callback.after_eval(state)
+        return state.valid_accuracy
+
     try:
         for callback in callbacks:
             callback.before_fit(state)
     except BaseException:  # a callback refused the fit (a wrapper's empty phase): leave the model
         hand_back(model, flags, float(hp.dropout))  # as it came
         raise
-    valid_loss, valid_accuracy = _validate(model, valid, task.valid_step, engine)
-    state.valid_loss, state.valid_accuracy = valid_loss, valid_accuracy
-    history = [epoch_row(0, math.nan, math.nan, valid_loss, valid_accuracy)]
-    selection = Selection(engine.patience)
-    selection.observe(0, valid_accuracy)
-    best_state, best_extras = _snapshot(model), _kept(state, callbacks)
-    if on_epoch is not None:
-        on_epoch(0, valid_accuracy)
+    best_state: dict[str, torch.Tensor] | None = None
     epoch = 0
     try:
+        valid_accuracy = evaluate()
+        history = [epoch_row(0, math.nan, math.nan, state.valid_loss, valid_accuracy)]
+        selection = Selection(engine.patience)
+        selection.observe(0, valid_accuracy)
+        best_state, best_extras = _snapshot(state.eval_model or model), _kept(state, callbacks)
+        if on_epoch is not None:
+            on_epoch(0, valid_accuracy)
         for epoch in range(1, max_epochs + 1):
             state.epoch = epoch
             for callback in callbacks:
@@ -211,18 +247,15 @@ def fit(
                     for callback in callbacks:
                         batch = callback.transform_batch(state, d, batch)
                     batches.append(batch)
-                with autocast(engine, device):
-                    loss, batch_ce, batch_correct, batch_count = loss_of(
-                        model, batches, task, loss_hp, generator
-                    )
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                for callback in callbacks:
-                    callback.after_backward(state)
+                state.batches = batches
+                _, batch_ce, batch_correct, batch_count = forward_backward()
                 for callback in callbacks:
                     callback.before_update(state)
-                scaler.step(optimizer)
-                scaler.update()
+                if recipe.takes_closure:
+                    optimizer.step(closure)  # type: ignore[arg-type]  # torch's closures return the loss tensor
+                else:
+                    scaler.step(optimizer)
+                    scaler.update()
                 for callback in callbacks:
                     callback.after_update(state)
                 ce_sum, correct, count = (
@@ -230,14 +263,18 @@ def fit(
                     correct + batch_correct,
                     count + batch_count,
                 )
-            valid_loss, valid_accuracy = _validate(model, valid, task.valid_step, engine)
-            state.valid_loss, state.valid_accuracy = valid_loss, valid_accuracy
+            valid_accuracy = evaluate()
             train_loss, train_accuracy = float(ce_sum) / count, float(correct) / count
-            history.append(epoch_row(epoch, train_loss, train_accuracy, valid_loss, valid_accuracy))
+            history.append(
+                epoch_row(epoch, train_loss, train_accuracy, state.valid_loss, valid_accuracy)
+            )
             if progress is not None:
                 progress(1)
             if selection.observe(epoch, valid_accuracy):
-                best_state, best_extras = _snapshot(model), _kept(state, callbacks)
+                best_state, best_extras = (
+                    _snapshot(state.eval_model or model),
+                    _kept(state, callbacks),
+                )
             for callback in callbacks:
                 callback.after_epoch(state)
             if on_epoch is not None:
@@ -245,10 +282,11 @@ def fit(
             if selection.stopped or state.stop:
                 break
     finally:
-        model.load_state_dict(best_state)
+        if best_state is not None:
+            model.load_state_dict(best_state)
         hand_back(model, flags, float(hp.dropout))
-    for callback in callbacks:
-        callback.after_fit(state)
+        for callback in callbacks:  # a pruned trial's too: a callback removes what it installed
+            callback.after_fit(state)
     return FitResult(selection.best_accuracy, selection.best_epoch, epoch, history, best_extras)
 
 

@@ -19,9 +19,11 @@ from pydantic import BaseModel
 from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.models import ParameterChoice
 from seq2final.training.callbacks import FitCallback
-from seq2final.training.engine import Engine, run_model, scale_images
+from seq2final.training.engine import Engine, run_model, run_model_with_features, scale_images
 from seq2final.training.hyperparameters import HyperParameters, complete, declared
+from seq2final.training.optimizers import OPTIMIZERS, OptimizerRecipe, resolve_optimizer
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import (
     L2,
@@ -46,7 +48,10 @@ class Task:
     (:mod:`seq2final.training.callbacks`: A-GEM's projection, SI's path integral, batch mixing).
     ``steps`` gives, per training domain, the time index a joint model runs it at (``None`` for
     a plain model); ``valid_step`` likewise for the validation set. ``step_weights`` are the
-    joint loss's c_t. ``trainable`` names the parameter groups the fit trains (all by default).
+    joint loss's c_t. ``trainable`` is what the fit trains (all by default): layer names, or a
+    :class:`~seq2final.models.ParameterChoice` evaluated on the model (``biases() |
+    in_modules("fc")``). ``optimizer``: how the fit updates the weights, a registered
+    :class:`~seq2final.training.optimizers.OptimizerRecipe` (name or instance), Adam by default.
     """
 
     domains: list[TensorSplit]
@@ -55,13 +60,16 @@ class Task:
     steps: list[int | None] | None = None
     valid_step: int | None = None
     step_weights: list[float] | None = None
-    trainable: Sequence[str] | None = None
+    trainable: Sequence[str] | ParameterChoice | None = None
     penalties: list[LossTerm] = field(default_factory=list)
     callbacks: list[FitCallback] = field(default_factory=list)
+    optimizer: str | OptimizerRecipe = "adam"
     terms: InitVar[list[LossTerm] | None] = None
     all_penalties: list[LossTerm] = field(init=False, repr=False)
     """The L2 term every fit has, then the task's own, in the order they are added (made once
     here, not on every training step)."""
+    uses_features: bool = field(init=False, repr=False)
+    """Whether a term of the fit reads features (:attr:`LossTerm.uses_features`)."""
 
     def __post_init__(self, terms: list[LossTerm] | None) -> None:
         if terms is not None:  # its name in 0.1.0, where "terms" were a task's penalties
@@ -73,7 +81,9 @@ class Task:
             )
             self.penalties = [*self.penalties, *terms]
         self.objective = resolve(self.objective)
+        self.optimizer = resolve_optimizer(self.optimizer)
         self.all_penalties = [L2(), *self.penalties]
+        self.uses_features = any(term.uses_features for term in self.loss_terms)
         if not is_objective(type(self.objective)):
             raise Seq2FinalError(
                 f"loss term '{self.objective.name}' is a penalty, not an objective; valid "
@@ -89,8 +99,15 @@ class Task:
         assert isinstance(self.objective, LossTerm)  # a name is resolved on construction
         return [self.objective, *self.all_penalties]
 
+    @property
+    def optimizer_recipe(self) -> OptimizerRecipe:
+        """The fit's optimiser recipe (a name is resolved on construction)."""
+        assert isinstance(self.optimizer, OptimizerRecipe)
+        return self.optimizer
+
     def _schemas(self) -> list[tuple[str, type[BaseModel]]]:
-        return schemas(self.loss_terms)
+        recipe = self.optimizer_recipe
+        return [*schemas(self.loss_terms), (f"optimizer '{recipe.name}'", recipe.hyperparameters)]
 
     def hyperparameters(self, values: Mapping[str, Any]) -> HyperParameters:
         """Its name in 0.1.0: :meth:`checked_hyperparameters` (``hyperparameters`` names values
@@ -106,6 +123,18 @@ class Task:
         """``values`` checked against what the fit's loss terms declare, every missing
         one at its default."""
         return complete(values, self._schemas())
+
+
+def mode_schemas(
+    terms: Sequence[str], optimizer: str = "adam"
+) -> list[tuple[str, type[BaseModel]]]:
+    """The schemas a mode's spaces are checked against: the L2 term every fit has, the
+    registered terms the mode names and its optimiser's (an unknown name lists the valid ones)."""
+    recipe = OPTIMIZERS[optimizer]
+    return [
+        *schemas([L2, *(LOSS_TERMS[name] for name in terms)]),
+        (f"optimizer '{optimizer}'", recipe.hyperparameters),
+    ]
 
 
 def objective_loss(
@@ -126,7 +155,11 @@ def objective_loss(
     objective = task.objective
     assert isinstance(objective, LossTerm)  # resolved from its name when the task was made
     for index, batch in enumerate(batches):
-        logits = run_model(model, batch.x, batch.step)
+        if task.uses_features:
+            features, logits = run_model_with_features(model, batch.x, batch.step)
+            inputs.features.append(features)
+        else:
+            logits = run_model(model, batch.x, batch.step)
         inputs.logits.append(logits)
         losses = F.cross_entropy(at_least_float32(logits), batch.y, reduction="none")  # once
         if batch.mixed_y is not None:  # mixed images: each label's loss by its share of the image

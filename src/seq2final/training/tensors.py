@@ -45,6 +45,12 @@ class TensorSplit:
     def __len__(self) -> int:
         return len(self.y)
 
+    def subset(self, index: torch.Tensor) -> TensorSplit:
+        """The images at ``index`` (a memory, a size of a curve), their weights with them."""
+        return TensorSplit(
+            self.x[index], self.y[index], None if self.weight is None else self.weight[index]
+        )
+
     def to(self, device: torch.device) -> TensorSplit:
         return TensorSplit(
             self.x.to(device),

@@ -17,7 +17,7 @@ user's term is (docs/extending.md):
   where values are per-model tensors and the term runs under ``vmap``.
 
 Terms see one training step through a :class:`LossInputs`: the model, the batches, each domain's
-logits, per-image losses and mean loss.
+logits, per-image losses and mean loss, and its penultimate features when a term asks for them.
 """
 
 from __future__ import annotations
@@ -63,12 +63,15 @@ class Batch:
 class LossInputs:
     """One training step as terms see it: the model, the domains' batches and, per domain, the
     logits, the per-image losses (label-mixed where the batch was) and the mean loss after the
-    objective's :meth:`LossTerm.domain_loss` and the domain's loss weight."""
+    objective's :meth:`LossTerm.domain_loss` and the domain's loss weight. ``features``: per
+    domain, what the head's last linear layer sees (after the pool), filled only when a term of
+    the fit declares ``uses_features`` (empty otherwise), from the pass that made the logits."""
 
     model: nn.Module
     batches: list[Batch]
     generator: torch.Generator | None
     logits: list[torch.Tensor] = field(default_factory=list)
+    features: list[torch.Tensor] = field(default_factory=list)
     losses: list[torch.Tensor] = field(default_factory=list)
     domain_losses: list[torch.Tensor] = field(default_factory=list)
 
@@ -78,11 +81,15 @@ class LossTerm:
 
     Override :meth:`combine` for an objective (one per fit) and :meth:`penalty` for a penalty
     (any number). An instance belongs to one task and may carry data (EWC's anchors).
+    ``uses_features``: the fit computes each domain's penultimate features with its logits
+    (:attr:`LossInputs.features`), in the same forward pass; a fit none of whose terms asks
+    computes none.
     """
 
     name: ClassVar[str] = ""
     hyperparameters: ClassVar[type[BaseModel]] = NoHyperParameters
     fusable: ClassVar[bool] = True
+    uses_features: ClassVar[bool] = False
 
     def domain_loss(
         self, inputs: LossInputs, index: int, loss: torch.Tensor, hp: HyperParameters
@@ -428,9 +435,3 @@ def resolve(term: str | LossTerm) -> LossTerm:
 def schemas(terms: Sequence[LossTerm | type[LossTerm]]) -> list[tuple[str, type[BaseModel]]]:
     """Each term's hyper-parameter schema, named for messages."""
     return [(f"loss term '{t.name}'", t.hyperparameters) for t in terms]
-
-
-def mode_schemas(names: Sequence[str]) -> list[tuple[str, type[BaseModel]]]:
-    """The schemas a mode's spaces are checked against: the L2 term every fit has and the
-    registered terms the mode names (an unknown name lists the valid ones)."""
-    return schemas([L2, *(LOSS_TERMS[name] for name in names)])

@@ -7,8 +7,10 @@ A wrapper does two things a method may need beyond a loss term or a callback
   modules); the mode calls it where it builds that model, before the fit's optimiser exists. The
   model must stay one a store can rebuild (a registered architecture or the joint model);
 * :meth:`ModelWrapper.phases` says which parameters train in which epochs: a list of
-  ``(epochs, prefixes)`` pairs, ``prefixes`` the parameter-name prefixes trained for that many
-  epochs (``None``: every parameter the fit trains), the last phase lasting to the end of the fit.
+  ``(epochs, parameters)`` pairs, ``parameters`` what trains for that many epochs — a
+  :class:`~seq2final.models.ParameterChoice` evaluated on the model (``in_modules("fc")``,
+  ``biases()``), parameter-name prefixes, or ``None`` for every parameter the fit trains — the
+  last phase lasting to the end of the fit.
 
 The phases run as a fit callback (:meth:`ModelWrapper.callback`): at the start of each epoch the
 parameters outside the phase stop receiving gradients, so Adam leaves them (and its moments of
@@ -27,11 +29,12 @@ from typing import Any
 from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.models import ParameterChoice
 from seq2final.training.callbacks import FitCallback, FitState
 
-Phase = tuple[int | None, Sequence[str] | None]
-"""How many epochs (``None``: until the fit ends) and which parameter-name prefixes train
-(``None``: every parameter the fit trains)."""
+Phase = tuple[int | None, ParameterChoice | Sequence[str] | None]
+"""How many epochs (``None``: until the fit ends) and which parameters train: a choice evaluated
+on the model, parameter-name prefixes, or ``None`` (every parameter the fit trains)."""
 
 
 def _renamed(old: str, new: str) -> None:
@@ -101,7 +104,7 @@ class ModelWrapper:
         never reach."""
         names = [name for name, p in model.named_parameters() if p.requires_grad]
         phases = self.phases()
-        _Phases(phases, type(self).__name__).check(names)
+        _Phases(phases, type(self).__name__).check(model, names)
         before = 0
         for index, (epochs, _) in enumerate(phases):
             if max_epochs is not None and before >= max_epochs:
@@ -127,34 +130,41 @@ class _Phases(FitCallback):
 
     def before_fit(self, fit_state: FitState) -> None:
         trained = {id(p) for p in fit_state.parameters}
-        self.check([n for n, p in fit_state.model.named_parameters() if id(p) in trained])
+        model = fit_state.model
+        self.check(model, [n for n, p in model.named_parameters() if id(p) in trained])
 
-    def check(self, names: list[str]) -> None:
-        """Every phase trains some of ``names`` (the parameters the fit trains)."""
+    def check(self, model: nn.Module, names: list[str]) -> None:
+        """Every phase trains some of ``names`` (the parameters of ``model`` the fit trains);
+        each phase's choice is evaluated on ``model`` once, here."""
         self.names = names
-        for index, (_, prefixes) in enumerate(self.phases):
-            if not self._chosen(prefixes):
+        self.chosen = [self._chosen(model, choice) for _, choice in self.phases]
+        for index, ((_, choice), chosen) in enumerate(zip(self.phases, self.chosen, strict=True)):
+            if not chosen:
+                if isinstance(choice, ParameterChoice):
+                    said, valid = f"choice '{choice.description}'", "a choice matching names"
+                else:
+                    said, valid = f"prefixes {list(choice or [])}", "prefixes start names"
                 raise Seq2FinalError(
-                    f"model wrapper {self.owner}: phase {index + 1} trains no parameter (prefixes "
-                    f"{list(prefixes or [])}); valid prefixes start names such as "
-                    f"{', '.join(self.names[:4])}"
+                    f"model wrapper {self.owner}: phase {index + 1} trains no parameter ({said}); "
+                    f"valid {valid} such as {', '.join(self.names[:4])}"
                 )
 
-    def _chosen(self, prefixes: Sequence[str] | None) -> set[str]:
-        if prefixes is None:
+    def _chosen(self, model: nn.Module, choice: ParameterChoice | Sequence[str] | None) -> set[str]:
+        if choice is None:
             return set(self.names)
-        return {n for n in self.names if any(n.startswith(p) for p in prefixes)}
+        if isinstance(choice, ParameterChoice):
+            return set(choice.chosen(model)) & set(self.names)
+        return {n for n in self.names if any(n.startswith(p) for p in choice)}
 
     def before_epoch(self, fit_state: FitState) -> None:
-        start = 1
-        chosen = self.phases[-1][1]
-        for epochs, prefixes in self.phases:
+        start, phase = 1, len(self.phases) - 1
+        for index, (epochs, _) in enumerate(self.phases):
             if epochs is None or fit_state.epoch < start + epochs:
-                chosen = prefixes
+                phase = index
                 break
             start += epochs
-        trained = self._chosen(chosen)
-        fit_state.freeze_bn_stats = self.freeze_bn_stats and chosen is not None
+        trained = self.chosen[phase]
+        fit_state.freeze_bn_stats = self.freeze_bn_stats and self.phases[phase][1] is not None
         for name, parameter in fit_state.model.named_parameters():
             if name in self.names:
                 parameter.requires_grad_(name in trained)

@@ -1,0 +1,80 @@
+"""How a fit updates its weights: a registered optimiser recipe per way, Adam by default.
+
+The original trains every fit with Adam at a constant learning rate, the L2 penalty added to the
+loss (docs/methods.md, "The fit loop"); that is the recipe ``adam``, which every task uses unless
+it names another (``Task(optimizer=...)``, and the mode that builds it ``optimizer=`` when it
+registers, so its YAML spaces may name the recipe's hyper-parameters). A recipe is written as a
+loss term is (:mod:`seq2final.training.terms`): a class registered with :func:`optimizer`, whose
+``hyperparameters`` pydantic model declares what it reads from the fit's values, with defaults,
+ranges and default search-space entries (they join the fit's own, checked before any work).
+
+A recipe with ``takes_closure`` gets the step as PyTorch's closures do
+(``optimizer.step(closure)``): the closure zeroes the gradients, recomputes the *whole* loss of
+the batches the step drew — objective and every penalty — backward, and runs the callbacks'
+``after_backward``. The loop has already run it once (its gradients are there when ``step`` is
+called), so sharpness-aware minimisation is an optimiser around any objective: perturb, call the
+closure, restore, step (docs/extending.md, "SAM").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar, TypeVar
+
+import torch
+from pydantic import BaseModel
+from torch import nn
+
+from seq2final.core.errors import Seq2FinalError
+from seq2final.core.registry import Registry
+from seq2final.training.hyperparameters import HyperParameters, check_schema
+from seq2final.training.terms import NoHyperParameters
+
+
+class OptimizerRecipe:
+    """A way to update a fit's weights; subclass it, override :meth:`build`, and register it
+    with :func:`optimizer`. ``takes_closure``: its optimiser's ``step`` is called with the
+    closure described above (an fp16 gradient scaler cannot run one, so such a fit refuses
+    ``amp: fp16`` in one line)."""
+
+    name: ClassVar[str] = ""
+    hyperparameters: ClassVar[type[BaseModel]] = NoHyperParameters
+    takes_closure: ClassVar[bool] = False
+
+    def build(self, parameters: list[nn.Parameter], hp: HyperParameters) -> torch.optim.Optimizer:
+        """A fresh optimiser of ``parameters`` for one fit, with the fit's values ``hp``."""
+        raise NotImplementedError
+
+
+OPTIMIZERS: Registry[type[OptimizerRecipe]] = Registry("optimizer")
+
+R = TypeVar("R", bound=type[OptimizerRecipe])
+
+
+def optimizer(name: str) -> Callable[[R], R]:
+    """Register the decorated :class:`OptimizerRecipe` subclass as ``name``; its
+    hyper-parameter schema is checked here, when the module (a plugin) is imported."""
+
+    def register(cls: R) -> R:
+        if not (isinstance(cls, type) and issubclass(cls, OptimizerRecipe)):
+            raise Seq2FinalError(f"optimizer '{name}': {cls!r} is not an OptimizerRecipe subclass")
+        check_schema(cls.hyperparameters, f"optimizer '{name}'")
+        cls.name = name
+        OPTIMIZERS.add(name, cls)
+        return cls
+
+    return register
+
+
+@optimizer("adam")
+class Adam(OptimizerRecipe):
+    """The original's optimiser: Adam at the fit's constant learning rate, no ``weight_decay``
+    (the L2 penalty is a loss term, docs/methods.md)."""
+
+    def build(self, parameters: list[nn.Parameter], hp: HyperParameters) -> torch.optim.Optimizer:
+        return torch.optim.Adam(parameters, lr=float(hp.lr))
+
+
+def resolve_optimizer(recipe: str | OptimizerRecipe) -> OptimizerRecipe:
+    """A recipe instance from a registered name (an unknown one lists the valid names)."""
+    return OPTIMIZERS[recipe]() if isinstance(recipe, str) else recipe
