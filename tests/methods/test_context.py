@@ -132,3 +132,17 @@ def test_a_head_fit_on_a_frozen_body_runs_the_body_once_per_split_with_the_same_
     # one, where the loop runs two training batches an epoch and a validation pass before and
     # after each of three epochs (the fit's cost, counted once after the study, runs in both)
     assert len(passes) - cached_passes == 4 * ((2 * 3 + 4) - (2 + 1))
+
+
+def test_a_task_naming_another_optimizer_than_its_mode_declares_is_refused_before_a_trial(
+    tmp_path, learnable
+):
+    ctx = context(tmp_path, fuse=1)
+    ctx.optimizer = "sam_of_the_mode"
+    with pytest.raises(Exception) as error:
+        tuned(ctx, Task([learnable(20)], learnable(10, seed=1)))
+    assert str(error.value) == (
+        "fit 'final': its task names optimizer 'adam' but its mode declares 'sam_of_the_mode'; "
+        "valid: the mode's optimizer= and the task's optimizer= alike"
+    )
+    assert ctx.fits == []  # refused before anything trained

@@ -253,3 +253,61 @@ def test_after_fit_runs_when_a_pruned_fit_stops_so_hooks_are_removed():
         fit(model, task, HyperParameters(lr=1e-3), ENGINE, 3, seed=0, on_epoch=prune)
     assert not model.fc.linear._forward_hooks
     assert all(p.requires_grad for p in model.parameters())
+
+
+def test_the_selected_epochs_evaluated_model_is_the_one_handed_back(monkeypatch):
+    """A scripted curve selects epoch 2: the model handed back is the average validated then,
+    not the fit's weights at that epoch."""
+    _script(monkeypatch, [0.1, 0.2, 0.5, 0.3])
+    raw = []
+
+    class Kept(Averaged):
+        def after_eval(self, fit_state):
+            super().after_eval(fit_state)
+            raw.append(copy.deepcopy(fit_state.model.state_dict()))
+
+    averaged = Kept()
+    model = build_model("convnet_1", 3)
+    task = Task([_data(24)], _data(seed=1), callbacks=[averaged])
+    result = fit(model, task, HyperParameters(lr=1e-2), ENGINE, 3, seed=0)
+    assert result.best_epoch == 2
+    kept = averaged.snapshots[2]
+    assert all(torch.equal(value, kept[name]) for name, value in model.state_dict().items())
+    assert not all(torch.equal(value, raw[2][name]) for name, value in kept.items())
+
+
+class Installs(FitCallback):
+    def __init__(self, ended):
+        self.ended = ended
+
+    def after_fit(self, fit_state):
+        self.ended.append(type(self).__name__)
+
+
+def test_a_refused_fit_ends_the_callbacks_that_started_and_a_failing_end_keeps_a_prune():
+    ended = []
+
+    class Refuses(FitCallback):
+        def before_fit(self, fit_state):
+            raise Seq2FinalError("refused")
+
+    task = Task([_data()], _data(seed=1), callbacks=[Installs(ended), Refuses(), Installs([])])
+    with pytest.raises(Seq2FinalError, match="refused"):
+        fit(build_model("convnet_1", 3), task, HyperParameters(lr=1e-3), ENGINE, 1, seed=0)
+    assert ended == ["Installs"]  # the one that started, not the one after the refusal
+
+    class Breaks(FitCallback):
+        def after_fit(self, fit_state):
+            raise RuntimeError("broken cleanup")
+
+    class Pruned(Exception):
+        pass
+
+    def prune(epoch, accuracy):
+        raise Pruned
+
+    task = Task([_data()], _data(seed=1), callbacks=[Breaks(), Installs(ended)])
+    with pytest.raises(Pruned):  # the prune, not the cleanup's error
+        fit(build_model("convnet_1", 3), task, HyperParameters(lr=1e-3), ENGINE, 1, seed=0,
+            on_epoch=prune)  # fmt: skip
+    assert ended == ["Installs", "Installs"]  # the others still ended

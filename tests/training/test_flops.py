@@ -10,6 +10,7 @@ from seq2final.training.engine import Engine
 from seq2final.training.flops import FitCost, counted_flops, fit_cost
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.objectives import Task
+from seq2final.training.optimizers import OptimizerRecipe, optimizer
 from seq2final.training.records import TrialRecord
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.wrappers import ModelWrapper
@@ -97,14 +98,35 @@ def test_the_count_ends_every_callback_it_started():
 
     class Hooked(FitCallback):
         def before_fit(self, fit_state):
-            self.hook = fit_state.model[2].register_forward_hook(lambda *a: calls.append("hook"))
+            self.module = fit_state.model[2]  # the copy's linear layer: the one counted
+            self.hook = self.module.register_forward_hook(lambda *a: calls.append("hook"))
 
         def after_fit(self, fit_state):
             self.hook.remove()
             calls.append("after_fit")
 
-    model = _model()
-    task = Task([_split(10)], _split(6), callbacks=[Hooked()])
-    fit_cost(model, task, HyperParameters(lr=1e-3), Engine(batch_size=4))
+    hooked = Hooked()
+    task = Task([_split(10)], _split(6), callbacks=[hooked])
+    fit_cost(_model(), task, HyperParameters(lr=1e-3), Engine(batch_size=4))
     assert calls[-1] == "after_fit" and "hook" in calls
-    assert not model[2]._forward_hooks
+    assert not hooked.module._forward_hooks  # the hook it installed is gone
+
+
+def test_a_closure_optimizers_second_pass_is_counted():
+    class TwoPasses(torch.optim.SGD):
+        def step(self, closure):
+            closure()  # SAM's second pass, at the same weights here
+            return super().step()
+
+    @optimizer("test_two_passes")
+    class Recipe(OptimizerRecipe):
+        takes_closure = True
+
+        def build(self, parameters, hp):
+            return TwoPasses(parameters, lr=hp.lr)
+
+    hp, engine = HyperParameters(lr=1e-3), Engine(batch_size=4)
+    plain = fit_cost(_model(), Task([_split(10)], _split(6)), hp, engine)
+    twice = fit_cost(_model(), Task([_split(10)], _split(6), optimizer="test_two_passes"), hp,
+                     engine)  # fmt: skip
+    assert twice.train_epochs == (2 * plain.train_epochs[0],)

@@ -114,6 +114,27 @@ def test_a_closure_recipe_reruns_the_whole_loss_once_more_per_update():
     assert task.optimizer.made.passes == 2
 
 
+def test_the_closure_draws_what_the_first_pass_drew_so_batch_orders_are_a_plain_fits():
+    """IRM draws a permutation per domain from the fit's generator: the closure's pass draws
+    the same one, and every later batch is the one an Adam fit of the same seed draws."""
+    seen = {}
+
+    class Batches(FitCallback):
+        def __init__(self, name):
+            self.name = name
+            seen[name] = []
+
+        def after_backward(self, fit_state):
+            seen[self.name].append([b.y.tolist() for b in fit_state.batches])
+
+    for name in ("adam", "test_sam"):
+        task = Task([_data(), _data(seed=2)], _data(seed=1), objective="irm", optimizer=name,
+                    callbacks=[Batches(name)])  # fmt: skip
+        fit(build_model("convnet_1", 3), task, HyperParameters(lr=1e-3), ENGINE, 3, seed=0)
+    assert seen["test_sam"][::2] == seen["test_sam"][1::2]  # both passes of a step: one batch
+    assert seen["test_sam"][::2] == seen["adam"]
+
+
 def test_a_recipes_hyperparameters_join_the_fits_and_a_modes():
     task = Task([_data()], _data(seed=1), optimizer="test_sam")
     assert task.checked_hyperparameters({"lr": 1e-3})["test_rho"] == 0.05
@@ -137,6 +158,8 @@ def test_an_unknown_recipe_a_clash_and_fp16_with_a_closure_are_refused():
     with pytest.raises(Seq2FinalError, match="closure.*valid: amp none or bf16"):
         fit(build_model("convnet_1", 3), task, HyperParameters(lr=1e-3), fp16, 1, seed=0)
     assert "adam" in OPTIMIZERS
+    with pytest.raises(Seq2FinalError, match="not an instance of a registered recipe"):
+        Task([_data()], _data(seed=1), optimizer=type("Loose", (OptimizerRecipe,), {})())
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))

@@ -275,7 +275,10 @@ def check_mode_configs(
 
 def _mode_block(mode: HistoricalMode | FinalMode, block: Any, where: str) -> ModeBlock:
     """A mode's block checked: only its keys, each search space usable (the mode's default for
-    one the YAML does not give), its settings valid against its schema, then its own check."""
+    one the YAML does not give), its settings valid against its schema, then its own check. A
+    block no YAML gives is the mode's code defaults, settings included, so that a key, which
+    hashes ``raw``, changes with them."""
+    written = block is not None
     block = dict(block or {})
     valid = block_keys(mode)
     unknown = [key for key in block if key not in valid]
@@ -293,6 +296,8 @@ def _mode_block(mode: HistoricalMode | FinalMode, block: Any, where: str) -> Mod
         for key in mode.config_keys
     }
     settings = None if mode.settings is None else settings_of(mode.settings, raw, where)
+    if settings is not None and not written:  # the code's settings, in the keys (a block the
+        raw = {**raw, **settings.model_dump(mode="json")}  # YAML writes keys as written)
     if mode.check is not None:
         mode.check(raw, where)
     return ModeBlock(where, raw, spaces, settings)

@@ -7,6 +7,7 @@ mode returns, the :class:`Context` it trains in, and the helpers the built-in mo
 # Registers the built-ins, in the order the registries list them: the paper's methods and
 # modes, then Wild-Time's, then NED's heads and Feature Forgetting's gates.
 from seq2final.methods import catalogue, historical, final, wild_time, continual, heads, gates  # noqa: F401, I001
+from seq2final.core.schema import StrictModel
 from seq2final.methods.base import (
     FINAL_MODES,
     HISTORICAL_MODES,
@@ -27,7 +28,6 @@ from seq2final.methods.catalogue import ORACLE, JobNames, paper_columns
 from seq2final.methods.blocks import ModeBlock, settings_of, space_of
 from seq2final.methods.context import Context
 from seq2final.methods.final import chain_space, continue_chains, fine_tune_chain, stage_name
-from seq2final.core.schema import StrictModel
 from seq2final.methods.requests import RequestedJob, requested_jobs
 
 __all__ = [

@@ -219,7 +219,7 @@ def default_space(mode: HistoricalMode | FinalMode, key: str) -> dict[str, Any]:
     """The search space ``key`` of a mode whose YAML block does not give it: the one the mode
     declares in code (``spaces=``), else every declared default entry of what its fits read —
     the fit's learning rate and dropout, the L2 term's weight, its terms' and its optimiser's
-    hyper-parameters (docs/extending.md, "One file")."""
+    hyper-parameters (docs/extending.md, "One file per method")."""
     if key in mode.spaces:
         return dict(mode.spaces[key])
     schemas: list[type[BaseModel]] = [FitHyperParameters]

@@ -24,7 +24,8 @@ S = TypeVar("S", bound=StrictModel)
 @dataclass(frozen=True, eq=False)  # equal as the mapping it reads as
 class ModeBlock(Mapping[str, Any]):
     """A checked block: its values (``raw``: as written, with the mode's default for each search
-    space the YAML does not give; ``where`` names the block in messages), its search spaces,
+    space the YAML does not give, and for a mode no YAML names its settings' defaults too;
+    ``where`` names the block in messages), its search spaces,
     parsed when it was checked, and its settings, read by the mode's ``settings`` schema (every
     missing one at its default; ``None`` for a mode without settings)."""
 

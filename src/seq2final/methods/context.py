@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from seq2final.core.errors import Seq2FinalError
 from seq2final.core.progress import current
 from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
@@ -46,7 +47,9 @@ class Context:
     Optuna studies (``<owner_key>/<stage>``) and seeds their initialisations, so two jobs never
     share a study and a resumed job draws what it drew before. ``warm_start``: the previous
     time's model that a pooled job of a stream starts from instead of a fresh one
-    (``protocol_options.warm_start``).
+    (``protocol_options.warm_start``). ``optimizer``: the recipe the mode declares
+    (``optimizer=`` when it registers), whose hyper-parameters its spaces were checked against;
+    a tuned fit whose task names another is refused before its first trial.
     """
 
     sequence: ShiftSequence
@@ -61,6 +64,7 @@ class Context:
     fits: list[FitRecord] = field(default_factory=list)
     learning_curves: list[dict[str, Any]] = field(default_factory=list)
     warm_start: nn.Module | None = None
+    optimizer: str = "adam"
 
     @property
     def num_classes(self) -> int:
@@ -98,8 +102,9 @@ class Context:
 
         A trial that trains the head alone on a body whose output cannot change (frozen, its
         BatchNorm statistics fixed, no augmentation or dropout) computes the body's features
-        once and trains the head on them, with the same result
-        (:mod:`seq2final.training.features`); such trials run one at a time, never stacked."""
+        once and trains the head on them (:mod:`seq2final.training.features`: the same result on
+        the CPU, to float tolerance under amp or on CUDA); such trials run one at a time, never
+        stacked."""
         return self.tuned(stage, space, make_model, task)[0]
 
     def tuned(
@@ -107,6 +112,12 @@ class Context:
     ) -> tuple[M, FitResult]:
         """:meth:`tuned_fit`, also returning the selected trial's fit (for what a mode computes
         from the fit itself, such as SI's path integral)."""
+        named = task.optimizer_recipe.name
+        if named != self.optimizer:
+            raise Seq2FinalError(
+                f"fit '{stage}': its task names optimizer '{named}' but its mode declares "
+                f"'{self.optimizer}'; valid: the mode's optimizer= and the task's optimizer= alike"
+            )
 
         def train_trial(params, seed, report):
             model = make_model()

@@ -98,7 +98,9 @@ def step_accuracies(
     return table
 
 
-def _context(plan: RunPlan, sequence: ShiftSequence, owner_key: str) -> Context:
+def _context(
+    plan: RunPlan, sequence: ShiftSequence, owner_key: str, optimizer: str = "adam"
+) -> Context:
     return Context(
         sequence=sequence,
         arch=plan.arch,
@@ -109,6 +111,7 @@ def _context(plan: RunPlan, sequence: ShiftSequence, owner_key: str) -> Context:
         tuner=Tuner(plan.budget, plan.tuning.storage, Path(plan.tuning.root), plan.seed),
         owner_key=owner_key,
         device=plan.engine.torch_device(),
+        optimizer=optimizer,
     )
 
 
@@ -118,7 +121,8 @@ def train_state(
     """Trains one historical state (its step-0 model, if it continues one, read from ``store``);
     the context its fits ran in comes with it."""
     started = time.perf_counter()
-    ctx = _context(plan, problem_sequence(sequence, state.view), state.key)
+    declared = "adam" if state.mode == STEP0 else HISTORICAL_MODES[state.mode].optimizer
+    ctx = _context(plan, problem_sequence(sequence, state.view), state.key, declared)
     extends = None
     if state.mode == STEP0:
         model = train_step0(ctx, space_of(state.config, "space", state.config.where))
@@ -207,7 +211,7 @@ def fit_job(
     """
     started = time.perf_counter()
     problem = problem_sequence(sequence, job.view)
-    ctx = _context(plan, problem, job.key)
+    ctx = _context(plan, problem, job.key, FINAL_MODES[job.final].optimizer)
     if warm_start is not None:
         ctx.warm_start = warm_start.to(ctx.device)
     state = None if state is None else state.to(ctx.device)

@@ -29,8 +29,15 @@ stopping, a tuner's ranking and pruning, and the fit's result see, and the selec
 ``eval_model`` is what the fit hands back (its state dict must load into the fit's model).
 ``after_backward`` runs once per backward pass: twice per update under an optimiser that
 re-evaluates the loss in its step (:mod:`seq2final.training.optimizers`, SAM), whose last pass's
-gradients are the ones the update uses. From ``after_backward`` on, ``fit_state.batches`` and
-``fit_state.loss`` are the step's batches and its (unscaled) loss.
+gradients are the ones the update uses, so a callback that edits gradients (A-GEM's projection)
+does it there; ``before_update`` sees the first pass's, which such a step then replaces, and each
+pass moves the BatchNorm statistics. From ``after_backward`` on, ``fit_state.batches`` and
+``fit_state.loss`` are the step's batches and the last pass's loss (scaled under fp16).
+
+The FLOP count (:func:`seq2final.training.flops.fit_cost`) runs a callback too, on a copy of the
+model with no validation or update between: ``before_fit``, ``before_epoch`` for each epoch of
+the budget (so it sees a phase's trained parameters), then ``after_fit``; a callback that keeps
+state across fits is called these extra times.
 
 A callback sees the fit through :class:`FitState`; what it keeps for the mode that asked for the
 fit it writes into :attr:`FitState.extras` in :meth:`FitCallback.on_selected`, which the loop
@@ -107,7 +114,8 @@ class FitCallback:
     ``feature_safe``: it reads and sets only the optimiser, the epoch, the validation results
     and ``stop`` (a learning-rate schedule), never the batches, the gradients or the model, so a
     head fit on a frozen body's cached features may run it (:mod:`seq2final.training.features`);
-    a fit with any other callback trains through the whole network."""
+    a fit with any other callback trains through the whole network. Declared on the class
+    itself: a subclass, which may read more, declares it again."""
 
     feature_safe: ClassVar[bool] = False
 

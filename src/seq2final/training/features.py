@@ -22,7 +22,8 @@ in a batch of 100 as in one of 1,000, so the cached fit selects the same epoch w
 as the loop (``tests/training/test_features.py``; a head with a BatchNorm, DenseNet's, to float
 noise). Under ``amp`` the head reads the features in float32 where the loop hands it the body's
 half-precision output: the same to that precision. :func:`fit_cached` uses the cache where all
-of the above hold and the loop otherwise, so no result changes; :func:`cache_refusal` says why
+of the above hold and the loop otherwise, so no result changes on the CPU (under amp, or on
+CUDA where the body runs at another batch size, to float tolerance); :func:`cache_refusal` says why
 not. The FLOPs recorded for such a fit are still the loop's (every epoch's body passes): they
 count the protocol's compute, not how this machine ran it.
 """
@@ -101,7 +102,7 @@ def setup_refusal(task: Task, engine: Engine) -> str | None:
     terms = [t for t in task.loss_terms if not _safe_term(t)]
     if terms:
         return f"loss term '{terms[0].name}' may read more than the head's logits"
-    callbacks = [c for c in task.callbacks if not c.feature_safe]
+    callbacks = [c for c in task.callbacks if type(c).__dict__.get("feature_safe") is not True]
     if callbacks:
         return f"callback {type(callbacks[0]).__name__} is not declared feature_safe"
     return None

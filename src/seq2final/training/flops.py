@@ -26,6 +26,7 @@ from seq2final.models import choose_trainable
 from seq2final.training.callbacks import FitState
 from seq2final.training.engine import Engine, autocast, run_model, scale_images
 from seq2final.training.hyperparameters import HyperParameters
+from seq2final.training.loop import end_callbacks
 from seq2final.training.objectives import Task, objective_loss
 from seq2final.training.records import TrialRecord
 from seq2final.training.tensors import TensorSplit
@@ -130,10 +131,11 @@ def fit_cost(
         if task.optimizer_recipe.takes_closure:
             optimizer.step(closure)  # type: ignore[arg-type]  # torch's closures return the loss tensor
 
-    # a term may read what its callback sets up (LwF's teacher)
-    for callback in task.callbacks:
-        callback.before_fit(state)
+    started = []  # a term may read what its callback sets up (LwF's teacher)
     try:
+        for callback in task.callbacks:
+            callback.before_fit(state)
+            started.append(callback)
         # an epoch draws, from each domain, the images its batches cycle through in that many steps
         steps = max(math.ceil(len(d) / engine.batch_size) for d in task.domains)
         per_epoch = sum(
@@ -155,8 +157,9 @@ def fit_cost(
             epochs.append(round(step_flops * per_epoch / drawn + extra))  # extra: A-GEM's
             counted = trained
         per_image = image_flops(model, task.valid, engine, task.valid_step)
-    finally:
-        for callback in task.callbacks:
-            callback.after_fit(state)
+    except BaseException:
+        end_callbacks(started, state, leaving=True)
+        raise
+    end_callbacks(started, state, leaving=False)
     return FitCost(train_epochs=tuple(epochs), valid_pass=per_image * len(task.valid),
                    per_image=per_image)  # fmt: skip

@@ -28,6 +28,7 @@ is an index slice, scaled to float on the device.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from torch import nn
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import choose_trainable, set_dropout
 from seq2final.training.augment import Augmenter
-from seq2final.training.callbacks import FitState
+from seq2final.training.callbacks import FitCallback, FitState
 from seq2final.training.engine import (
     Engine,
     autocast,
@@ -68,6 +69,7 @@ class FitResult:
 
 
 EpochCallback = Callable[[int, float], None]
+log = logging.getLogger(__name__)
 
 
 class BatchOrder:
@@ -195,7 +197,12 @@ def fit(
             callback.after_backward(state)
         return out
 
+    drawn_from: list[torch.Tensor] = []  # the generator's state before the step's first pass
+
     def closure() -> torch.Tensor:
+        """The step's pass again, drawing what the first drew (IRM's permutation), so the loss
+        re-evaluated is the same loss, and later batch orders are the ones a plain fit draws."""
+        generator.set_state(drawn_from[0])
         return forward_backward()[0]
 
     def evaluate() -> float:
@@ -210,11 +217,14 @@ def fit(
             callback.after_eval(state)
         return state.valid_accuracy
 
+    started = []
     try:
         for callback in callbacks:
             callback.before_fit(state)
+            started.append(callback)
     except BaseException:  # a callback refused the fit (a wrapper's empty phase): leave the model
-        hand_back(model, flags, float(hp.dropout))  # as it came
+        hand_back(model, flags, float(hp.dropout))  # as it came, and end what had started
+        end_callbacks(started, state, leaving=True)
         raise
     best_state: dict[str, torch.Tensor] | None = None
     epoch = 0
@@ -223,7 +233,10 @@ def fit(
         history = [epoch_row(0, math.nan, math.nan, state.valid_loss, valid_accuracy)]
         selection = Selection(engine.patience)
         selection.observe(0, valid_accuracy)
-        best_state, best_extras = _snapshot(state.eval_model or model), _kept(state, callbacks)
+        best_state, best_extras = (
+            _snapshot(model if state.eval_model is None else state.eval_model),
+            _kept(state, callbacks),
+        )
         if on_epoch is not None:
             on_epoch(0, valid_accuracy)
         for epoch in range(1, max_epochs + 1):
@@ -248,6 +261,8 @@ def fit(
                         batch = callback.transform_batch(state, d, batch)
                     batches.append(batch)
                 state.batches = batches
+                if recipe.takes_closure:
+                    drawn_from[:] = [generator.get_state()]
                 _, batch_ce, batch_correct, batch_count = forward_backward()
                 for callback in callbacks:
                     callback.before_update(state)
@@ -272,7 +287,7 @@ def fit(
                 progress(1)
             if selection.observe(epoch, valid_accuracy):
                 best_state, best_extras = (
-                    _snapshot(state.eval_model or model),
+                    _snapshot(model if state.eval_model is None else state.eval_model),
                     _kept(state, callbacks),
                 )
             for callback in callbacks:
@@ -281,13 +296,30 @@ def fit(
                 on_epoch(epoch, valid_accuracy)
             if selection.stopped or state.stop:
                 break
-    finally:
+    except BaseException:  # a pruned trial too: the selected weights, and the callbacks ended
         if best_state is not None:
             model.load_state_dict(best_state)
         hand_back(model, flags, float(hp.dropout))
-        for callback in callbacks:  # a pruned trial's too: a callback removes what it installed
-            callback.after_fit(state)
+        end_callbacks(callbacks, state, leaving=True)
+        raise
+    model.load_state_dict(best_state)
+    hand_back(model, flags, float(hp.dropout))
+    end_callbacks(callbacks, state, leaving=False)
     return FitResult(selection.best_accuracy, selection.best_epoch, epoch, history, best_extras)
+
+
+def end_callbacks(callbacks: list[FitCallback], state: FitState, leaving: bool) -> None:
+    """Every callback's ``after_fit``, however the fit ends, so a callback removes what it
+    installed. While an exception leaves the fit (a pruned trial, a refusal) one that fails is
+    logged, and the fit's own exception goes on: a prune stays a prune."""
+    for callback in callbacks:
+        if not leaving:
+            callback.after_fit(state)
+            continue
+        try:
+            callback.after_fit(state)
+        except Exception:
+            log.exception("%s.after_fit failed as the fit stopped", type(callback).__name__)
 
 
 def hand_back(model: nn.Module, flags: dict[str, bool], dropout: float) -> None:

@@ -76,5 +76,13 @@ class Adam(OptimizerRecipe):
 
 
 def resolve_optimizer(recipe: str | OptimizerRecipe) -> OptimizerRecipe:
-    """A recipe instance from a registered name (an unknown one lists the valid names)."""
-    return OPTIMIZERS[recipe]() if isinstance(recipe, str) else recipe
+    """A recipe instance from a registered name (an unknown one lists the valid names), or an
+    instance of a registered recipe: its schema was checked when it was registered."""
+    if isinstance(recipe, str):
+        return OPTIMIZERS[recipe]()
+    if not isinstance(recipe, OptimizerRecipe) or OPTIMIZERS.get(recipe.name) is not type(recipe):
+        raise Seq2FinalError(
+            f"optimizer {recipe!r} is not an instance of a registered recipe; valid: a name of "
+            f"{', '.join(OPTIMIZERS)} or an instance of one, registered with @optimizer"
+        )
+    return recipe
