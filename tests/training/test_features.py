@@ -10,7 +10,8 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.models import BlockModel, build_model
 from seq2final.training import Engine, FitCallback, Task
 from seq2final.training.curves import PlateauSchedule, curve_point
-from seq2final.training.features import cache_refusal, fit_cached, fit_on_features, head_inputs
+from seq2final.training.engine import layer_inputs
+from seq2final.training.features import cache_refusal, fit_cached, fit_on_features
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import clone_model, fit
 from seq2final.training.terms import Ewc
@@ -142,4 +143,4 @@ def test_head_inputs_are_what_the_head_receives(learnable):
     model.fc.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
     with torch.no_grad():
         model(data.x.float() / 255)
-    assert torch.equal(head_inputs(model, data, engine()), seen[0])
+    assert torch.equal(layer_inputs(model, model.fc, data, engine()), seen[0])

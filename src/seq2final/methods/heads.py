@@ -35,7 +35,7 @@ from seq2final.methods.base import FinalOutcome, HistoricalState, ModelChain, fi
 from seq2final.methods.blocks import settings_of, space_of
 from seq2final.methods.context import Context
 from seq2final.methods.final import continue_chains, stage_name
-from seq2final.training import Engine, Task, TensorSplit, clone_model, predict_logits
+from seq2final.training import Engine, Task, TensorSplit, clone_model, layer_inputs
 
 ABSENT_LOGIT = -1.0e9
 """The bias of a class the final step's training split has no image of: never predicted."""
@@ -65,15 +65,7 @@ def head_of(model: nn.Module) -> nn.Linear:
 def features(model: nn.Module, data: TensorSplit, engine: Engine) -> torch.Tensor:
     """The features ``model``'s last linear layer sees for every image of ``data`` (eval mode,
     on the CPU): the input of ``fc.linear``, after the pool (and DenseNet's norm)."""
-    captured: list[torch.Tensor] = []
-    hook = head_of(model).register_forward_hook(
-        lambda module, inputs, output: captured.append(inputs[0].detach().float().cpu())
-    )
-    try:
-        predict_logits(model, data, engine)
-    finally:
-        hook.remove()
-    return torch.cat(captured)
+    return layer_inputs(model, head_of(model), data, engine).float().cpu()
 
 
 def class_means(

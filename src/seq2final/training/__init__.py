@@ -9,7 +9,7 @@ and :func:`accuracy` to compute what the loop does.
 """
 
 from seq2final.training.callbacks import FitCallback, FitState
-from seq2final.training.engine import Engine, accuracy, predict_logits
+from seq2final.training.engine import Engine, accuracy, layer_inputs, predict_logits
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import FitResult, clone_model, fit
 from seq2final.training.objectives import Task, objective_loss
@@ -22,6 +22,6 @@ from seq2final.training.wrappers import ModelWrapper
 __all__ = [
     "LOSS_TERMS", "OPTIMIZERS", "Batch", "Budget", "Engine", "FitCallback", "FitResult", "FitState",
     "HyperParameters", "LossTerm", "LossInputs", "ModelWrapper", "OptimizerRecipe", "SearchSpace",
-    "Task", "TensorSplit", "accuracy", "clone_model", "fit", "loss_term", "objective_loss",
-    "optimizer", "predict_logits",
+    "Task", "TensorSplit", "accuracy", "clone_model", "fit", "layer_inputs", "loss_term",
+    "objective_loss", "optimizer", "predict_logits",
 ]  # fmt: skip

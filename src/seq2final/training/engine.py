@@ -205,6 +205,21 @@ def run_model_with_features(
     return model.forward_with_features(x)
 
 
+def layer_inputs(
+    model: nn.Module, layer: nn.Module, data: TensorSplit, engine: Engine
+) -> torch.Tensor:
+    """What ``layer`` of ``model`` receives for every image of ``data``, on the model's device,
+    from one :func:`predict_logits` pass (eval mode, the engine's evaluation batches and
+    precision): a frozen body's features, read by a hook removed afterwards."""
+    captured: list[torch.Tensor] = []
+    hook = layer.register_forward_pre_hook(lambda module, args: captured.append(args[0].detach()))
+    try:
+        predict_logits(model, data, engine)
+    finally:
+        hook.remove()
+    return torch.cat(captured)
+
+
 @torch.no_grad()
 def predict_logits(
     model: nn.Module,

@@ -38,7 +38,7 @@ from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import BasicBlock, BlockModel, ConvBN, DenseBlock, Stem, set_dropout
-from seq2final.training.engine import Engine, predict_logits
+from seq2final.training.engine import Engine, layer_inputs
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import EpochCallback, FitResult, fit
 from seq2final.training.objectives import Task
@@ -120,21 +120,6 @@ def cache_refusal(
     return refusal or _body_refusal(model, engine)
 
 
-@torch.no_grad()
-def head_inputs(model: nn.Module, data: TensorSplit, engine: Engine) -> torch.Tensor:
-    """The input of ``model.fc`` for every image of ``data``: the body's output in eval mode,
-    on the model's device, read in the engine's evaluation batches and precision."""
-    captured: list[torch.Tensor] = []
-    hook = getattr(model, HEAD).register_forward_pre_hook(
-        lambda module, args: captured.append(args[0].detach())
-    )
-    try:
-        predict_logits(model, data, engine)
-    finally:
-        hook.remove()
-    return torch.cat(captured)
-
-
 class _HeadModel(nn.Module):
     """The head alone as the model a fit trains, its "images" the body's cached outputs. It
     holds the model's own ``fc`` under its own name, so the loop trains the model's head in
@@ -153,7 +138,8 @@ class _HeadModel(nn.Module):
 def _features_of(model: nn.Module, split: TensorSplit, engine: Engine) -> TensorSplit:
     device = next(model.parameters()).device
     weight = None if split.weight is None else split.weight.to(device)
-    return TensorSplit(head_inputs(model, split, engine), split.y.to(device), weight)
+    features = layer_inputs(model, getattr(model, HEAD), split, engine)
+    return TensorSplit(features, split.y.to(device), weight)
 
 
 def fit_on_features(
@@ -177,6 +163,20 @@ def fit_on_features(
     refusal = cache_refusal(model, task, hp, engine)
     if refusal is not None:
         raise Seq2FinalError(f"a head fit on cached features would change the result: {refusal}")
+    return _fit_head(model, task, hp, engine, max_epochs, seed, on_epoch, progress)
+
+
+def _fit_head(
+    model: nn.Module,
+    task: Task,
+    hp: HyperParameters,
+    engine: Engine,
+    max_epochs: int,
+    seed: int,
+    on_epoch: EpochCallback | None,
+    progress: Callable[[int], None] | None,
+) -> FitResult:
+    """:func:`fit_on_features` once :func:`cache_refusal` has found nothing."""
     dropout = float(task.checked_hyperparameters(hp).dropout)
     if engine.channels_last:  # the model as the loop would hand it back
         model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # not in torch's stubs
@@ -206,5 +206,5 @@ def fit_cached(
     finds nothing) and ``cache`` is on; the loop's :func:`~seq2final.training.loop.fit`
     otherwise. ``cache`` off runs the loop always: the like-for-like comparison of the two."""
     if cache and cache_refusal(model, task, hp, engine) is None:
-        return fit_on_features(model, task, hp, engine, max_epochs, seed, on_epoch, progress)
+        return _fit_head(model, task, hp, engine, max_epochs, seed, on_epoch, progress)
     return fit(model, task, hp, engine, max_epochs, seed, on_epoch, progress)

@@ -18,6 +18,7 @@ import torch
 from pydantic import BaseModel, Field, ValidationError
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.registry import Registry
 from seq2final.core.schema import StrictModel, one_line
 from seq2final.training.search import ParamSpec
 
@@ -44,6 +45,18 @@ def default_space(schema: type[BaseModel]) -> dict[str, dict[str, Any]]:
         if isinstance(extra, dict) and "space" in extra:
             spaces[name] = dict(extra["space"])  # type: ignore[arg-type]  # JSON, a mapping
     return spaces
+
+
+def register_declaring(registry: Registry[Any], base: type, name: str, cls: Any) -> None:
+    """Add ``cls``, a subclass of ``base`` that declares hyper-parameters (a loss term, an
+    optimiser recipe), to ``registry`` as ``name``; the class and its schema are checked here,
+    when the module (a plugin) is imported, before any work."""
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise Seq2FinalError(f"{registry.kind} '{name}': {cls!r} is not a {base.__name__} subclass")
+    declaring: Any = cls  # a subclass of base: its ClassVars, not object's
+    check_schema(declaring.hyperparameters, f"{registry.kind} '{name}'")
+    declaring.name = name
+    registry.add(name, declaring)
 
 
 def check_schema(schema: Any, owner: str) -> None:

@@ -27,7 +27,7 @@ from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.registry import Registry
-from seq2final.training.hyperparameters import HyperParameters, check_schema
+from seq2final.training.hyperparameters import HyperParameters, register_declaring
 from seq2final.training.terms import NoHyperParameters
 
 
@@ -56,11 +56,7 @@ def optimizer(name: str) -> Callable[[R], R]:
     hyper-parameter schema is checked here, when the module (a plugin) is imported."""
 
     def register(cls: R) -> R:
-        if not (isinstance(cls, type) and issubclass(cls, OptimizerRecipe)):
-            raise Seq2FinalError(f"optimizer '{name}': {cls!r} is not an OptimizerRecipe subclass")
-        check_schema(cls.hyperparameters, f"optimizer '{name}'")
-        cls.name = name
-        OPTIMIZERS.add(name, cls)
+        register_declaring(OPTIMIZERS, OptimizerRecipe, name, cls)
         return cls
 
     return register

@@ -34,7 +34,7 @@ from torch import nn
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.registry import Registry
 from seq2final.models import JointModel, squared_weight_norm, sum_of_squares
-from seq2final.training.hyperparameters import HyperParameters, check_schema
+from seq2final.training.hyperparameters import HyperParameters, register_declaring
 
 
 class NoHyperParameters(BaseModel):
@@ -126,11 +126,7 @@ def loss_term(name: str) -> Callable[[T], T]:
     is checked here, when the module (a plugin) is imported, before any work."""
 
     def register(cls: T) -> T:
-        if not (isinstance(cls, type) and issubclass(cls, LossTerm)):
-            raise Seq2FinalError(f"loss term '{name}': {cls!r} is not a LossTerm subclass")
-        check_schema(cls.hyperparameters, f"loss term '{name}'")
-        cls.name = name
-        LOSS_TERMS.add(name, cls)
+        register_declaring(LOSS_TERMS, LossTerm, name, cls)
         return cls
 
     return register
