@@ -6,8 +6,11 @@ The golden files pin what that run produces (sequence bytes, job keys, metrics, 
 trial), so a refactor that changes any of it fails tests/pipelines/test_golden_records.py, whose
 session fixture (``every_method_run``, tests/conftest.py) runs the same ``run.json``.
 torch's CPU kernels differ by instruction set (AVX2, AVX512), and with them a few predictions, so
-each instruction set has its own file. Regenerate them only for a deliberate change of results (on
-a machine of each instruction set), and say why in the commit:
+each instruction set has its own file, which names the CPU it was made on (``cpu``: vendor,
+family, model, stepping, instruction set); the test compares exactly only on a CPU of that kind.
+Regenerate them only for a deliberate change of results (on a machine of each instruction set,
+or with torch's kernels pinned to AVX2 for the reference file where no AVX2 machine is at hand:
+``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=AVX2``), and say why in the commit:
 
     .venv/bin/python benchmarks/golden_records.py          # this CPU's file
     .venv/bin/python benchmarks/golden_records.py PATH     # elsewhere
@@ -48,6 +51,8 @@ from pathlib import Path
 import torch
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
+
+from seq2final.bench.machine import cpu_kind
 
 PROJECT = Path(__file__).resolve().parents[1]
 GOLDEN = PROJECT / "tests" / "golden" / "every_method_smoke"
@@ -90,6 +95,7 @@ def main(target: Path) -> None:
         (project / "src").mkdir()
         os.chdir(project)
         golden = golden_records(project)
+    golden["cpu"] = cpu_kind()  # only a CPU of this kind compares with these bits exactly
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
     print(f"{len(golden['records'])} records written to {target}")

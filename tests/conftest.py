@@ -31,6 +31,14 @@ PROJECT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``waits`` first. They spend most of their time waiting on processes of their
+    own (SLURM jobs, sweep workers, a killed driver); run first, their waits overlap with the
+    other worker's computing instead of making the suite's tail."""
+    items.sort(key=lambda item: item.get_closest_marker("waits") is None)
+
+
 # One extra of every registry entry (tests/lab_extras.py), registered as a user's plugin would be:
 # every test that loops over a registry covers it, and every run of all methods trains it.
 load_plugins(["lab_extras"])

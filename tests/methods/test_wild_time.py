@@ -69,20 +69,51 @@ def test_coral_is_the_mean_over_domain_pairs_of_mean_and_covariance_differences(
     assert coral_penalty([a, a.clone()]).item() == pytest.approx(0.0)
 
 
-def test_the_coral_objective_adds_lambda_times_the_penalty_to_the_domains_mean_loss():
+def _wild_time_coral_loss(logits, y, groups, coral_lambda):
+    """Wild-Time's ``DeepCORAL.train_step`` loss re-typed: the criterion (cross-entropy, mean
+    reduction) over the whole batch, plus λ times ``coral_penalty`` summed over the pairs of
+    groups and divided by their number."""
+
+    def penalty(x, z):
+        mean_x, mean_z = x.mean(0, keepdim=True), z.mean(0, keepdim=True)
+        cova_x = (x - mean_x).t() @ (x - mean_x) / (len(x) - 1)
+        cova_z = (z - mean_z).t() @ (z - mean_z) / (len(z) - 1)
+        return (mean_x - mean_z).pow(2).mean() + (cova_x - cova_z).pow(2).mean()
+
+    classification_loss = F.cross_entropy(logits, y)
+    indices = [torch.nonzero(groups == g, as_tuple=True)[0] for g in groups.unique()]
+    n = len(indices)
+    coral_loss = torch.zeros(1, dtype=logits.dtype)
+    for i in range(n):
+        for j in range(i + 1, n):
+            coral_loss += penalty(logits[indices[i]], logits[indices[j]])
+    if n > 1:
+        coral_loss /= n * (n - 1) / 2
+    return classification_loss + coral_lambda * coral_loss
+
+
+@pytest.mark.usefixtures("float64")
+def test_the_coral_objective_is_wild_times_pooled_loss_on_windows_of_unequal_size():
+    """Windows of 12, 7 and 5 images in one batch (a partial last batch makes them unequal):
+    Wild-Time takes the cross-entropy over the pooled images, so a window counts by its size."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
-    xs = [torch.randn(8, 3, 2, 2) for _ in range(2)]
-    ys = [torch.arange(8) % 3 for _ in range(2)]
+    sizes = (12, 7, 5)
+    xs = [torch.randn(n, 3, 2, 2) for n in sizes]
+    ys = [torch.randint(0, 3, (n,)) for n in sizes]
     batches = [Batch(x, y, None, None, 1.0) for x, y in zip(xs, ys, strict=True)]
     task = Task([TensorSplit(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), torch.zeros(1).long())],
                 TensorSplit(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), torch.zeros(1).long()),
                 objective="coral")  # fmt: skip
     hp = task.checked_hyperparameters({"lr": 1e-3, "coral": 0.9})
     loss, *_ = objective_loss(model, batches, task, hp, None)
-    outputs = [model(x) for x in xs]
-    ce = (F.cross_entropy(outputs[0], ys[0]) + F.cross_entropy(outputs[1], ys[1])) / 2
-    torch.testing.assert_close(loss, ce + 0.9 * coral_penalty(outputs))
+    groups = torch.cat([torch.full((n,), t) for t, n in enumerate(sizes)])
+    expected = _wild_time_coral_loss(model(torch.cat(xs)), torch.cat(ys), groups, 0.9)
+    torch.testing.assert_close(loss.reshape(1), expected)
+    # the equal-weight mean of the windows' losses, which this fixed, is another number here
+    window_mean = sum(F.cross_entropy(model(x), y) for x, y in zip(xs, ys, strict=True)) / 3
+    pooled = F.cross_entropy(model(torch.cat(xs)), torch.cat(ys))
+    assert (window_mean - pooled).abs().item() > 1e-3
 
 
 def _domain(images=60, classes=3, seed=0):

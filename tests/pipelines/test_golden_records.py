@@ -9,12 +9,13 @@ regenerates them (see ``benchmarks/golden_records.py``) and says why in its comm
 
 torch picks its CPU kernels by instruction set (``torch.backends.cpu.get_cpu_capability()``), and
 a few epochs of training turn their last-digit differences into different predictions. Against
-the records of the CPU it runs on, what must not move is compared exactly: keys, hashes, drawn
-hyper-parameters, epochs, trial states and every accuracy; the continuous metrics within
-``RELATIVE`` (CPUs of one instruction set may still block their sums differently).
+records made on a CPU of its own kind (the file's ``cpu``: vendor, family, model, stepping,
+instruction set), what must not move is compared exactly: keys, hashes, drawn hyper-parameters,
+epochs, trial states and every accuracy; the continuous metrics within ``RELATIVE``.
 
-On a CPU whose instruction set has no records (or for a job its file lacks: a change of results
-remade on one instruction set drops the changed jobs from the other files), the AVX2 records are
+On any other CPU (another model of the same instruction set runs other code in MKL and oneDNN),
+or for a job its file lacks (a change of results remade on one CPU drops the changed jobs from
+the other files), the AVX2 records are
 compared as another CPU computes them. Exact stays only what comes before training: the sequence
 hash, every key, the hyper-parameters drawn, the epochs a fit runs and its compute. Accuracies
 may differ by ``OTHER_CPU`` images of the split they count (the test split, its smallest class,
@@ -43,12 +44,14 @@ import numpy as np
 import pytest
 import torch
 
+from seq2final.bench.machine import cpu_kind
 from seq2final.training.records import RECORD_FORMAT
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "every_method_smoke"
 # The default run's records as three CPUs computed them: the measurements behind the tolerances.
 MEASURED = GOLDEN.parent / "default_run_smoke"
 CAPABILITY = torch.backends.cpu.get_cpu_capability()
+KIND = cpu_kind()
 
 # Floats that are not decisions: averages of continuous per-image values.
 CONTINUOUS = frozenset({"test_nll", "ece", "detection_auroc"})
@@ -95,14 +98,17 @@ VALIDATION = frozenset({"valid_accuracy", "value", "valid_curve"})
 
 
 def golden_records(folder: Path = GOLDEN) -> tuple[dict[str, Any], set[str]]:
-    """``folder``'s AVX2 records, each replaced by this CPU's instruction set's own where its
-    file has one; the keys that are its own. A deliberate change of results remade on one
-    instruction set drops the changed jobs from the others' files until they are remade there,
-    and those jobs are compared with the AVX2 records within another CPU's tolerances."""
+    """``folder``'s AVX2 records, each replaced by this CPU's own where its instruction set's
+    file was made on a CPU of this kind (``cpu``: vendor, family, model, stepping and instruction
+    set); the keys that are its own. Any other CPU, an AVX-512 CPU of another model included, is
+    compared with the AVX2 records within another CPU's tolerances: only a CPU of the same kind
+    computes the same bits. A deliberate change of results remade on one CPU drops the changed
+    jobs from the others' files until they are remade there."""
     golden = json.loads((folder / "AVX2.json").read_text())
     path = folder / f"{CAPABILITY}.json"
     probe = CAPABILITY == "DEFAULT"  # torch's scalar kernels stand in for another CPU
-    own = json.loads(path.read_text())["records"] if path.exists() and not probe else {}
+    mine = json.loads(path.read_text()) if path.exists() and not probe else {}
+    own = mine["records"] if mine.get("cpu") == KIND else {}
     return {**golden, "records": {**golden["records"], **own}}, set(own)
 
 
@@ -175,7 +181,7 @@ def test_every_method_gives_the_recorded_sequence_and_records(every_method_run):
     others = sorted(set(golden["records"]) - own)
     if others and CAPABILITY != "DEFAULT":  # said in the summary: these tolerances let more through
         warnings.warn(
-            f"no golden records for {CAPABILITY} CPUs of {len(others)} job(s): compared with "
+            f"no golden records made on a {KIND} CPU for {len(others)} job(s): compared with "
             "AVX2's within another CPU's tolerances; record them with benchmarks/golden_records.py",
             stacklevel=1,
         )
@@ -195,7 +201,7 @@ def test_every_method_gives_the_recorded_sequence_and_records(every_method_run):
         records[record["job_key"]] = record
     assert set(golden["records"]) <= set(records)  # plugins registered by tests may add jobs
     hint = (
-        f" (no record for {CAPABILITY} CPUs: compared with AVX2's within another CPU's "
+        f" (no record made on a {KIND} CPU: compared with AVX2's within another CPU's "
         "tolerances; docs/architecture.md, 'Reproducibility')"
     )
     for key, expected in golden["records"].items():
@@ -212,8 +218,21 @@ def test_a_cpu_without_records_is_compared_with_the_avx2_ones(monkeypatch):
     assert records == json.loads((GOLDEN / "AVX2.json").read_text())
 
 
+def test_records_of_another_cpu_model_of_the_same_instruction_set_are_not_its_own(monkeypatch):
+    made_on = json.loads((GOLDEN / "AVX512.json").read_text())["cpu"]
+    monkeypatch.setattr(sys.modules[__name__], "CAPABILITY", "AVX512")
+    monkeypatch.setattr(sys.modules[__name__], "KIND", made_on)
+    assert golden_records()[1] == set(json.loads((GOLDEN / "AVX512.json").read_text())["records"])
+    monkeypatch.setattr(
+        sys.modules[__name__], "KIND", made_on.replace(" model ", " model 1")
+    )  # another model
+    records, own = golden_records()
+    assert not own and records == json.loads((GOLDEN / "AVX2.json").read_text())
+
+
 def test_a_job_missing_from_the_cpus_records_is_compared_with_the_avx2_one(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "CAPABILITY", "AVX512")
+    monkeypatch.setattr(sys.modules[__name__], "KIND", None)  # the measured files name no CPU
     records, own = golden_records(MEASURED)
     avx2, avx512 = (
         json.loads((MEASURED / f"{cpu}.json").read_text()) for cpu in ("AVX2", "AVX512")
@@ -354,7 +373,11 @@ def test_every_float_in_the_golden_records_is_classified(path):
 
 @pytest.mark.parametrize(
     "path",
-    [MEASURED / "AVX512.json", *sorted(GOLDEN.parent.glob("*/other_cpus/*.json"))],
+    [
+        MEASURED / "AVX512.json",
+        *sorted(p for p in GOLDEN.glob("*.json") if p.name not in ("AVX2.json", "run.json")),
+        *sorted(GOLDEN.parent.glob("*/other_cpus/*.json")),
+    ],
     ids=_named,
 )
 def test_the_runs_measured_on_other_cpus_are_within_the_tolerances(path):

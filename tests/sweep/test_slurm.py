@@ -23,6 +23,8 @@ from seq2final.cli import cli
 from seq2final.sweep.slurm import job_holding
 from seq2final.sweep.work import LIFETIME_REACHED
 
+pytestmark = pytest.mark.waits
+
 TINY = "build_sequences.test_size=50,build_sequences.oracle_size=120"
 LONGER = f"{TINY},budgets.smoke.trials=2,budgets.smoke.max_epochs=6"  # a minute's sweep: time
 # for a worker to be replaced before it ends

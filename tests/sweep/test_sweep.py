@@ -43,6 +43,7 @@ def records(project):
     return {p.stem: json.loads(p.read_text()) for p in (project / RESULTS).glob("*.json")}
 
 
+@pytest.mark.waits
 def test_a_sweep_on_two_local_workers_finishes_and_a_second_run_trains_nothing(project):
     dry = CliRunner().invoke(cli, ["sweep", "--env", "test", "--sequences", SEQUENCE,
                                    "--archs", "convnet_1,convnet_2", "--methods", "ft,baseline",
@@ -228,6 +229,7 @@ def _wait_for_trial_after(project, finished, process, after=-1):
     return None
 
 
+@pytest.mark.waits
 def test_a_killed_worker_then_a_killed_driver_redo_only_their_trials(
     project, copy_project_to, run_kedro_in, tmp_path, monkeypatch
 ):
@@ -285,6 +287,7 @@ LONG = (
 )
 
 
+@pytest.mark.waits
 def test_a_second_run_waits_for_the_first_and_fails_none_of_its_trials(project, run_kedro):
     """Two processes started together, asking for one historical state and one job: each is
     trained once, by whichever claims it first; the other waits, reuses both, and never fails

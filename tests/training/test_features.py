@@ -35,6 +35,7 @@ def task_of(learnable, **options):
     return Task([learnable(70)], learnable(40, seed=1), **{"trainable": ["fc"], **options})
 
 
+@pytest.mark.usefixtures("float64")  # float32 noise differs by CPU (docs/architecture.md)
 @pytest.mark.parametrize("arch", ["convnet_2", "densenet_1"])  # DenseNet's head has a BN
 def test_the_cached_head_fit_is_the_loops_fit(learnable, arch):
     torch.manual_seed(0)
@@ -53,13 +54,11 @@ def test_the_cached_head_fit_is_the_loops_fit(learnable, arch):
     assert (cached.best_epoch, cached.epochs) == (looped.best_epoch, looped.epochs)
     assert cached.valid_accuracy == looped.valid_accuracy
     for row, expected in zip(cached.history, looped.history, strict=True):
-        assert row == pytest.approx(expected, rel=1e-5, abs=1e-7, nan_ok=True)
+        assert row == pytest.approx(expected, rel=1e-9, abs=1e-12, nan_ok=True)
     for name, value in loop_model.state_dict().items():  # the head, and its BN's statistics
-        got = cached_model.state_dict()[name]
-        if arch.startswith("convnet"):  # a linear head on the same bits: the same bits
-            assert torch.equal(got, value), name
-        else:  # a BN's batch statistics in another summation order: float noise
-            assert torch.allclose(got.double(), value.double(), rtol=1e-5, atol=1e-6), name
+        # the body's features of a batch of 16 or of 50, and a BN's batch statistics, are sums in
+        # other orders: float64 noise, far below what the comparison allows
+        assert torch.allclose(cached_model.state_dict()[name], value, rtol=1e-9, atol=1e-12), name
         if not name.startswith("fc."):
             assert torch.equal(value, model.state_dict()[name]), name  # the body untouched
     assert not torch.equal(cached_model.fc.linear.weight, model.fc.linear.weight)

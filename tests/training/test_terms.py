@@ -92,6 +92,7 @@ def _check_joint(inputs):
 
 
 def _check_coral(inputs):
+    """Equal domains: the pooled cross-entropy is the domains' mean loss."""
     combined = LOSS_TERMS["coral"]().combine(inputs, HyperParameters(coral=0.9))
     torch.testing.assert_close(
         combined, _domain_losses(inputs).mean() + 0.9 * coral_penalty(inputs.logits)

@@ -11,6 +11,28 @@ from typing import Any
 import torch
 
 
+def cpu_kind() -> str:
+    """The CPU as far as it decides float results: vendor, family, model and stepping, and the
+    instruction set torch's kernels use. Two machines of one kind compute the same bits for the
+    same seed and thread count; any other kind may differ in the last digits, which a few epochs
+    of training turn into other predictions (docs/architecture.md, "Reproducibility")."""
+    fields: dict[str, str] = {}
+    info = Path("/proc/cpuinfo")
+    if info.exists():
+        for line in info.read_text().splitlines():
+            name, _, value = line.partition(":")
+            if not name.strip():
+                break  # the first processor's block is enough
+            fields.setdefault(name.strip(), value.strip())
+    part = " ".join(
+        f"{label} {fields[name]}"
+        for label, name in (("family", "cpu family"), ("model", "model"), ("stepping", "stepping"))
+        if name in fields
+    )
+    vendor = fields.get("vendor_id", platform.processor() or platform.machine())
+    return f"{vendor} {part} {torch.backends.cpu.get_cpu_capability()}".replace("  ", " ")
+
+
 def describe_machine(device: torch.device) -> dict[str, Any]:
     """CPU model, cores, torch threads, device (with the GPU's name) and torch version."""
     cpu = platform.processor() or platform.machine()

@@ -11,9 +11,10 @@ the architecture's own ``fc``, so their model is an ordinary model of the run's 
 - by cosine distance, argmax_c m_c·f / (‖m_c‖ ‖f‖), whose ‖f‖ is the same for every class, is
   argmax_c (m_c/‖m_c‖)·f: weights the unit means, no bias.
 
-Decisions are NED's exactly; the probabilities are softmax(−½ d²) for Euclidean and
-softmax(‖f‖ cos) for cosine, where NED's Eq. 1 writes softmax(−d), which changes the test NLL and
-calibration but no prediction. Prototype Tuning starts from the Euclidean head (NED's Table 7:
+Under either metric the decisions are the nearest class mean's exactly (NED's own metric is
+cosine, ``metric: cosine``; Euclidean is the default, docs/fixes.md); the probabilities are
+softmax(−½ d²) for Euclidean and softmax(‖f‖ cos) for cosine, where NED's Eq. 1 writes
+softmax(−d), which changes the test NLL and calibration but no prediction. Prototype Tuning starts from the Euclidean head (NED's Table 7:
 its linear classifier initialised from the class means is the variant that works) and tunes
 ``fc`` alone, the features frozen, as NED's fine-tuning does.
 
@@ -137,7 +138,8 @@ def nearest_mean_model(ctx: Context, chain: ModelChain, metric: str, stage: str)
 
 
 class NcmSettings(StrictModel):
-    """``ncm``'s distance to the class means (NED: Euclidean; cosine as its detection uses)."""
+    """``ncm``'s distance to the class means: Euclidean by default, the head Prototype Tuning
+    starts from; ``cosine`` is what NED uses for all its methods (docs/fixes.md, NCM's distance)."""
 
     metric: Literal["euclidean", "cosine"] = "euclidean"
 

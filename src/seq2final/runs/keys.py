@@ -18,10 +18,11 @@ from typing import Any
 from seq2final.data.spec import SequenceSpec
 from seq2final.runs.plans import STEP0
 
-TRAINING_SEMANTICS = 1
+TRAINING_SEMANTICS = 2
 """The version of what a fit computes from its inputs. Bump it in the same commit as any change
 that alters a trained model or a result for unchanged parameters and data (a new default inside a
-loop, a fixed bug in an objective), so no stored state or result of the old code is reused."""
+loop, a fixed bug in an objective), so no stored state or result of the old code is reused.
+Version 2: CORAL-T's cross-entropy pooled over the batch's images, as Wild-Time's (docs/methods.md)."""
 
 
 def digest(payload: Any) -> str:

@@ -1,9 +1,9 @@
 """Loss terms: what a fit minimises, one registered class per term.
 
 A fit's loss is its *objective* (how the per-domain losses of one step combine: ERM's sum, IRM's
-penalised sum, DRO's worst domain, the joint models' mean, CORAL's aligned mean) plus its
-*penalties* (L2 on conv/linear weights in every fit, EWC's or SI's pull towards earlier models,
-the joint models' adjacency term), each as in the original (docs/methods.md). Every one of them
+penalised sum, DRO's worst domain, the joint models' mean, CORAL's pooled loss plus alignment)
+plus its *penalties* (L2 on conv/linear weights in every fit, EWC's or SI's pull towards earlier
+models, the joint models' adjacency term), each as in the original (docs/methods.md). Every one of them
 is a :class:`LossTerm` registered in :data:`LOSS_TERMS` with :func:`loss_term`, exactly as a
 user's term is (docs/extending.md):
 
@@ -217,14 +217,21 @@ class CoralWeight(BaseModel):
 
 @loss_term("coral")
 class Coral(LossTerm):
-    """The domains' mean loss plus λ_CORAL times the CORAL distance of their outputs
-    (:func:`coral_penalty`), as Wild-Time's CORAL-T computes it."""
+    """Wild-Time's CORAL-T: the cross-entropy over the batch's images pooled across the domains
+    (each domain's mean loss weighted by its image count, so a window with more images in the
+    batch counts more) plus λ_CORAL times the CORAL distance of their outputs
+    (:func:`coral_penalty`)."""
 
     hyperparameters = CoralWeight
     fusable = False  # its moments are not written for vmap
 
     def combine(self, inputs: LossInputs, hp: HyperParameters) -> torch.Tensor:
-        return torch.stack(inputs.domain_losses).mean() + hp.coral * coral_penalty(inputs.logits)
+        losses = torch.stack(inputs.domain_losses)
+        sizes = torch.tensor(
+            [len(batch.y) for batch in inputs.batches], dtype=losses.dtype, device=losses.device
+        )
+        pooled = (losses * sizes).sum() / sizes.sum()
+        return pooled + hp.coral * coral_penalty(inputs.logits)
 
 
 def irm_penalty(
