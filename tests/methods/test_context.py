@@ -32,7 +32,7 @@ def context(tmp_path, fuse, patience=99, epochs=3, **options):
     budget = Budget(sampler="grid", max_epochs=epochs)
     return Context(
         sequence=None, arch="convnet_2", seed=0, engine=engine, budget=budget,
-        budget_name="paper", tuner=Tuner(budget, None, tmp_path, 0), owner_key="job",
+        budget_name="paper", tuner=Tuner(budget, None, tmp_path, 0), owner_key="job", seed_key="job",
         device=torch.device("cpu"),
     )  # fmt: skip
 
@@ -146,3 +146,19 @@ def test_a_task_naming_another_optimizer_than_its_mode_declares_is_refused_befor
         "valid: the mode's optimizer= and the task's optimizer= alike"
     )
     assert ctx.fits == []  # refused before anything trained
+
+
+def test_a_configuration_trains_the_same_prefix_under_every_budget(tmp_path, learnable):
+    """Two budgets, two studies (their names hold the budget), one seed key: each grid point's
+    first two epochs under a 2-epoch budget are the first two of its 5-epoch fit, bit for bit."""
+    task = Task([learnable(80)], learnable(40, seed=1))
+    curves = []
+    for epochs in (2, 5):
+        ctx = context(tmp_path / str(epochs), fuse=1, epochs=epochs)
+        ctx.owner_key = f"job-{epochs}-epochs"
+        tuned(ctx, task)
+        curves.append([t.valid_curve for t in ctx.fits[-1].trial_summaries])
+    short, long = curves
+    assert [len(c) for c in short] == [3] * 4 and [len(c) for c in long] == [6] * 4
+    assert [c[:3] for c in long] == short
+    assert len({tuple(c) for c in short}) > 1  # the grid points train differently

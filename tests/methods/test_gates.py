@@ -133,7 +133,8 @@ def _context(tmp_path, learnable):
     ctx = _StepContext(
         sequence=None, arch="convnet_2", seed=0, budget=budget, budget_name="paper",
         engine=Engine(device="cpu", batch_size=20, patience=99),
-        tuner=Tuner(budget, None, tmp_path, 0), owner_key="job", device=torch.device("cpu"),
+        tuner=Tuner(budget, None, tmp_path, 0), owner_key="job", seed_key="job",
+        device=torch.device("cpu"),
     )  # fmt: skip
     ctx.learnable = learnable
     return ctx

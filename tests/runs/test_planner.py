@@ -28,3 +28,20 @@ def test_a_plan_holds_the_checked_objects_and_parses_nothing(checked_run):
 def test_a_block_without_a_check_is_parsed_where_it_is_read():
     raw = {"space": {"lr": {"grid": [0.1]}}}
     assert space_of(raw, "space", "final_modes.ft").params["lr"].grid == (0.1,)
+
+
+def test_every_state_and_job_is_seeded_by_its_key_under_any_budget(checked_run):
+    """The keys name the budget (its results differ); the seed keys do not (one configuration
+    trains the same under every budget), and still tell every state and job apart."""
+    plans = [
+        plan_run(checked_run(sequence="digits_clr", method=["sft", "ft", "baseline"],
+                             arch="convnet_1", budget=budget), "content")
+        for budget in ("smoke", "paper")
+    ]  # fmt: skip
+    smoke, paper = plans
+    assert [s.key for s in smoke.states] != [s.key for s in paper.states]
+    assert [j.key for j in smoke.jobs] != [j.key for j in paper.jobs]
+    assert [s.seed_key for s in smoke.states] == [s.seed_key for s in paper.states]
+    assert [j.seed_key for j in smoke.jobs] == [j.seed_key for j in paper.jobs]
+    seeds = [x.seed_key for x in (*smoke.states, *smoke.jobs)]
+    assert len(set(seeds)) == len(seeds) and "smoke" not in "".join(seeds)

@@ -44,8 +44,10 @@ class Context:
     """Everything a mode needs to train.
 
     ``owner_key`` is the key of the historical state or job these fits belong to: it names their
-    Optuna studies (``<owner_key>/<stage>``) and seeds their initialisations, so two jobs never
-    share a study and a resumed job draws what it drew before. ``warm_start``: the previous
+    Optuna studies (``<owner_key>/<stage>``), so two jobs never share a study. ``seed_key`` is
+    the key it would have under any budget: it seeds their initialisations and trials, so a
+    resumed job draws what it drew before and one configuration trains the same under every
+    budget (docs/methods.md, "Tuning"). ``warm_start``: the previous
     time's model that a pooled job of a stream starts from instead of a fresh one
     (``protocol_options.warm_start``). ``optimizer``: the recipe the mode declares
     (``optimizer=`` when it registers), whose hyper-parameters its spaces were checked against;
@@ -60,6 +62,7 @@ class Context:
     budget_name: str
     tuner: Tuner
     owner_key: str
+    seed_key: str
     device: torch.device
     fits: list[FitRecord] = field(default_factory=list)
     learning_curves: list[dict[str, Any]] = field(default_factory=list)
@@ -85,7 +88,7 @@ class Context:
     def seeded(self, stage: str, build: Callable[[], M]) -> M:
         """``build()`` under the stage's seed, on the device: the same initial weights for every
         trial of a stage and on every resumed run, as in the original."""
-        torch.manual_seed(derived_seed(self.seed, self.owner_key, stage, "init"))
+        torch.manual_seed(derived_seed(self.seed, self.seed_key, stage, "init"))
         return build().to(self.device)
 
     def new_model(self, stage: str) -> nn.Module:
@@ -143,8 +146,9 @@ class Context:
         progress = current()
         with progress.fit(stage):
             tuned = self.tuner.tune(
-                f"{self.owner_key}/{stage}", space, train_trial, train_stack, width
-            )
+                f"{self.owner_key}/{stage}", space, train_trial, train_stack, width,
+                seed_name=f"{self.seed_key}/{stage}",
+            )  # fmt: skip
         model = make_model()
         cost = fit_cost(
             model, task, HyperParameters(tuned.params), self.engine, self.budget.max_epochs

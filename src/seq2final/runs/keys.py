@@ -18,11 +18,12 @@ from typing import Any
 from seq2final.data.spec import SequenceSpec
 from seq2final.runs.plans import STEP0
 
-TRAINING_SEMANTICS = 2
+TRAINING_SEMANTICS = 3
 """The version of what a fit computes from its inputs. Bump it in the same commit as any change
 that alters a trained model or a result for unchanged parameters and data (a new default inside a
 loop, a fixed bug in an objective), so no stored state or result of the old code is reused.
-Version 2: CORAL-T's cross-entropy pooled over the batch's images, as Wild-Time's (docs/methods.md)."""
+Version 2: CORAL-T's cross-entropy pooled over the batch's images, as Wild-Time's (docs/methods.md).
+Version 3: fits seeded by their key under any budget (``seed_key``), not by their own key."""
 
 
 def digest(payload: Any) -> str:

@@ -48,10 +48,33 @@ def plan_run(run: CheckedRun, data: str, history: str | None = None) -> RunPlan:
 
     Everything is read from ``run`` as it was checked (:func:`~seq2final.config.checks.
     validate_parameters`): the budget, engine and parsed mode blocks are not built again.
+
+    Each state and job also gets the key it would have under any budget (``seed_key``): its fits'
+    initialisations and trial seeds come from it, not from the key, so one configuration of one
+    fit trains the same under every budget, and its first *k* epochs are the same wherever it
+    is trained (a halving budget's rungs, a grid's full fits; docs/methods.md, "Tuning").
     """
+    plan = _plan(run, data, history, run.budget.results_key(), run.parameters.budget)
+    free = _plan(run, data, history, {}, "")  # the budget is one for the whole plan: same order
+    return replace(
+        plan,
+        states=[replace(state, seed_key=other.key)
+                for state, other in zip(plan.states, free.states, strict=True)],
+        jobs=[replace(job, seed_key=other.key)
+              for job, other in zip(plan.jobs, free.jobs, strict=True)],
+    )  # fmt: skip
+
+
+def _plan(
+    run: CheckedRun,
+    data: str,
+    history: str | None,
+    budget_key: Mapping[str, Any],
+    budget_name: str,
+) -> RunPlan:
+    """:func:`plan_run`'s states and jobs, keyed with ``budget_key`` under ``budget_name``."""
     params, spec, blocks = run.parameters, run.spec, run.mode_blocks()
-    budget_name, arch, name = params.budget, params.arch, params.protocol
-    budget_key = run.budget.results_key()  # what the keys hold of it
+    arch, name = params.arch, params.protocol
     engine = params.training
     step0_space = blocks.step0.raw["space"]
     only = params.protocol_view

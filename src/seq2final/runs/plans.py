@@ -32,6 +32,8 @@ class StatePlan:
 
     ``extends``: the key of the state of the previous time that a growing chain's state extends
     by one step (:func:`seq2final.methods.chain_mode`); ``view`` is then the steps it has seen.
+    ``seed_key``: the key the state would have under any budget, which seeds its fits, so that a
+    configuration trains the same under every budget (:func:`~seq2final.runs.planner.plan_run`).
     """
 
     key: str
@@ -40,6 +42,7 @@ class StatePlan:
     step0_key: str | None = None
     view: StepView | None = None
     extends: str | None = None
+    seed_key: str = ""
 
     @property
     def name(self) -> str:
@@ -60,6 +63,7 @@ class JobPlan:
     config: ModeBlock
     view: StepView | None = None
     warm_start: str | None = None  # the previous time's job whose model this one starts from
+    seed_key: str = ""  # its key under any budget: what seeds its fits (as StatePlan's)
 
     @property
     def names(self) -> JobNames:

@@ -99,7 +99,7 @@ def step_accuracies(
 
 
 def _context(
-    plan: RunPlan, sequence: ShiftSequence, owner_key: str, optimizer: str = "adam"
+    plan: RunPlan, sequence: ShiftSequence, owner: StatePlan | JobPlan, optimizer: str = "adam"
 ) -> Context:
     return Context(
         sequence=sequence,
@@ -109,7 +109,8 @@ def _context(
         budget=plan.budget,
         budget_name=plan.budget_name,
         tuner=Tuner(plan.budget, plan.tuning.storage, Path(plan.tuning.root), plan.seed),
-        owner_key=owner_key,
+        owner_key=owner.key,
+        seed_key=owner.seed_key,
         device=plan.engine.torch_device(),
         optimizer=optimizer,
     )
@@ -122,7 +123,7 @@ def train_state(
     the context its fits ran in comes with it."""
     started = time.perf_counter()
     declared = "adam" if state.mode == STEP0 else HISTORICAL_MODES[state.mode].optimizer
-    ctx = _context(plan, problem_sequence(sequence, state.view), state.key, declared)
+    ctx = _context(plan, problem_sequence(sequence, state.view), state, declared)
     extends = None
     if state.mode == STEP0:
         model = train_step0(ctx, space_of(state.config, "space", state.config.where))
@@ -211,7 +212,7 @@ def fit_job(
     """
     started = time.perf_counter()
     problem = problem_sequence(sequence, job.view)
-    ctx = _context(plan, problem, job.key, FINAL_MODES[job.final].optimizer)
+    ctx = _context(plan, problem, job, FINAL_MODES[job.final].optimizer)
     if warm_start is not None:
         ctx.warm_start = warm_start.to(ctx.device)
     state = None if state is None else state.to(ctx.device)

@@ -116,7 +116,15 @@ class Tuner:
             )
         return optuna.samplers.RandomSampler(seed=seed)  # grid points are enqueued explicitly
 
-    def _ask(self, study: optuna.Study, name: str, space: SearchSpace, draw: int) -> TrialRun:
+    def trial_seed(self, seed_name: str, params: dict[str, float]) -> int:
+        """A configuration's training seed: from the fit (``seed_name``, which names no budget),
+        the run's seed and the values, so that the configuration trains the same under every
+        budget and its first *k* epochs are a prefix of the grid's (docs/methods.md, "Tuning")."""
+        return derived_seed(self.seed, seed_name, sorted(params.items()))
+
+    def _ask(
+        self, study: optuna.Study, name: str, space: SearchSpace, draw: int, seed_name: str
+    ) -> TrialRun:
         """The ``draw``-th trial of the study, its values drawn and recorded."""
         study.sampler = self._sampler(name, draw)
         trial = study.ask()
@@ -126,8 +134,7 @@ class Tuner:
         trial.set_user_attr("order", order)
         trial.set_user_attr("params", params)
         trial.set_user_attr("draw", draw)
-        seed = derived_seed(self.seed, name, sorted(params.items()))
-        return TrialRun(trial, params, seed, order)
+        return TrialRun(trial, params, self.trial_seed(seed_name, params), order)
 
     def _batch_size(self, width: int, pending: list[int]) -> int:
         """How many of the ``pending`` draws to ask for at once: up to ``width``, and under TPE
@@ -155,8 +162,10 @@ class Tuner:
         train_trial: TrainTrial,
         train_stack: TrainStack | None = None,
         width: int = 1,
+        seed_name: str | None = None,
     ) -> Tuned:
-        """Run (or resume) study ``name`` and return its best trial.
+        """Run (or resume) study ``name`` and return its best trial; the trials' seeds come from
+        ``seed_name`` (``name`` when None: a study name that holds no budget).
 
         ``train_trial`` trains one trial. With ``train_stack`` and ``width`` > 1, up to
         ``width`` trials are asked at a time and handed to ``train_stack`` together (one stacked
@@ -220,7 +229,9 @@ class Tuner:
 
         while pending:
             size = self._batch_size(width, pending)
-            runs = [self._ask(study, name, space, draw) for draw in pending[:size]]
+            runs = [
+                self._ask(study, name, space, draw, seed_name or name) for draw in pending[:size]
+            ]
             pending = pending[size:]
             for run in runs:
                 run.finish = functools.partial(finish, run)
