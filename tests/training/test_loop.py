@@ -12,7 +12,8 @@ from seq2final.training import loop as training
 from seq2final.training import objectives
 from seq2final.training.engine import Engine, scale_images
 from seq2final.training.hyperparameters import HyperParameters
-from seq2final.training.loop import fit
+from seq2final.training.curves import PlateauSchedule
+from seq2final.training.loop import FitRun, fit
 from seq2final.training.objectives import Task, fisher_information
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import Adjacency, Batch, anchor_penalty, irm_penalty
@@ -311,3 +312,45 @@ def test_one_training_pass_and_one_validation_pass_per_epoch(monkeypatch):
 def test_fp16_is_refused_off_cuda():
     with pytest.raises(ValueError, match="amp 'fp16' needs a CUDA device"):
         Engine(amp="fp16", device="cpu").torch_device()
+
+
+@pytest.mark.parametrize("through_a_file", [False, True])
+def test_a_fit_paused_and_continued_is_the_uninterrupted_fit_bit_for_bit(tmp_path, through_a_file):
+    """Dropout draws from the global random state, IRM from the fit's generator, a schedule keeps
+    its own state: paused at epoch 2, another fit trained meanwhile, then continued (in memory
+    or from its file), the fit computes what it computes uninterrupted, on this machine exactly."""
+    hp = HyperParameters(lr=3e-3, weight_decay=1e-3, dropout=0.3)
+
+    def start():
+        torch.manual_seed(0)
+        task = Task([_data(), _data(seed=2)], _data(seed=1), objective="irm",
+                    callbacks=[PlateauSchedule(patience=0)])  # fmt: skip
+        return build_model("convnet_1", 3), task
+
+    model, task = start()
+    whole = fit(model, task, hp, ENGINE, 6, seed=5)
+    paused_model, paused_task = start()
+    run = FitRun(paused_model, paused_task, hp, ENGINE, 6, seed=5)
+    assert run.run(until=2) is None and run.epoch == 2
+    if through_a_file:
+        run.save(tmp_path / "paused.pt")
+        run = FitRun.load(tmp_path / "paused.pt", start()[1], ENGINE)
+    fit(build_model("convnet_1", 3), Task([_data(seed=3)], _data(seed=4)), hp, ENGINE, 2, seed=9)
+    seen = []
+    result = run.run(on_epoch=lambda epoch, accuracy: seen.append(epoch))
+    assert result is not None and seen == list(range(3, result.epochs + 1))
+    exactly = [pytest.approx(row, rel=0, abs=0, nan_ok=True) for row in whole.history]
+    assert result.history == exactly and result.best_epoch == whole.best_epoch
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, run.model.state_dict()[name]), name
+    assert any(row["train_accuracy"] != whole.history[1]["train_accuracy"] for row in whole.history[2:])
+
+
+def test_only_a_paused_fit_is_saved(tmp_path):
+    torch.manual_seed(0)
+    run = FitRun(build_model("convnet_1", 3), Task([_data()], _data(seed=1)), HyperParameters(lr=1e-3),
+                 ENGINE, 2, seed=0)  # fmt: skip
+    assert run.run() is not None
+    with pytest.raises(Exception, match="only a paused fit can be saved"):
+        run.save(tmp_path / "ended.pt")
+    assert not (tmp_path / "ended.pt").exists()

@@ -32,6 +32,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -39,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.files import atomic_write
 from seq2final.models import choose_trainable, set_dropout
 from seq2final.training.augment import Augmenter
 from seq2final.training.callbacks import FitCallback, FitState
@@ -141,171 +143,282 @@ def fit(
     tuner reports to its pruner there and may raise to stop the fit); ``progress(1)`` after every
     epoch (a progress bar). The model must already be on its device.
     """
-    hp = task.checked_hyperparameters(hp)
-    recipe = task.optimizer_recipe
-    if recipe.takes_closure and engine.amp == "fp16":
-        raise Seq2FinalError(
-            f"optimizer '{recipe.name}' steps with a closure, which the fp16 gradient scaler "
-            "cannot run; valid: amp none or bf16 with it"
-        )
-    device = next(model.parameters()).device
-    pick_fast_kernels(device)
-    if engine.channels_last:
-        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # not in torch's stubs
-    torch.manual_seed(seed)  # dropout and any other global draws
-    # Batch orders and IRM's permutations are drawn on the device (no host copies on a GPU);
-    # on the CPU this is the generator CPU fits always drew from.
-    generator = torch.Generator(device).manual_seed(seed)
-    flags = {name: p.requires_grad for name, p in model.named_parameters()}
-    if task.trainable is not None:
-        choose_trainable(model, task.trainable)
-    set_dropout(model, hp.dropout)
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    if not parameters:
-        hand_back(model, flags, float(hp.dropout))
-        raise Seq2FinalError("nothing to train: every parameter of the model is frozen")
-    optimizer = recipe.build(parameters, hp)
-    scaler = torch.amp.GradScaler(device.type, enabled=engine.amp == "fp16")
-    domains = [d.to(device) for d in task.domains]
-    steps = task.steps or [None] * len(domains)
-    weights = task.step_weights or [1.0] * len(domains)
-    valid = task.valid.to(device)  # on the device once, not once per epoch
-    orders = [BatchOrder(len(d), engine.batch_size, generator) for d in domains]
-    augmenter = Augmenter(engine.augment, valid.image_size, seed)
-    batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in domains)
-    state = FitState(model, parameters, optimizer, scaler, engine, hp, generator, domains)
-    callbacks = task.callbacks
+    result = FitRun(model, task, hp, engine, max_epochs, seed).run(None, on_epoch, progress)
+    assert result is not None  # run to its end, never paused
+    return result
 
-    loss_of, loss_hp = objective_loss, hp
-    if engine.compile:
-        # The whole step (forward, loss, penalties) as one graph, with the hyper-parameters and
-        # the dropout rate as tensors: as numbers each would be a guard, and every trial of a
-        # study a recompilation. The last, shorter batch and a joint model's steps compile once.
-        loss_of = torch.compile(objective_loss)
-        loss_hp = HyperParameters({n: torch.tensor(v, device=device) for n, v in hp.items()})
-        set_dropout(model, loss_hp.dropout)
 
-    def forward_backward() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+_NOT_SAVED = ("task", "engine", "domains", "valid", "loss_of")
+"""What a paused fit's file leaves out: the data and settings :meth:`FitRun.load` is given again,
+and a compiled loss, which is compiled again."""
+
+
+class FitRun:
+    """One fit of :func:`fit`, which can stop after any epoch and go on later, in this process or,
+    through :meth:`save` and :meth:`load`, in another: synchronous halving
+    (:mod:`seq2final.training.halving`) trains a promoted configuration on from where its rung
+    stopped it. A fit stopped at epoch *k* and continued computes what it computes uninterrupted:
+    everything it draws from (its generator, the global random state dropout draws from, the batch
+    orders, the augmentation's draws), the optimiser, the selection and the callbacks go with it.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        task: Task,
+        hp: HyperParameters,
+        engine: Engine,
+        max_epochs: int,
+        seed: int,
+    ) -> None:
+        hp = task.checked_hyperparameters(hp)
+        recipe = task.optimizer_recipe
+        if recipe.takes_closure and engine.amp == "fp16":
+            raise Seq2FinalError(
+                f"optimizer '{recipe.name}' steps with a closure, which the fp16 gradient scaler "
+                "cannot run; valid: amp none or bf16 with it"
+            )
+        device = next(model.parameters()).device
+        pick_fast_kernels(device)
+        if engine.channels_last:
+            model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # not in torch's stubs
+        torch.manual_seed(seed)  # dropout and any other global draws
+        # Batch orders and IRM's permutations are drawn on the device (no host copies on a GPU);
+        # on the CPU this is the generator CPU fits always drew from.
+        generator = torch.Generator(device).manual_seed(seed)
+        self.flags = {name: p.requires_grad for name, p in model.named_parameters()}
+        if task.trainable is not None:
+            choose_trainable(model, task.trainable)
+        set_dropout(model, hp.dropout)
+        parameters = [p for p in model.parameters() if p.requires_grad]
+        if not parameters:
+            hand_back(model, self.flags, float(hp.dropout))
+            raise Seq2FinalError("nothing to train: every parameter of the model is frozen")
+        self.model, self.task, self.hp, self.engine = model, task, hp, engine
+        self.max_epochs, self.generator = max_epochs, generator
+        self.optimizer = recipe.build(parameters, hp)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=engine.amp == "fp16")
+        self._attach(task, engine)
+        self.orders = [BatchOrder(len(d), engine.batch_size, generator) for d in self.domains]
+        self.augmenter = Augmenter(engine.augment, self.valid.image_size, seed)
+        self.state = FitState(model, parameters, self.optimizer, self.scaler, engine, hp,
+                              generator, self.domains)  # fmt: skip
+        self.callbacks = task.callbacks
+        self.epoch = 0
+        self.history: list[dict[str, float]] = []
+        self.selection = Selection(engine.patience)
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self.best_extras: dict[str, Any] = {}
+        self.global_rng: list[torch.Tensor] | None = None  # the global states while paused
+        self.global_rng_device = torch.device("cpu")  # whose CUDA state the second one is
+        started = []
+        try:
+            for callback in self.callbacks:
+                callback.before_fit(self.state)
+                started.append(callback)
+        except BaseException:  # a callback refused the fit (a wrapper's empty phase): leave the
+            hand_back(model, self.flags, float(hp.dropout))  # model as it came, end what started
+            end_callbacks(started, self.state, leaving=True)
+            raise
+
+    def _attach(self, task: Task, engine: Engine) -> None:
+        """The parts a paused fit's file leaves out, from its task and engine."""
+        device = next(self.model.parameters()).device
+        self.task, self.engine = task, engine
+        self.domains = [d.to(device) for d in task.domains]
+        self.valid = task.valid.to(device)  # on the device once, not once per epoch
+        self.loss_of, self.loss_hp = objective_loss, self.hp
+        if engine.compile:
+            # The whole step (forward, loss, penalties) as one graph, with the hyper-parameters
+            # and the dropout rate as tensors: as numbers each would be a guard, and every trial
+            # of a study a recompilation. The last, shorter batch and a joint model's steps
+            # compile once.
+            self.loss_of = torch.compile(objective_loss)
+            self.loss_hp = HyperParameters(
+                {n: torch.tensor(v, device=device) for n, v in self.hp.items()}
+            )
+            set_dropout(self.model, self.loss_hp.dropout)
+
+    @property
+    def ended(self) -> bool:
+        """Whether the stopping rule (patience, ``max_epochs``, a callback's ``stop``) has ended
+        the fit; a paused fit that has not ended goes on when :meth:`run` is called again."""
+        return self.epoch >= self.max_epochs or self.selection.stopped or self.state.stop
+
+    def run(
+        self,
+        until: int | None = None,
+        on_epoch: EpochCallback | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> FitResult | None:
+        """Train up to epoch ``until`` (every epoch the stopping rule allows when None); the
+        result once the fit has ended, the selected epoch's weights loaded into the model, or
+        None while it is paused (the model mid-training: continue it, or :meth:`save` it).
+        ``on_epoch`` and ``progress`` as :func:`fit`'s, for the epochs this call trains."""
+        model, state, callbacks = self.model, self.state, self.callbacks
+        if self.global_rng is not None:  # another fit may have drawn from it while paused
+            torch.set_rng_state(self.global_rng[0])
+            if len(self.global_rng) > 1:
+                torch.cuda.set_rng_state(self.global_rng[1], self.global_rng_device)
+            self.global_rng = None
+        try:
+            if not self.history:
+                valid_accuracy = self._evaluate()
+                self.history.append(epoch_row(0, math.nan, math.nan, state.valid_loss,
+                                              valid_accuracy))  # fmt: skip
+                self.selection.observe(0, valid_accuracy)
+                self._keep_selected()
+                if on_epoch is not None:
+                    on_epoch(0, valid_accuracy)
+            last = self.max_epochs if until is None else min(until, self.max_epochs)
+            while not self.ended and self.epoch < last:
+                self.epoch += 1
+                self._train_epoch()
+                valid_accuracy = self._evaluate()
+                self.history.append(epoch_row(self.epoch, *self._train_metrics, state.valid_loss,
+                                              valid_accuracy))  # fmt: skip
+                if progress is not None:
+                    progress(1)
+                if self.selection.observe(self.epoch, valid_accuracy):
+                    self._keep_selected()
+                for callback in callbacks:
+                    callback.after_epoch(state)
+                if on_epoch is not None:
+                    on_epoch(self.epoch, valid_accuracy)
+        except BaseException:  # a pruned trial too: the selected weights, and the callbacks ended
+            if self.best_state is not None:
+                model.load_state_dict(self.best_state)
+            hand_back(model, self.flags, float(self.hp.dropout))
+            end_callbacks(callbacks, state, leaving=True)
+            raise
+        if not self.ended:  # paused: what dropout draws from goes with the fit
+            device = next(model.parameters()).device
+            self.global_rng = [torch.get_rng_state()]
+            if device.type == "cuda":
+                self.global_rng.append(torch.cuda.get_rng_state(device))
+            self.global_rng_device = device
+            return None
+        assert self.best_state is not None
+        model.load_state_dict(self.best_state)
+        hand_back(model, self.flags, float(self.hp.dropout))
+        end_callbacks(callbacks, state, leaving=False)
+        return FitResult(self.selection.best_accuracy, self.selection.best_epoch, self.epoch,
+                         self.history, self.best_extras)  # fmt: skip
+
+    def save(self, path: Path) -> None:
+        """Write the paused fit to ``path`` (atomically): everything but its data and settings,
+        which :meth:`load` is given again. A pickle of the fit's objects, so that the model, the
+        optimiser holding its parameters and the callbacks holding either stay one graph."""
+        if self.global_rng is None:
+            raise Seq2FinalError("only a paused fit can be saved; run it to a rung first")
+        kept = {name: getattr(self, name) for name in _NOT_SAVED}
+        state_data = (self.state.domains, self.state.engine, self.state.batches, self.state.loss)
+        try:
+            for name in _NOT_SAVED:
+                setattr(self, name, None)
+            self.state.domains, self.state.batches, self.state.loss = [], [], None
+            setattr(self.state, "engine", None)  # noqa: B010 - restored below
+            atomic_write(path, lambda partial: torch.save(self, partial))
+        finally:
+            for name, value in kept.items():
+                setattr(self, name, value)
+            self.state.domains, self.state.engine, self.state.batches, self.state.loss = state_data
+
+    @classmethod
+    def load(cls, path: Path, task: Task, engine: Engine) -> FitRun:
+        """A fit :meth:`save` wrote, with its ``task`` and ``engine`` given again. Loads a
+        pickle: only for files this project wrote (a tuner's own checkpoints)."""
+        run = torch.load(path, map_location=None, weights_only=False)
+        if not isinstance(run, cls):
+            raise Seq2FinalError(f"{path} holds no paused fit; delete it to restart its trial")
+        run._attach(task, engine)
+        run.state.domains, run.state.engine = run.domains, engine
+        return run
+
+    def _train_epoch(self) -> None:
+        """One epoch's updates; its training loss and accuracy in ``_train_metrics``."""
+        state, engine, task = self.state, self.engine, self.task
+        recipe = task.optimizer_recipe
+        device = next(self.model.parameters()).device
+        state.epoch = self.epoch
+        for callback in self.callbacks:
+            callback.before_epoch(state)
+        train_mode(self.model, engine, state.freeze_bn_stats)
+        steps = task.steps or [None] * len(self.domains)
+        weights = task.step_weights or [1.0] * len(self.domains)
+        batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in self.domains)
+        ce_sum = torch.zeros((), dtype=torch.float64, device=device)
+        correct = torch.zeros((), dtype=torch.int64, device=device)
+        count = 0
+        drawn_from: list[torch.Tensor] = []  # the generator's state before the step's first pass
+
+        def closure() -> torch.Tensor:
+            """The step's pass again, drawing what the first drew (IRM's permutation), so the
+            loss re-evaluated is the same loss, and later batch orders are the ones a plain fit
+            draws."""
+            self.generator.set_state(drawn_from[0])
+            return self._forward_backward()[0]
+
+        for _ in range(batches_per_epoch):
+            batches = []
+            for d, (domain, order, step, loss_weight) in enumerate(
+                zip(self.domains, self.orders, steps, weights, strict=True)
+            ):
+                index = order.next()
+                weight = None if domain.weight is None else domain.weight[index]
+                x = training_images(domain, index, self.augmenter, engine)
+                batch = Batch(x, domain.y[index], weight, step, loss_weight)
+                for callback in self.callbacks:
+                    batch = callback.transform_batch(state, d, batch)
+                batches.append(batch)
+            state.batches = batches
+            if recipe.takes_closure:
+                drawn_from[:] = [self.generator.get_state()]
+            _, batch_ce, batch_correct, batch_count = self._forward_backward()
+            for callback in self.callbacks:
+                callback.before_update(state)
+            if recipe.takes_closure:
+                self.optimizer.step(closure)  # type: ignore[arg-type]  # torch's closures return the loss tensor
+            else:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            for callback in self.callbacks:
+                callback.after_update(state)
+            ce_sum, correct, count = ce_sum + batch_ce, correct + batch_correct, count + batch_count
+        self._train_metrics = (float(ce_sum) / count, float(correct) / count)
+
+    def _forward_backward(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
         """One pass over the step's batches: the gradients of the whole loss, then the
         callbacks' ``after_backward``; an optimiser's closure is this pass again."""
-        optimizer.zero_grad(set_to_none=True)
-        with autocast(engine, device):
-            out = loss_of(model, state.batches, task, loss_hp, generator)
-        scaler.scale(out[0]).backward()
+        state, device = self.state, next(self.model.parameters()).device
+        self.optimizer.zero_grad(set_to_none=True)
+        with autocast(self.engine, device):
+            out = self.loss_of(self.model, state.batches, self.task, self.loss_hp, self.generator)
+        self.scaler.scale(out[0]).backward()
         state.loss = out[0].detach()
-        for callback in callbacks:
+        for callback in self.callbacks:
             callback.after_backward(state)
         return out
 
-    drawn_from: list[torch.Tensor] = []  # the generator's state before the step's first pass
-
-    def closure() -> torch.Tensor:
-        """The step's pass again, drawing what the first drew (IRM's permutation), so the loss
-        re-evaluated is the same loss, and later batch orders are the ones a plain fit draws."""
-        generator.set_state(drawn_from[0])
-        return forward_backward()[0]
-
-    def evaluate() -> float:
+    def _evaluate(self) -> float:
         """Validate ``state.eval_model`` (the callbacks may replace the fit's model)."""
-        state.eval_model = model
-        for callback in callbacks:
+        state = self.state
+        state.eval_model = self.model
+        for callback in self.callbacks:
             callback.before_eval(state)
         state.valid_loss, state.valid_accuracy = _validate(
-            state.eval_model, valid, task.valid_step, engine
+            state.eval_model, self.valid, self.task.valid_step, self.engine
         )
-        for callback in callbacks:
+        for callback in self.callbacks:
             callback.after_eval(state)
         return state.valid_accuracy
 
-    started = []
-    try:
-        for callback in callbacks:
-            callback.before_fit(state)
-            started.append(callback)
-    except BaseException:  # a callback refused the fit (a wrapper's empty phase): leave the model
-        hand_back(model, flags, float(hp.dropout))  # as it came, and end what had started
-        end_callbacks(started, state, leaving=True)
-        raise
-    best_state: dict[str, torch.Tensor] | None = None
-    epoch = 0
-    try:
-        valid_accuracy = evaluate()
-        history = [epoch_row(0, math.nan, math.nan, state.valid_loss, valid_accuracy)]
-        selection = Selection(engine.patience)
-        selection.observe(0, valid_accuracy)
-        best_state, best_extras = (
-            _snapshot(model if state.eval_model is None else state.eval_model),
-            _kept(state, callbacks),
-        )
-        if on_epoch is not None:
-            on_epoch(0, valid_accuracy)
-        for epoch in range(1, max_epochs + 1):
-            state.epoch = epoch
-            for callback in callbacks:
-                callback.before_epoch(state)
-            train_mode(model, engine, state.freeze_bn_stats)
-            ce_sum = torch.zeros((), dtype=torch.float64, device=device)
-            correct = torch.zeros((), dtype=torch.int64, device=device)
-            count = 0
-            for _ in range(batches_per_epoch):
-                batches = []
-                for d, (domain, order, step, loss_weight) in enumerate(
-                    zip(domains, orders, steps, weights, strict=True)
-                ):
-                    index = order.next()
-                    weight = None if domain.weight is None else domain.weight[index]
-                    x = training_images(domain, index, augmenter, engine)
-                    y = domain.y[index]
-                    batch = Batch(x, y, weight, step, loss_weight)
-                    for callback in callbacks:
-                        batch = callback.transform_batch(state, d, batch)
-                    batches.append(batch)
-                state.batches = batches
-                if recipe.takes_closure:
-                    drawn_from[:] = [generator.get_state()]
-                _, batch_ce, batch_correct, batch_count = forward_backward()
-                for callback in callbacks:
-                    callback.before_update(state)
-                if recipe.takes_closure:
-                    optimizer.step(closure)  # type: ignore[arg-type]  # torch's closures return the loss tensor
-                else:
-                    scaler.step(optimizer)
-                    scaler.update()
-                for callback in callbacks:
-                    callback.after_update(state)
-                ce_sum, correct, count = (
-                    ce_sum + batch_ce,
-                    correct + batch_correct,
-                    count + batch_count,
-                )
-            valid_accuracy = evaluate()
-            train_loss, train_accuracy = float(ce_sum) / count, float(correct) / count
-            history.append(
-                epoch_row(epoch, train_loss, train_accuracy, state.valid_loss, valid_accuracy)
-            )
-            if progress is not None:
-                progress(1)
-            if selection.observe(epoch, valid_accuracy):
-                best_state, best_extras = (
-                    _snapshot(model if state.eval_model is None else state.eval_model),
-                    _kept(state, callbacks),
-                )
-            for callback in callbacks:
-                callback.after_epoch(state)
-            if on_epoch is not None:
-                on_epoch(epoch, valid_accuracy)
-            if selection.stopped or state.stop:
-                break
-    except BaseException:  # a pruned trial too: the selected weights, and the callbacks ended
-        if best_state is not None:
-            model.load_state_dict(best_state)
-        hand_back(model, flags, float(hp.dropout))
-        end_callbacks(callbacks, state, leaving=True)
-        raise
-    model.load_state_dict(best_state)
-    hand_back(model, flags, float(hp.dropout))
-    end_callbacks(callbacks, state, leaving=False)
-    return FitResult(selection.best_accuracy, selection.best_epoch, epoch, history, best_extras)
+    def _keep_selected(self) -> None:
+        """The epoch just selected: its weights (the validated model's) and the callbacks'
+        extras."""
+        state = self.state
+        self.best_state = _snapshot(self.model if state.eval_model is None else state.eval_model)
+        self.best_extras = _kept(state, self.callbacks)
 
 
 def end_callbacks(callbacks: list[FitCallback], state: FitState, leaving: bool) -> None:
