@@ -125,7 +125,6 @@ def sweep(project, *args):
     )  # fmt: skip
 
 
-@pytest.mark.waits
 def test_a_family_sweeps_on_a_separate_scheduler_with_optuna_and_mlflow_on_postgresql(
     project, postgres, mlflow_server, dask_cluster
 ):

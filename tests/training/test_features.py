@@ -71,6 +71,7 @@ def test_the_cached_head_fit_is_the_loops_fit(learnable, arch):
     assert len(cached_passes) == 2 + 1 and len(loop_passes) == 6 * looped.epochs + 1
 
 
+@pytest.mark.usefixtures("float64")  # features of batches of 16 or 50: float64 noise only
 def test_a_curve_point_is_the_same_with_features_cached_or_not(learnable):
     torch.manual_seed(1)
     model = build_model("convnet_1", 10)

@@ -343,7 +343,9 @@ def test_a_fit_paused_and_continued_is_the_uninterrupted_fit_bit_for_bit(tmp_pat
     assert result.history == exactly and result.best_epoch == whole.best_epoch
     for name, value in model.state_dict().items():
         assert torch.equal(value, run.model.state_dict()[name]), name
-    assert any(row["train_accuracy"] != whole.history[1]["train_accuracy"] for row in whole.history[2:])
+    assert any(
+        row["train_accuracy"] != whole.history[1]["train_accuracy"] for row in whole.history[2:]
+    )
 
 
 def test_only_a_paused_fit_is_saved(tmp_path):

@@ -30,7 +30,11 @@ def cpu_kind() -> str:
         if name in fields
     )
     vendor = fields.get("vendor_id", platform.processor() or platform.machine())
-    return f"{vendor} {part} {torch.backends.cpu.get_cpu_capability()}".replace("  ", " ")
+    kind = f"{vendor} {part} {torch.backends.cpu.get_cpu_capability()}".replace("  ", " ")
+    # oneDNN's and MKL's own instruction-set pins change their kernels too
+    pins = [f"{name}={os.environ[name]}" for name in ("ONEDNN_MAX_CPU_ISA", "MKL_CBWR")
+            if os.environ.get(name)]  # fmt: skip
+    return " ".join([kind, *pins])
 
 
 def describe_machine(device: torch.device) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -27,7 +28,7 @@ from seq2final.training.features import cache_refusal, fit_cached, setup_refusal
 from seq2final.training.flops import fit_cost, image_flops
 from seq2final.training.fused import FusedTrial, fit_fused
 from seq2final.training.hyperparameters import HyperParameters
-from seq2final.training.loop import FitResult, clone_model
+from seq2final.training.loop import FitResult, FitRun, clone_model
 from seq2final.training.objectives import Task
 from seq2final.training.records import FitRecord
 from seq2final.training.search import Budget, SearchSpace
@@ -37,6 +38,26 @@ from seq2final.training.tuner import TrialRun, Tuner
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=nn.Module)
+
+
+@dataclass(frozen=True)
+class GridFits:
+    """A tuned fit's configurations as a ``halving`` budget trains them
+    (:class:`~seq2final.training.tuner.TrialFits`): each a
+    :class:`~seq2final.training.loop.FitRun` of a fresh model, through the loop (a head fit on
+    cached features and a fused stack are not continued across rungs yet)."""
+
+    make_model: Callable[[], nn.Module]
+    task: Task
+    engine: Engine
+    max_epochs: int
+
+    def start(self, params: dict[str, float], seed: int) -> FitRun:
+        return FitRun(self.make_model(), self.task, HyperParameters(params), self.engine,
+                      self.max_epochs, seed)  # fmt: skip
+
+    def load(self, path: Path) -> FitRun:
+        return FitRun.load(path, self.task, self.engine)
 
 
 @dataclass
@@ -139,6 +160,7 @@ class Context:
             models = [make_model() for _ in runs]
             fit_fused(models, task, trials, self.engine, self.budget.max_epochs)
 
+        fits = GridFits(make_model, task, self.engine, self.budget.max_epochs)
         width = fuse_width(self.engine, task)
         cached = setup_refusal(task, self.engine) is None  # a model is built to check only then
         if width > 1 and cached and cache_refusal(make_model(), task, None, self.engine) is None:
@@ -147,7 +169,7 @@ class Context:
         with progress.fit(stage):
             tuned = self.tuner.tune(
                 f"{self.owner_key}/{stage}", space, train_trial, train_stack, width,
-                seed_name=f"{self.seed_key}/{stage}",
+                seed_name=f"{self.seed_key}/{stage}", fits=fits,
             )  # fmt: skip
         model = make_model()
         cost = fit_cost(

@@ -1,10 +1,11 @@
 """Search spaces and budgets: what a fit's tuning may try, and how much of it.
 
 A *search space* names each hyper-parameter with the paper's ``grid`` and, for other samplers, a
-``low``-``high`` range, in the paper's nesting order. A *budget* names how to search: ``smoke``
-(one trial, two epochs, for tests), ``default`` (a seeded TPE sampler, a few trials, a median
-pruner on per-epoch validation accuracy) and ``paper`` (the paper's grids exactly, 100 epochs).
-Users add budgets in YAML.
+``low``-``high`` range, in the paper's nesting order. A *budget* names how to search: a sampler
+(the grid, TPE, random), how many trials and epochs, and a pruner: Optuna's (median, its
+asynchronous successive halving, Hyperband) or ``halving``, synchronous successive halving over
+the grid (:mod:`~seq2final.training.halving`). ``conf/base/parameters.yml`` lists the shipped
+budgets (docs/methods.md, "Tuning"); users add budgets in YAML.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel, one_line
 
 SAMPLERS = ("grid", "tpe", "random")
-PRUNERS = ("none", "median", "successive_halving", "hyperband")
-RUNG_PRUNERS = ("successive_halving", "hyperband")
+PRUNERS = ("none", "median", "successive_halving", "hyperband", "halving")
+RUNG_PRUNERS = ("successive_halving", "hyperband", "halving")
 RUNG_FIELDS = ("min_epochs", "reduction_factor")
 
 
@@ -66,6 +67,8 @@ class Budget(StrictModel):
     warmup_epochs: int = Field(default=2, ge=0)  # median: epochs before a trial can be pruned
     min_epochs: int = Field(default=1, ge=1)  # successive halving, hyperband: the first rung
     reduction_factor: int = Field(default=3, ge=2)  # ... and 1/this of the trials go on per rung
+    # halving: the best configuration of each value of this hyper-parameter passes the first rung
+    keep_each: str | None = None
 
     @model_validator(mode="after")
     def _choices(self) -> Budget:
@@ -77,6 +80,12 @@ class Budget(StrictModel):
             raise ValueError(f"sampler '{self.sampler}' needs a number of trials")
         if self.min_epochs > self.max_epochs:
             raise ValueError(f"min_epochs {self.min_epochs} > max_epochs {self.max_epochs}")
+        if self.pruner == "halving" and self.sampler != "grid":
+            raise ValueError(f"pruner 'halving' halves the grid; valid sampler: grid, not "
+                             f"'{self.sampler}'")  # fmt: skip
+        if self.keep_each is not None and self.pruner != "halving":
+            raise ValueError(f"keep_each guards the first rung of pruner 'halving', not "
+                             f"'{self.pruner}'")  # fmt: skip
         return self
 
     def results_key(self) -> dict[str, Any]:
@@ -87,6 +96,8 @@ class Budget(StrictModel):
         if self.pruner not in RUNG_PRUNERS:
             for name in RUNG_FIELDS:
                 values.pop(name)
+        if self.pruner != "halving":  # keys made before halving existed stay valid
+            values.pop("keep_each")
         return values
 
     def pruner_of(self) -> optuna.pruners.BasePruner:
@@ -105,7 +116,7 @@ class Budget(StrictModel):
                 max_resource=self.max_epochs,
                 reduction_factor=self.reduction_factor,
             )
-        return optuna.pruners.NopPruner()
+        return optuna.pruners.NopPruner()  # halving decides its rungs itself (tuner.py)
 
 
 def parse_budgets(raw: Mapping[str, Any]) -> dict[str, Budget]:
@@ -171,6 +182,13 @@ class SearchSpace:
             else:
                 values[name] = trial.suggest_categorical(name, list(spec.grid))
         return values
+
+    def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        """The grid's values of each parameter as Optuna records a grid point's trial."""
+        return {
+            name: optuna.distributions.CategoricalDistribution(list(spec.grid))
+            for name, spec in self.params.items()
+        }
 
     def describe(self) -> dict[str, Any]:
         return {name: spec.model_dump() for name, spec in self.params.items()}

@@ -217,10 +217,11 @@ class CoralWeight(BaseModel):
 
 @loss_term("coral")
 class Coral(LossTerm):
-    """Wild-Time's CORAL-T: the cross-entropy over the batch's images pooled across the domains
-    (each domain's mean loss weighted by its image count, so a window with more images in the
-    batch counts more) plus λ_CORAL times the CORAL distance of their outputs
-    (:func:`coral_penalty`)."""
+    """Wild-Time's CORAL-T formula: the cross-entropy over the batch's images pooled across the
+    domains (each domain's mean loss weighted by its image count, so a window with more images in
+    the batch counts more) plus λ_CORAL times the CORAL distance of their outputs
+    (:func:`coral_penalty`). Each domain's logits come from its own forward pass (BatchNorm
+    statistics per window, where Wild-Time forwards the mixed batch once: docs/fixes.md)."""
 
     hyperparameters = CoralWeight
     fusable = False  # its moments are not written for vmap

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import functools
 import logging
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 import torch
@@ -29,7 +30,8 @@ from seq2final.core.files import atomic_write
 from seq2final.core.liveness import ProcessToken, current_process
 from seq2final.core.progress import current
 from seq2final.core.seeds import derived_seed
-from seq2final.training.loop import FitResult
+from seq2final.training.halving import best_so_far, rungs, survivors
+from seq2final.training.loop import FitResult, FitRun
 from seq2final.training.records import TrialRecord
 from seq2final.training.search import Budget, SearchSpace
 
@@ -69,6 +71,15 @@ class TrialRun:
 TrainStack = Callable[[list[TrialRun]], None]
 """Trains several trials together; calls each run's ``report`` per epoch and ``finish`` when
 its model stops (a pruned one's ``report`` has raised :class:`optuna.TrialPruned`)."""
+
+
+class TrialFits(Protocol):
+    """What a ``halving`` budget trains: a grid point's fit, started afresh or continued from
+    the file a rung left it in (:class:`~seq2final.training.loop.FitRun`)."""
+
+    def start(self, params: dict[str, float], seed: int) -> FitRun: ...
+
+    def load(self, path: Path) -> FitRun: ...
 
 
 @dataclass
@@ -163,6 +174,7 @@ class Tuner:
         train_stack: TrainStack | None = None,
         width: int = 1,
         seed_name: str | None = None,
+        fits: TrialFits | None = None,
     ) -> Tuned:
         """Run (or resume) study ``name`` and return its best trial; the trials' seeds come from
         ``seed_name`` (``name`` when None: a study name that holds no budget).
@@ -180,7 +192,15 @@ class Tuner:
         it belongs to); trials a dead worker left running are tried again. A study whose best
         weights are gone (its fit was stored and the checkpoint discarded, and now the fit is
         asked for again, e.g. with ``force``) starts over.
+
+        A ``halving`` budget trains ``fits`` instead of ``train_trial``
+        (:meth:`_tune_halving`).
         """
+        if self.budget.pruner == "halving":
+            if fits is None:
+                raise Seq2FinalError(f"study '{name}': budget pruner 'halving' needs the fits "
+                                     "to continue; this fit gives none")  # fmt: skip
+            return self._tune_halving(name, space, fits, seed_name or name)
         study = self._study(name)
         self._fail_stale(study)
         trial_state = optuna.trial.TrialState
@@ -272,18 +292,114 @@ class Tuner:
                 "raise the budget's trials or use pruner: none"
             )
         self.checkpoints.append(checkpoint)
-        trials = [
-            TrialRecord(
-                number=t.number,
-                state=t.state.name,
-                params=t.user_attrs.get("params", t.params),
-                value=t.value,
-                valid_curve=t.user_attrs.get("valid_curve", []),
-            )
-            for t in study.get_trials(deepcopy=False)
-            if t.state != trial_state.WAITING
-        ]
-        return Tuned(best["params"], best["fit"], best["state_dict"], trials)
+        return Tuned(best["params"], best["fit"], best["state_dict"], _records(study))
+
+    def _tune_halving(
+        self, name: str, space: SearchSpace, fits: TrialFits, seed_name: str
+    ) -> Tuned:
+        """Synchronous successive halving over the grid (:mod:`~seq2final.training.halving`).
+
+        Every grid point trains to the first rung; a fit a rung stops is saved under
+        ``checkpoints/<study>/`` and continued from there if it goes on. A configuration becomes
+        an Optuna trial once its fate is known: COMPLETE when its stopping rule ended it (its
+        value the fit's), PRUNED with its curve when a rung left it behind. The rungs' decisions
+        follow from the curves alone, so a study killed at any point makes them again from its
+        trials and paused fits and trains only what no rung has seen (a fit killed mid-rung goes
+        on from the rung before)."""
+        budget, done_states = self.budget, [optuna.trial.TrialState.COMPLETE,
+                                            optuna.trial.TrialState.PRUNED]  # fmt: skip
+        points = space.grid_points()
+        guarded = budget.keep_each
+        if guarded is not None and guarded not in space.params:
+            raise Seq2FinalError(f"budget keep_each '{guarded}' is not searched by study "
+                                 f"'{name}'; valid: {', '.join(space.params)}")  # fmt: skip
+        study = self._study(name)
+        self._fail_stale(study)
+        folder = self.root / "checkpoints" / name
+        checkpoint = self.root / "checkpoints" / f"{name}.pt"
+        told = {
+            t.user_attrs["order"]: t for t in study.get_trials(deepcopy=False, states=done_states)
+        }
+        best = _load_checkpoint(checkpoint)
+        if best is not None and not told:  # weights left from a study that no longer exists
+            checkpoint.unlink(missing_ok=True)
+            best = None
+        if best is None and any(t.state == done_states[0] for t in told.values()):
+            log.info("study %s: best weights no longer stored; starting the study over", name)
+            optuna.delete_study(study_name=name, storage=self.storage)
+            shutil.rmtree(folder, ignore_errors=True)
+            study, told = self._study(name), {}
+        elif told:
+            log.info("study %s: resuming after %d decided configuration(s)", name, len(told))
+        chosen: dict[str, Any] = {} if best is None else best
+        curves = {order: list(t.user_attrs.get("valid_curve", [])) for order, t in told.items()}
+        ended = {order for order, t in told.items() if t.state == done_states[0]}
+        progress = current()
+
+        def record(order: int, value: float | None) -> None:
+            state = done_states[0] if value is not None else done_states[1]
+            study.add_trial(optuna.trial.create_trial(
+                params=points[order], distributions=space.distributions(), value=value,
+                state=state, user_attrs={"order": order, "params": points[order],
+                                         "valid_curve": curves[order],
+                                         "worker": str(current_process())},
+            ))  # fmt: skip
+            (folder / f"{order}.pt").unlink(missing_ok=True)
+
+        def advance(order: int, until: int | None) -> None:
+            """Train grid point ``order`` to epoch ``until`` (to its end when None)."""
+            paused = folder / f"{order}.pt"
+            if paused.exists():
+                run = fits.load(paused)
+            else:
+                run = fits.start(points[order], self.trial_seed(seed_name, points[order]))
+            if until is not None and run.epoch >= until:
+                curves[order] = [row["valid_accuracy"] for row in run.history]
+                return  # trained to this rung before an interruption
+            progress.trial()
+            progress.epochs(budget.max_epochs if until is None else until)
+            result = run.run(until, progress=progress.epoch)
+            curves[order] = [row["valid_accuracy"] for row in run.history]
+            if result is None:
+                folder.mkdir(parents=True, exist_ok=True)
+                run.save(paused)
+                return
+            weights = {k: v.detach().cpu().clone() for k, v in run.model.state_dict().items()}
+            value = result.valid_accuracy
+            if not chosen or (value, -order) > (chosen["value"], -chosen.get("order", 0)):
+                chosen.clear()
+                chosen.update(value=value, order=order, params=points[order], fit=result,
+                              state_dict=weights)  # fmt: skip
+                _save_checkpoint(checkpoint, chosen)
+            ended.add(order)
+            record(order, value)
+
+        running = list(range(len(points)))
+        for index, rung in enumerate([*rungs(budget.min_epochs, budget.reduction_factor,
+                                             budget.max_epochs), None]):  # fmt: skip
+            progress.trials(0, len(running))
+            for order in running:
+                if order not in told:
+                    advance(order, rung)
+            # ended by its stopping rule by this rung: a candidate, not ranked again
+            running = [order for order in running
+                       if order not in ended or (rung is not None and len(curves[order]) - 1 > rung)]  # fmt: skip
+            if rung is None or not running:
+                break
+            scores = {order: best_so_far(curves[order], rung) for order in running}
+            guard = None
+            if guarded is not None and index == 0:
+                guard = {order: points[order][guarded] for order in running}
+            going_on = survivors(running, scores, budget.reduction_factor, guard)
+            for order in running:
+                if order not in going_on and order not in told:
+                    record(order, None)
+            running = going_on
+        if not chosen:
+            raise Seq2FinalError(f"study '{name}' has no finished trial to select")
+        self.checkpoints.append(checkpoint)
+        shutil.rmtree(folder, ignore_errors=True)
+        return Tuned(chosen["params"], chosen["fit"], chosen["state_dict"], _records(study))
 
     def _fail_stale(self, study: optuna.Study) -> None:
         """Close the trials whose worker is gone, so that their configurations are tried again.
@@ -307,6 +423,21 @@ class Tuner:
         for path in self.checkpoints:
             path.unlink(missing_ok=True)
         self.checkpoints.clear()
+
+
+def _records(study: optuna.Study) -> list[TrialRecord]:
+    """A summary of every trial the study ran (those still waiting in its queue aside)."""
+    return [
+        TrialRecord(
+            number=t.number,
+            state=t.state.name,
+            params=t.user_attrs.get("params", t.params),
+            value=t.value,
+            valid_curve=t.user_attrs.get("valid_curve", []),
+        )
+        for t in study.get_trials(deepcopy=False)
+        if t.state != optuna.trial.TrialState.WAITING
+    ]
 
 
 def _pending_draws(done: list[optuna.trial.FrozenTrial], trials: int) -> list[int]:
