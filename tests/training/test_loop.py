@@ -10,9 +10,9 @@ from torch import nn
 from seq2final.models import JointModel, build_model
 from seq2final.training import loop as training
 from seq2final.training import objectives
+from seq2final.training.curves import PlateauSchedule
 from seq2final.training.engine import Engine, scale_images
 from seq2final.training.hyperparameters import HyperParameters
-from seq2final.training.curves import PlateauSchedule
 from seq2final.training.loop import FitRun, fit
 from seq2final.training.objectives import Task, fisher_information
 from seq2final.training.tensors import TensorSplit
