@@ -283,6 +283,12 @@ def sweep(**options: Any) -> None:
 @click.option("--device", default="auto", help="Device to measure on (auto, cpu, cuda:N).")
 @click.option("--env", "-e", help="Kedro configuration environment (budgets, training).")
 @click.option("--output", help="Folder for bench.json and benchmarks.md instead of the defaults.")
+@click.option(
+    "--policy",
+    help="The replay section's halving policy: FIRST,ETA[,GUARD] (first rung in epochs, 1/ETA "
+    "go on per rung, the best of each GUARD value passes the first rung; default: the policy "
+    "frozen on the development set).",
+)  # fmt: skip
 def bench(**options: Any) -> None:
     """Measure speed and search efficiency; write docs/benchmarks.md (--quick: its own page)."""
     from seq2final.bench.command import BenchOptions  # lazy: benchmark code loads only here

@@ -122,3 +122,25 @@ def test_the_search_page_shows_every_seed_beside_the_means():
     assert "| ft | 1 | default | never | 500 | 0.521 | 0.511 |" in page
     # the mean row charges the miss the grid's 800 epochs: (200 + 800) / 2 / 800
     assert "| ft | default | 500 | 0.62 | 0.59 | 1/2 |" in page
+
+
+def test_bench_replay_judges_a_policy_on_stored_grids_without_training(project, monkeypatch):
+    """The stored grids are read, the policy named on the command line replayed on them, and its
+    table written; a malformed policy is one line before any work."""
+    store = project / "benchmarks/results/search_replay"
+    store.mkdir(parents=True)
+    fit = {"run": "r", "owner": "job", "stage": "final", "params": [{"lr": 0.1}, {"lr": 0.01}],
+           "curves": [[0.1, 0.5, 0.5, 0.5], [0.1, 0.2, 0.6, 0.7]], "tests": [0.5, 0.6]}  # fmt: skip
+    for name in ("dev", "heldout", "noise"):
+        stored = {"runs": {"r": [fit]}, "cpu": "a CPU", "max_epochs": 3}
+        (store / f"{name}.json").write_text(json.dumps(stored))
+    args = ["bench", "--sections", "replay", "--policy", "1,2", "--output", "out"]
+    monkeypatch.setattr(sys, "argv", ["kedro", *args])
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, (done.output[-4000:], done.exception)
+    assert "replay heldout: 0/1 within 0.01 on test, pooled spend 0.67" in done.output
+    page = (project / "out/benchmarks.md").read_text()
+    assert "halving from 1 epochs, 1/2 on" in page and "| 2 points | 1 | 0 | 0.000 |" in page
+    assert "on 1 of 1 development fits" in page  # the noise floor: the same grid agrees
+    bad = CliRunner().invoke(cli, ["bench", "--sections", "replay", "--policy", "3"])
+    assert bad.exit_code != 0 and "--policy 3: valid: FIRST,ETA[,GUARD]" in bad.output

@@ -11,6 +11,7 @@ from seq2final.methods import context as context_module
 from seq2final.methods.context import Context
 from seq2final.models import build_model
 from seq2final.training import Engine, Task
+from seq2final.training.halving import TrialCurve, replay
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tuner import Tuner
 
@@ -162,3 +163,23 @@ def test_a_configuration_trains_the_same_prefix_under_every_budget(tmp_path, lea
     assert [len(c) for c in short] == [3] * 4 and [len(c) for c in long] == [6] * 4
     assert [c[:3] for c in long] == short
     assert len({tuple(c) for c in short}) > 1  # the grid points train differently
+
+
+def test_a_halving_budget_tunes_a_fit_as_its_replay_on_the_grids_curves_says(tmp_path, learnable):
+    """The context hands the tuner its fits to continue: the halving budget selects what
+    replaying it on the grid budget's curves selects, and trains each point as far."""
+    task = Task([learnable(80)], learnable(40, seed=1))
+    grid_ctx = context(tmp_path / "grid", fuse=1, epochs=6)
+    tuned(grid_ctx, task)
+    curves = [t.valid_curve for t in grid_ctx.fits[-1].trial_summaries]
+    ctx = context(tmp_path / "halving", fuse=1, epochs=6)
+    ctx.budget = ctx.tuner.budget = Budget(sampler="grid", max_epochs=6, pruner="halving",
+                                           min_epochs=1, reduction_factor=2)  # fmt: skip
+    tuned(ctx, task)
+    replayed = replay([TrialCurve(order, curve) for order, curve in enumerate(curves)], 1, 2, 6,
+                      guard=False)  # fmt: skip
+    fit = ctx.fits[-1]
+    assert fit.params == GRID.grid_points()[replayed.selected]
+    trained = {GRID.grid_points().index(t.params): len(t.valid_curve) - 1
+               for t in fit.trial_summaries}  # fmt: skip
+    assert trained == replayed.epochs and replayed.spent < sum(len(c) - 1 for c in curves)

@@ -34,6 +34,16 @@ from seq2final.bench.projection import (
     measure_rates,
     stack_sizes,
 )
+from seq2final.bench.replay import (
+    FROZEN_POLICY,
+    MARGIN,
+    Policy,
+    judge,
+    noise_floor,
+    parse_policy,
+    stored_grids,
+    summarize,
+)
 from seq2final.bench.search import measure_search
 from seq2final.config.checks import CheckedRun, validate_parameters
 from seq2final.core.errors import Seq2FinalError
@@ -46,7 +56,7 @@ from seq2final.models import ARCHITECTURES
 from seq2final.training.engine import Engine
 from seq2final.training.search import get_budget
 
-SECTIONS = ("fit", "fused", "search", "projection")
+SECTIONS = ("fit", "fused", "search", "projection", "replay")
 QUICK_SECTIONS = ("fit", "fused")  # random images: no data set needed
 ARCHS = ("convnet_4", "densenet_1", "resnet_4")  # of fit and fused: one of each family
 # On two idle cores the quick fit and fused sections took 53 s for densenet_1 and 29 s for the
@@ -55,6 +65,7 @@ ARCHS = ("convnet_4", "densenet_1", "resnet_4")  # of fit and fused: one of each
 QUICK_ARCHS = ("convnet_4", "resnet_4")
 RESULTS = Path("benchmarks/results/bench.json")
 SEARCH_STORE = Path("benchmarks/results/search")  # resumes an interrupted search
+REPLAY_STORE = Path("benchmarks/results/search_replay")  # benchmarks/search_replay.py's grids
 PAGE = Path("docs/benchmarks.md")
 QUICK_OUTPUT = Path("data/08_reporting/bench")  # beside the other reports, ignored by git
 
@@ -72,6 +83,7 @@ class BenchOptions:
     device: str
     env: str | None = None
     output: str | None = None  # folder for bench.json and benchmarks.md
+    policy: str | None = None  # the replay section's FIRST,ETA[,GUARD]; None: FROZEN_POLICY
 
 
 def destinations(options: BenchOptions) -> tuple[Path, Path]:
@@ -129,6 +141,7 @@ def bench(options: BenchOptions, say: Callable[[str], None]) -> None:
             f"--data-path {options.data_path}: no such file; the search and projection sections "
             "need the CIFAR-10 npz (make it with the README's CIFAR-10 command)"
         )
+    policy = parse_policy(options.policy or FROZEN_POLICY)
     if "search" in sections:
         names = [b.strip() for b in options.budgets.split(",") if b.strip()]
         budgets = {name: get_budget(params["budgets"], name) for name in names}
@@ -152,6 +165,8 @@ def bench(options: BenchOptions, say: Callable[[str], None]) -> None:
             )  # fmt: skip
         elif section == "search":
             figures = _search(params, options, engine, budgets, say)
+        elif section == "replay":
+            figures = _replay(policy, say)
         else:
             figures = _projection(params, options, engine, say)
         # Read again: another section's run may have written in the meantime (hours apart).
@@ -252,6 +267,55 @@ def _search(
                 f"({row['reached']}/{row['seeds']} seeds reached it; all it spent, ratio to the "
                 f"grid's epochs {row['spent_of_grid']:.3f})")  # fmt: skip
     return figures
+
+
+def _replay(policy: Policy, say: Callable[[str], None]) -> dict[str, Any]:
+    """``policy`` replayed on the stored grids: the development set's, the held-out set's and
+    the grid against itself (``noise``: the development runs with other trial seeds)."""
+    figures: dict[str, Any] = {"policy": policy.name, "margin": MARGIN}
+    for name in ("dev", "heldout"):
+        fits, about = stored_grids(REPLAY_STORE / f"{name}.json")
+        if not fits:
+            raise Seq2FinalError(f"{REPLAY_STORE / name}.json: no stored grids; collect them "
+                                 f"with benchmarks/search_replay.py collect {name}")  # fmt: skip
+        judged = [judge(fit, policy, about["max_epochs"]) for fit in fits]
+        figures[name] = {"runs": len({fit.run for fit in fits}), "cpu": about["cpu"],
+                         "max_epochs": about["max_epochs"], "rows": summarize(judged)}  # fmt: skip
+        overall = figures[name]["rows"][-1]
+        say(f"replay {name}: {overall['successes']}/{overall['fits']} within {MARGIN} on test, "
+            f"pooled spend {overall['spend_pooled']:.2f}")  # fmt: skip
+    dev, _ = stored_grids(REPLAY_STORE / "dev.json")
+    noise, _ = stored_grids(REPLAY_STORE / "noise.json")
+    figures["noise"] = noise_floor(dev, {(f.run, f.owner, f.stage): f for f in noise})
+    return figures
+
+
+def _replay_table(figures: dict[str, Any]) -> list[str]:
+    lines = [f"Policy: {figures['policy']}.", ""]
+    for name, title in (("dev", "Development set (the policy was chosen on it)"),
+                        ("heldout", "Held-out set (evaluated once, the policy frozen)")):  # fmt: skip
+        part = figures[name]
+        lines += [
+            f"{title}: {part['runs']} runs, grids of at most {part['max_epochs']} epochs, "
+            f"trained on {part['cpu']}.", "",
+            *_markdown_table(
+                ["grid", "fits", f"selection within {figures['margin']} of the grid's on test",
+                 "rate", "95 % lower bound", "spend median", "spend p90", "spend pooled"],
+                [[r["grid"], str(r["fits"]), str(r["successes"]), f"{r['rate']:.3f}",
+                  f"{r['lower_bound']:.3f}", f"{r['spend_median']:.2f}",
+                  f"{r['spend_p90']:.2f}", f"{r['spend_pooled']:.2f}"] for r in part["rows"]],
+            ), "",
+        ]  # fmt: skip
+    noise = figures["noise"]
+    if noise["fits"]:
+        lines.append(
+            f"Noise floor: the grid retrained with other trial seeds selected within "
+            f"{figures['margin']} of its first selection's test accuracy on {noise['successes']} "
+            f"of {noise['fits']} development fits (rate {noise['rate']:.3f}, 95 % lower bound "
+            f"{noise['lower_bound']:.3f}): no policy can be asked to agree with the grid more "
+            "often than the grid agrees with itself."
+        )  # fmt: skip
+    return lines
 
 
 def render(results: dict[str, Any], quick: bool = False) -> str:
@@ -409,11 +473,25 @@ ABOUT = {
         "single-model rate in both columns); one epoch over 1,000 random images with K = 16 on "
         "CUDA, 200 with K = 8 on the CPU."
     ),
+    "replay": (
+        "Every tuned fit of five methods' runs (step 0, ERM's and SFT's historical fits, the "
+        "baseline, FT, ST-1's 24-point side-module grid, the joint model's 3-point grid) trained "
+        "on its whole grid by `benchmarks/search_replay.py collect`, which keeps each "
+        "configuration's validation curve and its selected model's test accuracy. A "
+        "configuration trains the same under every budget, so a halving policy's decisions "
+        "follow from the curves: replayed here with no training. Success on a fit: the test "
+        "accuracy of the policy's selection at least the grid's selection's minus the margin; "
+        "spend: the epochs it trains, pruned configurations included, over the grid's; the "
+        "bound is the one-sided 95 % Clopper–Pearson lower bound of the success rate over these "
+        "fits. `--policy FIRST,ETA[,GUARD]` replays another policy."
+    ),
     "search": (
         "For the baseline's fit (from scratch) and FT's fit (from one fixed ERM model of the "
         "historical steps) on the final step, the paper grid is run in full per seed; each "
         "budget then tunes the same fit. Target: `default` within 0.01 of the grid's best "
-        "validation accuracy while spending ≤ 35 % of the grid's epochs. `default` is the "
+        "validation accuracy while spending ≤ 35 % of the grid's epochs (on validation: on "
+        "test, what a user compares, `default`'s selection fell more than 0.01 below the "
+        "grid's on 2 of these 6 fits; the replay section below judges on test). `default` is the "
         "paper's grid under successive halving (rungs at 30 and 90 epochs), chosen by this "
         "measurement; `tpe30` (4 TPE trials of ≤ 30 epochs, median pruner) was `default` before "
         "it. Each study's outcome is stored by content under `benchmarks/results/search` and "
@@ -422,6 +500,7 @@ ABOUT = {
 }
 
 TITLES = {
+    "replay": "Search: synchronous halving replayed on stored grids, judged on test",
     "fit": "Single-model fit against a same-work bare loop",
     "fused": "Fused trials against the same trials one after another",
     "projection": "The paper's protocol, projected",
@@ -432,4 +511,5 @@ RENDERERS: dict[str, Callable[[Any], list[str]]] = {
     "fused": _fused_table,
     "search": _search_table,
     "projection": _projection_table,
+    "replay": _replay_table,
 }

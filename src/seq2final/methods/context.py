@@ -161,6 +161,17 @@ class Context:
             fit_fused(models, task, trials, self.engine, self.budget.max_epochs)
 
         fits = GridFits(make_model, task, self.engine, self.budget.max_epochs)
+        test: list[TensorSplit] = []
+
+        def test_score(weights: dict[str, torch.Tensor]) -> float:
+            """A finished trial's model on the final step's test split, at the step the fit
+            validates at: recorded with the trial for the search measurement, never selected on."""
+            if not test:
+                test.append(self.split(self.final_index, "test"))
+            model = make_model()
+            model.load_state_dict(weights)
+            return accuracy(model, test[0], self.engine, task.valid_step)
+
         width = fuse_width(self.engine, task)
         cached = setup_refusal(task, self.engine) is None  # a model is built to check only then
         if width > 1 and cached and cache_refusal(make_model(), task, None, self.engine) is None:
@@ -170,6 +181,8 @@ class Context:
             tuned = self.tuner.tune(
                 f"{self.owner_key}/{stage}", space, train_trial, train_stack, width,
                 seed_name=f"{self.seed_key}/{stage}", fits=fits,
+                # a context made without a sequence (a fit on given data) has no test split
+                test_score=None if self.sequence is None else test_score,
             )  # fmt: skip
         model = make_model()
         cost = fit_cost(

@@ -45,14 +45,18 @@ class StepView(_Record):
 class TrialRecord(_Record):
     """One trial of a fit's study, as the tuner left it: its number, Optuna's state
     (``COMPLETE``, ``PRUNED``, ``FAIL``, ``RUNNING``), the hyper-parameters it drew, its
-    validation accuracy (``None`` for a trial that did not finish) and its validation accuracy
-    after every epoch it ran (before training first)."""
+    validation accuracy (``None`` for a trial that did not finish), its validation accuracy
+    after every epoch it ran (before training first) and, for a finished one, its selected
+    model's accuracy on the final step's test split: recorded so that a search policy can be
+    replayed on stored grids and judged on test (docs/benchmarks.md, "Search"), never read to
+    select anything."""
 
     number: int
     state: str
     params: dict[str, Any]
     value: float | None
     valid_curve: list[float] = []
+    test_accuracy: float | None = None
 
     @property
     def finished(self) -> bool:

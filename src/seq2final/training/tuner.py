@@ -68,6 +68,9 @@ class TrialRun:
             raise optuna.TrialPruned()
 
 
+TestScore = Callable[[dict[str, torch.Tensor]], float]
+"""A finished trial's selected weights scored on the test split, only to be recorded."""
+
 TrainStack = Callable[[list[TrialRun]], None]
 """Trains several trials together; calls each run's ``report`` per epoch and ``finish`` when
 its model stops (a pruned one's ``report`` has raised :class:`optuna.TrialPruned`)."""
@@ -175,6 +178,7 @@ class Tuner:
         width: int = 1,
         seed_name: str | None = None,
         fits: TrialFits | None = None,
+        test_score: TestScore | None = None,
     ) -> Tuned:
         """Run (or resume) study ``name`` and return its best trial; the trials' seeds come from
         ``seed_name`` (``name`` when None: a study name that holds no budget).
@@ -194,13 +198,14 @@ class Tuner:
         asked for again, e.g. with ``force``) starts over.
 
         A ``halving`` budget trains ``fits`` instead of ``train_trial``
-        (:meth:`_tune_halving`).
+        (:meth:`_tune_halving`). ``test_score``, given a finished trial's weights, is recorded
+        with the trial (:attr:`TrialRecord.test_accuracy`) and read by nothing here.
         """
         if self.budget.pruner == "halving":
             if fits is None:
                 raise Seq2FinalError(f"study '{name}': budget pruner 'halving' needs the fits "
                                      "to continue; this fit gives none")  # fmt: skip
-            return self._tune_halving(name, space, fits, seed_name or name)
+            return self._tune_halving(name, space, fits, seed_name or name, test_score)
         study = self._study(name)
         self._fail_stale(study)
         trial_state = optuna.trial.TrialState
@@ -238,6 +243,8 @@ class Tuner:
             trial = run.trial
             trial.set_user_attr("valid_curve", run.curve)
             trial.set_user_attr("best_epoch", result.best_epoch)
+            if test_score is not None:
+                trial.set_user_attr("test_accuracy", test_score(state_dict))
             value, order = result.valid_accuracy, run.order
             if not chosen or (value, -order) > (chosen["value"], -chosen.get("order", 0)):
                 chosen.clear()
@@ -295,7 +302,12 @@ class Tuner:
         return Tuned(best["params"], best["fit"], best["state_dict"], _records(study))
 
     def _tune_halving(
-        self, name: str, space: SearchSpace, fits: TrialFits, seed_name: str
+        self,
+        name: str,
+        space: SearchSpace,
+        fits: TrialFits,
+        seed_name: str,
+        test_score: TestScore | None,
     ) -> Tuned:
         """Synchronous successive halving over the grid (:mod:`~seq2final.training.halving`).
 
@@ -336,13 +348,15 @@ class Tuner:
         ended = {order for order, t in told.items() if t.state == done_states[0]}
         progress = current()
 
-        def record(order: int, value: float | None) -> None:
+        def record(order: int, value: float | None, test: float | None = None) -> None:
             state = done_states[0] if value is not None else done_states[1]
+            attrs = {"order": order, "params": points[order], "valid_curve": curves[order],
+                     "worker": str(current_process())}  # fmt: skip
+            if test is not None:
+                attrs["test_accuracy"] = test
             study.add_trial(optuna.trial.create_trial(
                 params=points[order], distributions=space.distributions(), value=value,
-                state=state, user_attrs={"order": order, "params": points[order],
-                                         "valid_curve": curves[order],
-                                         "worker": str(current_process())},
+                state=state, user_attrs=attrs,
             ))  # fmt: skip
             (folder / f"{order}.pt").unlink(missing_ok=True)
 
@@ -372,7 +386,7 @@ class Tuner:
                               state_dict=weights)  # fmt: skip
                 _save_checkpoint(checkpoint, chosen)
             ended.add(order)
-            record(order, value)
+            record(order, value, None if test_score is None else test_score(weights))
 
         running = list(range(len(points)))
         for index, rung in enumerate([*rungs(budget.min_epochs, budget.reduction_factor,
@@ -434,6 +448,7 @@ def _records(study: optuna.Study) -> list[TrialRecord]:
             params=t.user_attrs.get("params", t.params),
             value=t.value,
             valid_curve=t.user_attrs.get("valid_curve", []),
+            test_accuracy=t.user_attrs.get("test_accuracy"),
         )
         for t in study.get_trials(deepcopy=False)
         if t.state != optuna.trial.TrialState.WAITING
