@@ -7,9 +7,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seq2final.core.errors import Seq2FinalError
 from seq2final.models import JointModel, build_model
 from seq2final.training import loop as training
 from seq2final.training import objectives
+from seq2final.training.callbacks import FitCallback
 from seq2final.training.curves import PlateauSchedule
 from seq2final.training.engine import Engine, scale_images
 from seq2final.training.hyperparameters import HyperParameters
@@ -356,3 +358,17 @@ def test_only_a_paused_fit_is_saved(tmp_path):
     with pytest.raises(Exception, match="only a paused fit can be saved"):
         run.save(tmp_path / "ended.pt")
     assert not (tmp_path / "ended.pt").exists()
+
+
+def test_a_fit_whose_callback_does_not_pickle_says_so_and_leaves_no_file(tmp_path):
+    class Unpicklable(FitCallback):
+        def before_fit(self, fit_state):
+            self.read = lambda: fit_state.epoch  # a closure: pickle refuses it
+
+    torch.manual_seed(0)
+    task = Task([_data()], _data(seed=1), callbacks=[Unpicklable()])
+    run = FitRun(build_model("convnet_1", 3), task, HyperParameters(lr=1e-3), ENGINE, 3, seed=0)
+    assert run.run(until=1) is None
+    with pytest.raises(Seq2FinalError, match="cannot be paused to a file .*another pruner"):
+        run.save(tmp_path / "paused.pt")
+    assert list(tmp_path.iterdir()) == []

@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -319,6 +320,11 @@ class FitRun:
             self.state.domains, self.state.batches, self.state.loss = [], [], None
             setattr(self.state, "engine", None)  # noqa: B010 - restored below
             atomic_write(path, lambda partial: torch.save(self, partial))
+        except (pickle.PicklingError, TypeError, AttributeError) as error:
+            raise Seq2FinalError(
+                f"this fit cannot be paused to a file ({error}); a halving budget continues only "
+                "fits whose callbacks pickle; valid for it: a budget with another pruner"
+            ) from None
         finally:
             for name, value in kept.items():
                 setattr(self, name, value)
