@@ -27,7 +27,7 @@ from seq2final.training.records import FitRecord
 
 MARGIN = 0.01
 """How far below the grid's selection a policy's may test and still count as a success."""
-FROZEN_POLICY = "3,2,lr"
+FROZEN_POLICY = "3,2"
 """The policy chosen on the development set (``benchmarks/search_replay.py choose``), frozen
 before the held-out set was judged: ``kedro bench --sections replay``'s default."""
 
