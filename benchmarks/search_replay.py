@@ -100,8 +100,8 @@ def train(run: Run, salted: bool) -> list[GridFit]:
             fits = [fit for key in results for fit in grid_fits(run.name, key, results[key].fits)]
             fits += [fit for key in states
                      for fit in grid_fits(run.name, key, states.summary(key).fits)]  # fmt: skip
-            os.chdir(PROJECT)
     finally:
+        os.chdir(PROJECT)
         if salted:
             tuner.Tuner.trial_seed = seed_of
     return fits

@@ -13,6 +13,7 @@ fits is reported with its one-sided 95 % Clopper–Pearson lower bound: a claim 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -110,6 +111,9 @@ class Judged:
 
 def judge(fit: GridFit, policy: Policy, max_epochs: int, margin: float = MARGIN) -> Judged:
     """Replay ``policy`` on ``fit``'s curves; judge its selection on test."""
+    if policy.guard is not None and any(policy.guard not in p for p in fit.params):
+        raise Seq2FinalError(f"--policy guard '{policy.guard}' is not searched by fit "
+                             f"{fit.owner}/{fit.stage}; valid: {', '.join(fit.params[0])}")  # fmt: skip
     guarded = [None if policy.guard is None else p.get(policy.guard) for p in fit.params]
     replayed = replay(
         [TrialCurve(order, curve, guarded[order]) for order, curve in enumerate(fit.curves)],
@@ -144,7 +148,7 @@ def summarize(judged: Sequence[Judged]) -> list[dict[str, Any]]:
             "grid": name, "fits": len(members), "successes": successes,
             "rate": successes / len(members), "lower_bound": lower_bound(successes, len(members)),
             "spend_median": statistics.median(spends),
-            "spend_p90": spends[min(len(spends) - 1, int(0.9 * len(spends)))],
+            "spend_p90": spends[math.ceil(0.9 * len(spends)) - 1],  # nearest rank
             "spend_pooled": sum(one.spent for one in members)
             / sum(one.fit.epochs for one in members),
         })  # fmt: skip

@@ -89,6 +89,9 @@ class Context:
     learning_curves: list[dict[str, Any]] = field(default_factory=list)
     warm_start: nn.Module | None = None
     optimizer: str = "adam"
+    # each finished trial's test accuracy recorded (TrialRecord.test_accuracy); off for a state
+    # shared by sequences whose final steps differ (pretrain_historical.shared_history)
+    record_test: bool = True
 
     @property
     def num_classes(self) -> int:
@@ -163,14 +166,22 @@ class Context:
         fits = GridFits(make_model, task, self.engine, self.budget.max_epochs)
         test: list[TensorSplit] = []
 
-        def test_score(weights: dict[str, torch.Tensor]) -> float:
+        def test_score(weights: dict[str, torch.Tensor]) -> float | None:
             """A finished trial's model on the final step's test split, at the step the fit
-            validates at: recorded with the trial for the search measurement, never selected on."""
-            if not test:
-                test.append(self.split(self.final_index, "test"))
-            model = make_model()
-            model.load_state_dict(weights)
-            return accuracy(model, test[0], self.engine, task.valid_step)
+            validates at: recorded with the trial for the search measurement, never selected on.
+            Its own random state (building the model seeds and draws), so a fused stack's other
+            members draw what they would without it; a failure costs the record, not the fit."""
+            devices = [self.device] if self.device.type == "cuda" else []
+            try:
+                with torch.random.fork_rng(devices=devices):
+                    if not test:
+                        test.append(self.split(self.final_index, "test"))
+                    model = make_model()
+                    model.load_state_dict(weights)
+                    return accuracy(model, test[0], self.engine, task.valid_step)
+            except Exception as error:  # noqa: BLE001 - a measurement, never the fit's result
+                log.warning("%s: a trial's test accuracy not recorded (%s)", stage, error)
+                return None
 
         width = fuse_width(self.engine, task)
         cached = setup_refusal(task, self.engine) is None  # a model is built to check only then
@@ -182,7 +193,7 @@ class Context:
                 f"{self.owner_key}/{stage}", space, train_trial, train_stack, width,
                 seed_name=f"{self.seed_key}/{stage}", fits=fits,
                 # a context made without a sequence (a fit on given data) has no test split
-                test_score=None if self.sequence is None else test_score,
+                test_score=test_score if self.record_test and self.sequence is not None else None,
             )  # fmt: skip
         model = make_model()
         cost = fit_cost(

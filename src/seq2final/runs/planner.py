@@ -54,7 +54,10 @@ def plan_run(run: CheckedRun, data: str, history: str | None = None) -> RunPlan:
     fit trains the same under every budget, and its first *k* epochs are the same wherever it
     is trained (a halving budget's rungs, a grid's full fits; docs/methods.md, "Tuning").
     """
-    plan = _plan(run, data, history, run.budget.results_key(), run.parameters.budget)
+    plan = replace(
+        _plan(run, data, history, run.budget.results_key(), run.parameters.budget),
+        shared_history=history is not None,
+    )
     free = _plan(run, data, history, {}, "")  # the budget is one for the whole plan: same order
     return replace(
         plan,

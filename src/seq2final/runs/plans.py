@@ -119,6 +119,8 @@ class RunPlan:
     plugins: tuple[str, ...] = ()  # import paths, imported again wherever a model is loaded
     protocol: str = "final"
     protocol_options: ProtocolOptions = field(default_factory=ProtocolOptions)
+    # states keyed by steps 0..T-1 alone, shared by sequences whose final steps differ
+    shared_history: bool = False
 
     def job_params(self, job: JobPlan) -> dict[str, Any]:
         """The run parameters that ask for exactly ``job`` (and the states it needs)."""

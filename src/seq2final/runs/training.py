@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from torch import nn
 
+from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import json_safe
 from seq2final.core.progress import Progress
 from seq2final.data.sequence import ShiftSequence
@@ -101,6 +102,8 @@ def step_accuracies(
 def _context(
     plan: RunPlan, sequence: ShiftSequence, owner: StatePlan | JobPlan, optimizer: str = "adam"
 ) -> Context:
+    if not owner.seed_key:
+        raise Seq2FinalError(f"'{owner.key}' has no seed key: plan runs with plan_run")
     return Context(
         sequence=sequence,
         arch=plan.arch,
@@ -111,6 +114,7 @@ def _context(
         tuner=Tuner(plan.budget, plan.tuning.storage, Path(plan.tuning.root), plan.seed),
         owner_key=owner.key,
         seed_key=owner.seed_key,
+        record_test=not (plan.shared_history and isinstance(owner, StatePlan)),
         device=plan.engine.torch_device(),
         optimizer=optimizer,
     )

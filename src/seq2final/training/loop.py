@@ -320,7 +320,7 @@ class FitRun:
             self.state.domains, self.state.batches, self.state.loss = [], [], None
             setattr(self.state, "engine", None)  # noqa: B010 - restored below
             atomic_write(path, lambda partial: torch.save(self, partial))
-        except (pickle.PicklingError, TypeError, AttributeError) as error:
+        except (pickle.PicklingError, TypeError, AttributeError, RuntimeError) as error:
             raise Seq2FinalError(
                 f"this fit cannot be paused to a file ({error}); a halving budget continues only "
                 "fits whose callbacks pickle; valid for it: a budget with another pruner"
@@ -334,9 +334,16 @@ class FitRun:
     def load(cls, path: Path, task: Task, engine: Engine) -> FitRun:
         """A fit :meth:`save` wrote, with its ``task`` and ``engine`` given again. Loads a
         pickle: only for files this project wrote (a tuner's own checkpoints)."""
-        run = torch.load(path, map_location=None, weights_only=False)
+        try:
+            run = torch.load(path, map_location=None, weights_only=False)
+        except Exception as error:  # damaged, or written by another version of FitRun
+            first = (str(error).splitlines() or [type(error).__name__])[0][:120]
+            raise Seq2FinalError(
+                f"paused fit {path} is unreadable ({first}); delete it to restart its trial"
+            ) from None
         if not isinstance(run, cls):
             raise Seq2FinalError(f"{path} holds no paused fit; delete it to restart its trial")
+        pick_fast_kernels(next(run.model.parameters()).device)
         run._attach(task, engine)
         run.state.domains, run.state.engine = run.domains, engine
         return run

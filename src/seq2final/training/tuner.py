@@ -68,7 +68,7 @@ class TrialRun:
             raise optuna.TrialPruned()
 
 
-TestScore = Callable[[dict[str, torch.Tensor]], float]
+TestScore = Callable[[dict[str, torch.Tensor]], float | None]
 """A finished trial's selected weights scored on the test split, only to be recorded."""
 
 TrainStack = Callable[[list[TrialRun]], None]
@@ -243,8 +243,9 @@ class Tuner:
             trial = run.trial
             trial.set_user_attr("valid_curve", run.curve)
             trial.set_user_attr("best_epoch", result.best_epoch)
-            if test_score is not None:
-                trial.set_user_attr("test_accuracy", test_score(state_dict))
+            score = None if test_score is None else test_score(state_dict)
+            if score is not None:
+                trial.set_user_attr("test_accuracy", score)
             value, order = result.valid_accuracy, run.order
             if not chosen or (value, -order) > (chosen["value"], -chosen.get("order", 0)):
                 chosen.clear()
