@@ -19,7 +19,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_serializer,
+    model_validator,
+)
 
 from seq2final.training.engine import Engine
 
@@ -57,6 +66,15 @@ class TrialRecord(_Record):
     value: float | None
     valid_curve: list[float] = []
     test_accuracy: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _scored_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``test_accuracy`` written only where one was recorded: records written before it
+        existed, or by a fit that records none, are written back as they were."""
+        data: dict[str, Any] = handler(self)
+        if data.get("test_accuracy") is None:
+            data.pop("test_accuracy", None)
+        return data
 
     @property
     def finished(self) -> bool:
