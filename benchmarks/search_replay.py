@@ -155,6 +155,13 @@ def choose() -> None:
     allowed = [policy for policy in POLICIES if overall[policy]["lower_bound"] >= BOUND]
     chosen = min(allowed, key=lambda policy: overall[policy]["spend_pooled"], default=None)
     print("chosen:", "none reaches the bound" if chosen is None else chosen.name)
+    print("\n| policy | success on test | lower bound | spend median | p90 | pooled |")
+    print("|---|---|---|---|---|---|")
+    for policy, row in overall.items():
+        print(
+            f"| {policy.name} | {row['successes']}/{row['fits']} | {row['lower_bound']:.3f} | "
+            f"{row['spend_median']:.2f} | {row['spend_p90']:.2f} | {row['spend_pooled']:.2f} |"
+        )
     noise = {(f.run, f.owner, f.stage): f for f in fits_of("noise")}
     print("noise floor (the grid against itself, other trial seeds):", noise_floor(fits, noise))
 
