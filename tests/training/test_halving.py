@@ -1,6 +1,12 @@
 """Synchronous halving: its rules on scripted curves, the live budget against its replay on the
 grid's stored curves, and a study killed between rungs resumed without retraining a rung."""
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 import torch
 
@@ -156,3 +162,81 @@ def test_halving_needs_the_grid_and_a_searched_guard(tmp_path):
     tuner = Tuner(Budget(**HALVING, keep_each="dropout"), None, tmp_path, 0)
     with pytest.raises(Seq2FinalError, match="keep_each 'dropout' is not searched"):
         tuner.tune("fit", GRID, None, fits=object())
+
+
+SCRIPT = """
+import sys
+from pathlib import Path
+
+import torch
+
+from seq2final.methods.context import GridFits
+from seq2final.models import build_model
+from seq2final.training import Engine, Task
+from seq2final.training.search import Budget, SearchSpace
+from seq2final.training.tensors import TensorSplit
+from seq2final.training.tuner import Tuner
+
+torch.set_num_threads(1)
+
+
+def data(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return TensorSplit(torch.randint(0, 256, (n, 3, 16, 16), dtype=torch.uint8, generator=g),
+                       torch.arange(n) % 3)
+
+
+def make_model():
+    torch.manual_seed(7)
+    return build_model("convnet_1", 3)
+
+
+started = []
+
+
+class Counting(GridFits):
+    def start(self, params, seed):
+        started.append(params)
+        return super().start(params, seed)
+
+    def load(self, path):
+        print("LOAD", path.name, flush=True)  # a rung after the first has begun
+        return super().load(path)
+
+
+fits = Counting(make_model, Task([data(600, 0)], data(60, 1)),
+                Engine(device="cpu", batch_size=20, eval_batch_size=60, patience=99), 6)
+space = SearchSpace.parse({"lr": {"grid": [3e-2, 3e-3, 3e-4]},
+                           "weight_decay": {"grid": [1e-4, 1e-2]}}, "test")
+budget = Budget(sampler="grid", pruner="halving", min_epochs=2, reduction_factor=2, max_epochs=6)
+tuned = Tuner(budget, None, Path(sys.argv[1]), 0).tune("fit", space, None, seed_name="fit",
+                                                      fits=fits)
+print("STARTED", len(started))
+print("RESULT", sorted((t.state, tuple(t.params.items()), tuple(t.valid_curve))
+                       for t in tuned.trials), tuned.params)
+"""
+
+
+def test_a_study_killed_by_sigkill_in_its_second_rung_resumes_without_a_first_rung_again(
+    tmp_path,
+):
+    """A real kill -9 while the second rung trains: the resumed study starts no fit afresh (the
+    first rung's survivors continue from their files) and ends as an uninterrupted one."""
+    script = tmp_path / "tune.py"
+    script.write_text(SCRIPT)
+    killed = tmp_path / "killed"
+    process = subprocess.Popen([sys.executable, str(script), str(killed)],
+                               stdout=subprocess.PIPE, text=True)  # fmt: skip
+    # the first rung's survivors are loaded as the second rung begins: kill it mid-training
+    line = process.stdout.readline()
+    assert line.startswith("LOAD"), line
+    time.sleep(0.2)
+    assert process.poll() is None, "the study finished before it could be killed"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    resumed = subprocess.run([sys.executable, str(script), str(killed)], capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
+    whole = subprocess.run([sys.executable, str(script), str(tmp_path / "whole")],
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "STARTED 0" in resumed and "STARTED 6" in whole  # no first rung trained again
+    assert resumed.split("RESULT")[1] == whole.split("RESULT")[1]
