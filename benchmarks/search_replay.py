@@ -30,7 +30,15 @@ from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
 from seq2final.bench.machine import cpu_kind
-from seq2final.bench.replay import GridFit, Policy, grid_fits, judge, noise_floor, summarize
+from seq2final.bench.replay import (
+    GridFit,
+    Policy,
+    grid_fits,
+    judge,
+    noise_floor,
+    stored_grids,
+    summarize,
+)
 from seq2final.core.files import atomic_write
 from seq2final.runs.result_store import ResultStore
 from seq2final.runs.state_store import HistoricalStore
@@ -127,7 +135,7 @@ def collect(name: str) -> None:
 
 
 def fits_of(name: str) -> list[GridFit]:
-    return [GridFit(**fit) for fits in load(name)["runs"].values() for fit in fits]
+    return stored_grids(STORE / f"{name}.json")[0]
 
 
 def show(policy: Policy, fits: list[GridFit]) -> dict:

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
 
-def cpu_kind() -> str:
-    """The CPU as far as it decides float results: vendor, family, model and stepping, and the
-    instruction set torch's kernels use. Two machines of one kind compute the same bits for the
-    same seed and thread count; any other kind may differ in the last digits, which a few epochs
-    of training turn into other predictions (docs/architecture.md, "Reproducibility")."""
+def _first_processor() -> dict[str, str]:
+    """``/proc/cpuinfo``'s fields of the first processor (none where there is no such file)."""
     fields: dict[str, str] = {}
     info = Path("/proc/cpuinfo")
     if info.exists():
@@ -24,6 +20,15 @@ def cpu_kind() -> str:
             if not name.strip():
                 break  # the first processor's block is enough
             fields.setdefault(name.strip(), value.strip())
+    return fields
+
+
+def cpu_kind() -> str:
+    """The CPU as far as it decides float results: vendor, family, model and stepping, and the
+    instruction set torch's kernels use. Two machines of one kind compute the same bits for the
+    same seed and thread count; any other kind may differ in the last digits, which a few epochs
+    of training turn into other predictions (docs/architecture.md, "Reproducibility")."""
+    fields = _first_processor()
     part = " ".join(
         f"{label} {fields[name]}"
         for label, name in (("family", "cpu family"), ("model", "model"), ("stepping", "stepping"))
@@ -39,11 +44,7 @@ def cpu_kind() -> str:
 
 def describe_machine(device: torch.device) -> dict[str, Any]:
     """CPU model, cores, torch threads, device (with the GPU's name) and torch version."""
-    cpu = platform.processor() or platform.machine()
-    info = Path("/proc/cpuinfo")
-    if info.exists():
-        names = re.findall(r"model name\s*:\s*(.*)", info.read_text())
-        cpu = names[0].strip() if names else cpu
+    cpu = _first_processor().get("model name") or platform.processor() or platform.machine()
     shown = str(device)
     if device.type == "cuda":
         shown = f"{device} ({torch.cuda.get_device_name(device)})"

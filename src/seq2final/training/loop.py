@@ -211,7 +211,6 @@ class FitRun:
         self.best_state: dict[str, torch.Tensor] | None = None
         self.best_extras: dict[str, Any] = {}
         self.global_rng: list[torch.Tensor] | None = None  # the global states while paused
-        self.global_rng_device = torch.device("cpu")  # whose CUDA state the second one is
         started = []
         try:
             for callback in self.callbacks:
@@ -224,7 +223,7 @@ class FitRun:
 
     def _attach(self, task: Task, engine: Engine) -> None:
         """The parts a paused fit's file leaves out, from its task and engine."""
-        device = next(self.model.parameters()).device
+        self.device = device = next(self.model.parameters()).device
         self.task, self.engine = task, engine
         self.domains = [d.to(device) for d in task.domains]
         self.valid = task.valid.to(device)  # on the device once, not once per epoch
@@ -260,7 +259,7 @@ class FitRun:
         if self.global_rng is not None:  # another fit may have drawn from it while paused
             torch.set_rng_state(self.global_rng[0])
             if len(self.global_rng) > 1:
-                torch.cuda.set_rng_state(self.global_rng[1], self.global_rng_device)
+                torch.cuda.set_rng_state(self.global_rng[1], self.device)
             self.global_rng = None
         try:
             if not self.history:
@@ -293,11 +292,9 @@ class FitRun:
             end_callbacks(callbacks, state, leaving=True)
             raise
         if not self.ended:  # paused: what dropout draws from goes with the fit
-            device = next(model.parameters()).device
             self.global_rng = [torch.get_rng_state()]
-            if device.type == "cuda":
-                self.global_rng.append(torch.cuda.get_rng_state(device))
-            self.global_rng_device = device
+            if self.device.type == "cuda":
+                self.global_rng.append(torch.cuda.get_rng_state(self.device))
             return None
         assert self.best_state is not None
         model.load_state_dict(self.best_state)
@@ -343,8 +340,8 @@ class FitRun:
             ) from None
         if not isinstance(run, cls):
             raise Seq2FinalError(f"{path} holds no paused fit; delete it to restart its trial")
-        pick_fast_kernels(next(run.model.parameters()).device)
         run._attach(task, engine)
+        pick_fast_kernels(run.device)
         run.state.domains, run.state.engine = run.domains, engine
         return run
 
@@ -352,7 +349,7 @@ class FitRun:
         """One epoch's updates; its training loss and accuracy in ``_train_metrics``."""
         state, engine, task = self.state, self.engine, self.task
         recipe = task.optimizer_recipe
-        device = next(self.model.parameters()).device
+        device = self.device
         state.epoch = self.epoch
         for callback in self.callbacks:
             callback.before_epoch(state)
@@ -403,7 +400,7 @@ class FitRun:
     def _forward_backward(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
         """One pass over the step's batches: the gradients of the whole loss, then the
         callbacks' ``after_backward``; an optimiser's closure is this pass again."""
-        state, device = self.state, next(self.model.parameters()).device
+        state, device = self.state, self.device
         self.optimizer.zero_grad(set_to_none=True)
         with autocast(self.engine, device):
             out = self.loss_of(self.model, state.batches, self.task, self.loss_hp, self.generator)

@@ -211,14 +211,9 @@ class Tuner:
         trial_state = optuna.trial.TrialState
         done = study.get_trials(deepcopy=False, states=[trial_state.COMPLETE, trial_state.PRUNED])
         checkpoint = self.root / "checkpoints" / f"{name}.pt"
-        best = _load_checkpoint(checkpoint)
-        if best is not None and not done:  # weights left from a study that no longer exists
-            checkpoint.unlink(missing_ok=True)
-            best = None
+        study, best = self._stored_best(study, checkpoint, done)
         if best is None and any(t.state == trial_state.COMPLETE for t in done):
-            log.info("study %s: best weights no longer stored; starting the study over", name)
-            optuna.delete_study(study_name=name, storage=self.storage)
-            study, done = self._study(name), []
+            done = []  # started over
         elif done:
             log.info("study %s: resuming after %d finished trial(s)", name, len(done))
         if self.budget.sampler == "grid":
@@ -246,12 +241,8 @@ class Tuner:
             score = None if test_score is None else test_score(state_dict)
             if score is not None:
                 trial.set_user_attr("test_accuracy", score)
-            value, order = result.valid_accuracy, run.order
-            if not chosen or (value, -order) > (chosen["value"], -chosen.get("order", 0)):
-                chosen.clear()
-                chosen.update(value=value, order=order, params=run.params, fit=result,
-                              state_dict=state_dict)  # fmt: skip
-                _save_checkpoint(checkpoint, chosen)
+            value = result.valid_accuracy
+            _keep_if_best(chosen, checkpoint, run.order, run.params, result, state_dict)
             study.tell(trial, value)
             run.told = True
 
@@ -333,15 +324,10 @@ class Tuner:
         told = {
             t.user_attrs["order"]: t for t in study.get_trials(deepcopy=False, states=done_states)
         }
-        best = _load_checkpoint(checkpoint)
-        if best is not None and not told:  # weights left from a study that no longer exists
-            checkpoint.unlink(missing_ok=True)
-            best = None
+        study, best = self._stored_best(study, checkpoint, list(told.values()))
         if best is None and any(t.state == done_states[0] for t in told.values()):
-            log.info("study %s: best weights no longer stored; starting the study over", name)
-            optuna.delete_study(study_name=name, storage=self.storage)
-            shutil.rmtree(folder, ignore_errors=True)
-            study, told = self._study(name), {}
+            shutil.rmtree(folder, ignore_errors=True)  # started over: its paused fits too
+            told = {}
         elif told:
             log.info("study %s: resuming after %d decided configuration(s)", name, len(told))
         chosen: dict[str, Any] = {} if best is None else best
@@ -380,14 +366,10 @@ class Tuner:
                 run.save(paused)
                 return
             weights = {k: v.detach().cpu().clone() for k, v in run.model.state_dict().items()}
-            value = result.valid_accuracy
-            if not chosen or (value, -order) > (chosen["value"], -chosen.get("order", 0)):
-                chosen.clear()
-                chosen.update(value=value, order=order, params=points[order], fit=result,
-                              state_dict=weights)  # fmt: skip
-                _save_checkpoint(checkpoint, chosen)
+            _keep_if_best(chosen, checkpoint, order, points[order], result, weights)
             ended.add(order)
-            record(order, value, None if test_score is None else test_score(weights))
+            record(order, result.valid_accuracy,
+                   None if test_score is None else test_score(weights))  # fmt: skip
 
         running = list(range(len(points)))
         for index, rung in enumerate([*rungs(budget.min_epochs, budget.reduction_factor,
@@ -416,6 +398,24 @@ class Tuner:
         shutil.rmtree(folder, ignore_errors=True)
         return Tuned(chosen["params"], chosen["fit"], chosen["state_dict"], _records(study))
 
+    def _stored_best(
+        self, study: optuna.Study, checkpoint: Path, finished: list[optuna.trial.FrozenTrial]
+    ) -> tuple[optuna.Study, dict[str, Any] | None]:
+        """The study and its best trial so far from ``checkpoint`` (None before any). Weights left
+        from a study that no longer exists are dropped; a study with finished trials whose best
+        weights are gone (its fit was stored and the checkpoint discarded, and the fit is asked
+        for again) starts over, as a new, empty study."""
+        best = _load_checkpoint(checkpoint)
+        if best is not None and not finished:
+            checkpoint.unlink(missing_ok=True)
+            best = None
+        if best is None and any(t.state == optuna.trial.TrialState.COMPLETE for t in finished):
+            log.info("study %s: best weights no longer stored; starting the study over",
+                     study.study_name)  # fmt: skip
+            optuna.delete_study(study_name=study.study_name, storage=self.storage)
+            study = self._study(study.study_name)
+        return study, best
+
     def _fail_stale(self, study: optuna.Study) -> None:
         """Close the trials whose worker is gone, so that their configurations are tried again.
 
@@ -438,6 +438,23 @@ class Tuner:
         for path in self.checkpoints:
             path.unlink(missing_ok=True)
         self.checkpoints.clear()
+
+
+def _keep_if_best(
+    chosen: dict[str, Any],
+    checkpoint: Path,
+    order: int,
+    params: dict[str, float],
+    result: FitResult,
+    weights: dict[str, torch.Tensor],
+) -> None:
+    """Make a finished trial the study's ``chosen`` one, checkpointed, if its validation accuracy
+    beats the best so far (ties to the earlier grid point or trial)."""
+    value = result.valid_accuracy
+    if not chosen or (value, -order) > (chosen["value"], -chosen.get("order", 0)):
+        chosen.clear()
+        chosen.update(value=value, order=order, params=params, fit=result, state_dict=weights)
+        _save_checkpoint(checkpoint, chosen)
 
 
 def _records(study: optuna.Study) -> list[TrialRecord]:
