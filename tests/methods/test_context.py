@@ -165,14 +165,18 @@ def test_a_configuration_trains_the_same_prefix_under_every_budget(tmp_path, lea
     assert len({tuple(c) for c in short}) > 1  # the grid points train differently
 
 
-def test_a_halving_budget_tunes_a_fit_as_its_replay_on_the_grids_curves_says(tmp_path, learnable):
-    """The context hands the tuner its fits to continue: the halving budget selects what
-    replaying it on the grid budget's curves selects, and trains each point as far."""
+@pytest.mark.parametrize("fuse", [1, 4])
+def test_a_halving_budget_tunes_a_fit_as_its_replay_on_the_grids_curves_says(
+    tmp_path, learnable, fuse
+):
+    """The context hands the tuner its fits to continue (one at a time, or the grid as one
+    stack under ``fuse``): the halving budget selects what replaying it on the grid budget's
+    curves selects, and trains each point as far."""
     task = Task([learnable(80)], learnable(40, seed=1))
     grid_ctx = context(tmp_path / "grid", fuse=1, epochs=6)
     tuned(grid_ctx, task)
     curves = [t.valid_curve for t in grid_ctx.fits[-1].trial_summaries]
-    ctx = context(tmp_path / "halving", fuse=1, epochs=6)
+    ctx = context(tmp_path / "halving", fuse=fuse, epochs=6)
     ctx.budget = ctx.tuner.budget = Budget(sampler="grid", max_epochs=6, pruner="halving",
                                            min_epochs=1, reduction_factor=2)  # fmt: skip
     tuned(ctx, task)

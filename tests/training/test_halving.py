@@ -14,6 +14,7 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.methods.context import GridFits
 from seq2final.models import build_model
 from seq2final.training import Engine, Task
+from seq2final.training.fused import FusedRun
 from seq2final.training.halving import TrialCurve, replay, rungs, survivors
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tuner import Tuner
@@ -152,6 +153,77 @@ def test_a_study_killed_between_rungs_resumes_without_retraining_a_finished_rung
 
 def _order(trial):
     return GRID.grid_points().index(trial.params)
+
+
+@pytest.mark.usefixtures("float64")
+def test_a_fused_study_trains_the_grid_in_lockstep_and_decides_as_the_single_one(
+    tmp_path, learnable, monkeypatch
+):
+    """Under ``fuse`` the whole grid is one stack: each rung trains the points still in it
+    together, the ones it leaves behind leave the stack, and the decisions (states, epochs,
+    curves, selection) are the single fits' at dropout 0, in float64 where the two compute the
+    same accuracies."""
+    fits = _fits(learnable)
+    budget = Budget(**HALVING)
+    single = Tuner(budget, None, tmp_path / "single", 0).tune("fit", GRID, None,
+                                                              seed_name="fit", fits=fits)  # fmt: skip
+    sizes = []
+    real_run = FusedRun.run
+
+    def watched(run, until=None):
+        sizes.append((len(run.training), until))
+        return real_run(run, until)
+
+    monkeypatch.setattr(FusedRun, "run", watched)
+    fused = Tuner(budget, None, tmp_path / "fused", 0).tune(
+        "fit", GRID, None, width=6, seed_name="fit", fits=fits
+    )
+    assert fused.params == single.params
+    assert [(t.state, t.params, t.valid_curve) for t in sorted(fused.trials, key=_order)] == [
+        (t.state, t.params, t.valid_curve) for t in sorted(single.trials, key=_order)
+    ]
+    assert fused.fit.best_epoch == single.fit.best_epoch
+    stacked = [size for size, _ in sizes]
+    assert stacked[0] == 6 and stacked == sorted(stacked, reverse=True) and stacked[-1] < 6
+    # rungs 1, 2, 4: three of six go on after the first; fewer after each rung
+    assert [until for _, until in sizes] == [1, 2, 4, None][: len(sizes)]
+    assert stacked[1] <= 3
+
+
+def test_a_fused_study_killed_between_rungs_resumes_its_stack_from_the_file(tmp_path, learnable):
+    """Two stacks of three; killed as the second rung loads them: the resumed study starts no
+    stack afresh and ends as an uninterrupted one."""
+    fits = _fits(learnable)
+    budget = Budget(**HALVING)
+    started, loaded = [], []
+
+    class Counting:
+        def start_stack(self, params, seeds, labels):
+            started.append(labels)
+            return fits.start_stack(params, seeds, labels)
+
+        def load_stack(self, path):
+            loaded.append(path.name)
+            if len(loaded) == 2:
+                raise Killed
+            return fits.load_stack(path)
+
+    def tune(root, using):
+        return Tuner(budget, None, root, 0).tune("fit", GRID, None, width=3, seed_name="fit",
+                                                 fits=using)  # fmt: skip
+
+    with pytest.raises(Killed):
+        tune(tmp_path, Counting())
+    assert started == [[0, 1, 2], [3, 4, 5]]
+    started.clear()
+    resumed = tune(tmp_path, Counting())
+    assert started == []  # every stack continued from its file
+    uninterrupted = tune(tmp_path / "again", fits)
+    assert resumed.params == uninterrupted.params
+    assert [(t.state, t.params, t.valid_curve) for t in sorted(resumed.trials, key=_order)] == [
+        (t.state, t.params, t.valid_curve) for t in sorted(uninterrupted.trials, key=_order)
+    ]
+    assert not (tmp_path / "checkpoints" / "fit").exists()
 
 
 def test_halving_needs_the_grid_and_a_searched_guard(tmp_path):

@@ -26,7 +26,7 @@ from seq2final.models import build_model, set_dropout
 from seq2final.training.engine import Engine, accuracy, fuse_width
 from seq2final.training.features import cache_refusal, fit_cached, setup_refusal
 from seq2final.training.flops import fit_cost, image_flops
-from seq2final.training.fused import FusedTrial, fit_fused
+from seq2final.training.fused import FusedRun, FusedTrial, fit_fused
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import FitResult, FitRun, clone_model
 from seq2final.training.objectives import Task
@@ -44,8 +44,9 @@ M = TypeVar("M", bound=nn.Module)
 class GridFits:
     """A tuned fit's configurations as a ``halving`` budget trains them
     (:class:`~seq2final.training.tuner.TrialFits`): each a
-    :class:`~seq2final.training.loop.FitRun` of a fresh model, through the loop (a head fit on
-    cached features and a fused stack are not continued across rungs yet)."""
+    :class:`~seq2final.training.loop.FitRun` of a fresh model through the loop (a head fit on
+    cached features too: the same result, without the cache's speed), or under ``fuse`` a
+    :class:`~seq2final.training.fused.FusedRun` of several."""
 
     make_model: Callable[[], nn.Module]
     task: Task
@@ -58,6 +59,18 @@ class GridFits:
 
     def load(self, path: Path) -> FitRun:
         return FitRun.load(path, self.task, self.engine)
+
+    def start_stack(
+        self, params: list[dict[str, float]], seeds: list[int], labels: list[int]
+    ) -> FusedRun:
+        trials = [
+            FusedTrial(HyperParameters(p), seed) for p, seed in zip(params, seeds, strict=True)
+        ]
+        models = [self.make_model() for _ in trials]
+        return FusedRun(models, self.task, trials, self.engine, self.max_epochs, labels)
+
+    def load_stack(self, path: Path) -> FusedRun:
+        return FusedRun.load(path, self.task, self.engine)
 
 
 @dataclass

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import optuna
 import torch
@@ -41,6 +42,7 @@ from torch import nn
 from torch.func import functional_call, stack_module_state
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.files import atomic_write
 from seq2final.models import choose_trainable, set_dropout
 from seq2final.training.augment import Augmenter
 from seq2final.training.engine import (
@@ -186,6 +188,204 @@ class _Objective(nn.Module):
         return loss, ce_sum, correct
 
 
+_NOT_SAVED = ("task", "engine", "domains", "valid", "base", "stacked", "batched")
+"""What a paused stack's file leaves out: the data and settings :meth:`FusedRun.load` is given
+again, and the structure and vmapped step it rebuilds from them."""
+
+
+class FusedRun:
+    """K configurations of one fit as one stacked model that can stop after any epoch and go on,
+    in this process or, through :meth:`save` and :meth:`load`, in another: what
+    :class:`~seq2final.training.loop.FitRun` is to one fit. Synchronous halving trains a grid as
+    one stack to each rung and takes the configurations a rung leaves behind out of it
+    (:meth:`drop`). ``labels``: what the caller calls each model (a tuner: its grid order)."""
+
+    def __init__(
+        self,
+        models: Sequence[nn.Module],
+        task: Task,
+        trials: list[FusedTrial],
+        engine: Engine,
+        max_epochs: int,
+        labels: Sequence[int] | None = None,
+    ) -> None:
+        if len(models) != len(trials) or not models:
+            raise Seq2FinalError(
+                f"fit_fused needs one trial per model, got {len(trials)} for {len(models)} model(s)"
+            )
+        unsupported = unfusable(engine, task)
+        if unsupported:
+            raise Seq2FinalError(
+                f"fused fits cannot train this fit: {', '.join(unsupported)} cannot run in a "
+                "stack; train its trials one at a time (training.fuse: 1)"
+            )
+        device = next(models[0].parameters()).device
+        pick_fast_kernels(device)
+        torch.manual_seed(trials[0].seed)  # the stack's stream of dropout masks
+        self.flags = [{name: p.requires_grad for name, p in m.named_parameters()} for m in models]
+        for model in models:
+            if task.trainable is not None:
+                choose_trainable(model, task.trainable)
+            train_mode(model, engine)
+        if not any(p.requires_grad for p in models[0].parameters()):
+            raise Seq2FinalError("nothing to train: every parameter of the model is frozen")
+        self.models, self.max_epochs, self.epoch = list(models), max_epochs, 0
+        self.labels = list(range(len(models)) if labels is None else labels)
+        self._attach(task, engine)
+        trials = [replace(t, hp=task.checked_hyperparameters(t.hp)) for t in trials]
+        self.members = []
+        for index, trial in enumerate(trials):
+            generator = torch.Generator(device).manual_seed(trial.seed)
+            orders = [BatchOrder(len(d), engine.batch_size, generator) for d in self.domains]
+            augmenter = Augmenter(engine.augment, self.valid.image_size, trial.seed)
+            self.members.append(_Member(index, trial, generator, orders, augmenter,
+                                        Selection(engine.patience)))  # fmt: skip
+        self.stack = _Stack(models, list(self.members))
+        self.global_rng: list[torch.Tensor] | None = None  # the global states while paused
+
+    def _attach(self, task: Task, engine: Engine) -> None:
+        """The parts a paused stack's file leaves out, from its task and engine."""
+        self.device = device = next(self.models[0].parameters()).device
+        self.task, self.engine = task, engine
+        self.base = copy.deepcopy(self.models[0]).to("meta")  # the values come from the stack
+        self.stacked = stacked = _Objective(self.base, task)
+        self.domains = [d.to(device) for d in task.domains]
+        self.valid = task.valid.to(device)
+        steps = task.steps or [None] * len(self.domains)
+        weights = task.step_weights or [1.0] * len(self.domains)
+
+        def one_model(params, buffers, values, xs, ys, ws, drawn):  # noqa: ANN001, ANN202
+            batches = [  # ws, drawn: only the domains that have them (vmap takes tensors only)
+                Batch(x, y, ws.get(d), step, loss_weight, drawn.get(d))
+                for d, (x, y, step, loss_weight) in enumerate(
+                    zip(xs, ys, steps, weights, strict=True)
+                )
+            ]
+            named = {f"model.{k}": v for k, v in (*params.items(), *buffers.items())}
+            return functional_call(stacked, named, (batches, HyperParameters(values)))
+
+        self.batched = torch.vmap(one_model, randomness="different")
+
+    @property
+    def trials(self) -> dict[int, FusedTrial]:
+        """Each model's trial by label (set a callback on one after :meth:`load`)."""
+        return {self.labels[m.index]: m.trial for m in self.members}
+
+    def curves(self) -> dict[int, list[float]]:
+        """Each model's validation accuracies so far (epoch 0 first), by label."""
+        return {self.labels[m.index]: [row["valid_accuracy"] for row in m.history]
+                for m in self.members}  # fmt: skip
+
+    @property
+    def training(self) -> list[int]:
+        """The labels of the models still in the stack."""
+        return [self.labels[m.index] for m in self.stack.members]
+
+    def drop(self, labels: Collection[int]) -> None:
+        """Take these models out of the stack, as pruned: they train no more and have no result."""
+        kept = []
+        for position, member in enumerate(self.stack.members):
+            if self.labels[member.index] in labels:
+                member.pruned = True
+            else:
+                kept.append(position)
+        if len(kept) < len(self.stack.members):
+            self.stack.keep(kept)
+
+    def run(self, until: int | None = None) -> list[FitResult | None] | None:
+        """Train the stack up to epoch ``until`` (every epoch the stopping rules allow when
+        None): once every model has left it, each one's selected epoch loaded into its model and
+        its :class:`FitResult` (``None`` for a pruned one); ``None`` while models still train."""
+        if self.global_rng is not None:  # another fit may have drawn from it while paused
+            torch.set_rng_state(self.global_rng[0])
+            if len(self.global_rng) > 1:
+                torch.cuda.set_rng_state(self.global_rng[1], self.device)
+            self.global_rng = None
+        stack, base, engine, device = self.stack, self.base, self.engine, self.device
+        batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in self.domains)
+        try:
+            if not self.members[0].history:
+                scores = _validate(stack, base, self.valid, self.task.valid_step, engine)
+                _after_epoch(stack, scores, 0)
+            last = self.max_epochs if until is None else min(until, self.max_epochs)
+            while stack.members and self.epoch < last:
+                self.epoch = epoch = self.epoch + 1
+                ce_sum = torch.zeros(len(stack.members), dtype=torch.float64, device=device)
+                correct = torch.zeros(len(stack.members), dtype=torch.int64, device=device)
+                count = 0
+                train_mode(base, engine)
+                for _ in range(batches_per_epoch):
+                    xs, ys, ws, drawn = _gather(stack.members, self.domains, self.task, engine)
+                    with autocast(engine, device):
+                        loss, batch_ce, batch_correct = self.batched(
+                            stack.params, stack.buffers, stack.values, xs, ys,
+                            {d: w for d, w in enumerate(ws) if w is not None},
+                            {d: o for d, o in enumerate(drawn) if o is not None},
+                        )  # fmt: skip
+                    loss.sum().backward()  # the models' losses are independent: one backward
+                    stack.adam_update()
+                    ce_sum += batch_ce.detach()
+                    correct += batch_correct
+                    count += sum(len(y[0]) for y in ys)
+                set_dropout(base, 0.0)
+                scores = _validate(stack, base, self.valid, self.task.valid_step, engine)
+                train = (ce_sum / count, correct / count)
+                _after_epoch(stack, scores, epoch, train, last=epoch == self.max_epochs)
+        finally:
+            set_dropout(base, 0.0)
+        if stack.members:  # paused: what dropout draws from goes with the stack
+            self.global_rng = [torch.get_rng_state()]
+            if device.type == "cuda":
+                self.global_rng.append(torch.cuda.get_rng_state(device))
+            return None
+        results: list[FitResult | None] = []
+        for model, member, flag in zip(self.models, self.members, self.flags, strict=True):
+            model.load_state_dict(member.best_state)
+            hand_back(model, flag, float(member.trial.hp.dropout))
+            chosen = member.selection
+            result = FitResult(chosen.best_accuracy, chosen.best_epoch, member.epochs,
+                               member.history)  # fmt: skip
+            results.append(None if member.pruned else result)
+        return results
+
+    def save(self, path: Path) -> None:
+        """Write the paused stack to ``path`` (atomically): everything but its data, settings
+        and callbacks, which :meth:`load` and the caller give again."""
+        if self.global_rng is None:
+            raise Seq2FinalError("only a paused stack can be saved; run it to a rung first")
+        kept = {name: getattr(self, name) for name in _NOT_SAVED}
+        callbacks = [(m.trial.on_epoch, m.trial.on_stop) for m in self.members]
+        try:
+            for name in _NOT_SAVED:
+                setattr(self, name, None)
+            for member in self.members:
+                member.trial.on_epoch = member.trial.on_stop = None
+            atomic_write(path, lambda partial: torch.save(self, partial))
+        finally:
+            for name, value in kept.items():
+                setattr(self, name, value)
+            for member, (on_epoch, on_stop) in zip(self.members, callbacks, strict=True):
+                member.trial.on_epoch, member.trial.on_stop = on_epoch, on_stop
+
+    @classmethod
+    def load(cls, path: Path, task: Task, engine: Engine) -> FusedRun:
+        """A stack :meth:`save` wrote, with its ``task`` and ``engine`` given again (its trials'
+        callbacks are not kept: set them through :attr:`trials`). Loads a pickle: only for
+        files this project wrote (a tuner's own checkpoints)."""
+        try:
+            run = torch.load(path, map_location=None, weights_only=False)
+        except Exception as error:  # damaged, or written by another version of FusedRun
+            first = (str(error).splitlines() or [type(error).__name__])[0][:120]
+            raise Seq2FinalError(
+                f"paused stack {path} is unreadable ({first}); delete it to restart its trials"
+            ) from None
+        if not isinstance(run, cls):
+            raise Seq2FinalError(f"{path} holds no paused stack; delete it to restart its trials")
+        run._attach(task, engine)
+        pick_fast_kernels(run.device)
+        return run
+
+
 def fit_fused(
     models: Sequence[nn.Module],
     task: Task,
@@ -196,87 +396,8 @@ def fit_fused(
     """Train ``models`` (one architecture, on one device) in place as one stacked model, model
     k under ``trials[k]``; load each one's selected epoch into it and return its
     :class:`FitResult` (``None`` for a model its callback pruned)."""
-    if len(models) != len(trials) or not models:
-        raise Seq2FinalError(
-            f"fit_fused needs one trial per model, got {len(trials)} for {len(models)} model(s)"
-        )
-    unsupported = unfusable(engine, task)
-    if unsupported:
-        raise Seq2FinalError(
-            f"fused fits cannot train this fit: {', '.join(unsupported)} cannot run in a "
-            "stack; train its trials one at a time (training.fuse: 1)"
-        )
-    device = next(models[0].parameters()).device
-    pick_fast_kernels(device)
-    torch.manual_seed(trials[0].seed)  # the stack's stream of dropout masks
-    flags = [{name: p.requires_grad for name, p in m.named_parameters()} for m in models]
-    for model in models:
-        if task.trainable is not None:
-            choose_trainable(model, task.trainable)
-        train_mode(model, engine)
-    if not any(p.requires_grad for p in models[0].parameters()):
-        raise Seq2FinalError("nothing to train: every parameter of the model is frozen")
-    base = copy.deepcopy(models[0]).to("meta")  # the structure; the values come from the stack
-    stacked = _Objective(base, task)
-    domains = [d.to(device) for d in task.domains]
-    valid = task.valid.to(device)
-    trials = [replace(t, hp=task.checked_hyperparameters(t.hp)) for t in trials]
-    members = []
-    for index, trial in enumerate(trials):
-        generator = torch.Generator(device).manual_seed(trial.seed)
-        orders = [BatchOrder(len(d), engine.batch_size, generator) for d in domains]
-        augmenter = Augmenter(engine.augment, valid.image_size, trial.seed)
-        members.append(_Member(index, trial, generator, orders, augmenter,
-                               Selection(engine.patience)))  # fmt: skip
-    stack = _Stack(models, members)
-    batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in domains)
-    steps = task.steps or [None] * len(domains)
-    weights = task.step_weights or [1.0] * len(domains)
-
-    def one_model(params, buffers, values, xs, ys, ws, drawn):  # noqa: ANN001, ANN202
-        batches = [  # ws, drawn: only the domains that have them (vmap takes tensors only)
-            Batch(x, y, ws.get(d), step, loss_weight, drawn.get(d))
-            for d, (x, y, step, loss_weight) in enumerate(zip(xs, ys, steps, weights, strict=True))
-        ]
-        named = {f"model.{k}": v for k, v in (*params.items(), *buffers.items())}
-        return functional_call(stacked, named, (batches, HyperParameters(values)))
-
-    batched = torch.vmap(one_model, randomness="different")
-    try:
-        _after_epoch(stack, _validate(stack, base, valid, task.valid_step, engine), 0)
-        for epoch in range(1, max_epochs + 1):
-            if not stack.members:
-                break
-            ce_sum = torch.zeros(len(stack.members), dtype=torch.float64, device=device)
-            correct = torch.zeros(len(stack.members), dtype=torch.int64, device=device)
-            count = 0
-            train_mode(base, engine)
-            for _ in range(batches_per_epoch):
-                xs, ys, ws, drawn = _gather(stack.members, domains, task, engine)
-                with autocast(engine, device):
-                    loss, batch_ce, batch_correct = batched(
-                        stack.params, stack.buffers, stack.values, xs, ys,
-                        {d: w for d, w in enumerate(ws) if w is not None},
-                        {d: o for d, o in enumerate(drawn) if o is not None},
-                    )  # fmt: skip
-                loss.sum().backward()  # the models' losses are independent: one backward
-                stack.adam_update()
-                ce_sum += batch_ce.detach()
-                correct += batch_correct
-                count += sum(len(y[0]) for y in ys)
-            set_dropout(base, 0.0)
-            scores = _validate(stack, base, valid, task.valid_step, engine)
-            train = (ce_sum / count, correct / count)
-            _after_epoch(stack, scores, epoch, train, last=epoch == max_epochs)
-    finally:
-        set_dropout(base, 0.0)
-    results: list[FitResult | None] = []
-    for model, member, flag in zip(models, members, flags, strict=True):
-        model.load_state_dict(member.best_state)
-        hand_back(model, flag, float(member.trial.hp.dropout))
-        chosen = member.selection
-        result = FitResult(chosen.best_accuracy, chosen.best_epoch, member.epochs, member.history)
-        results.append(None if member.pruned else result)
+    results = FusedRun(models, task, trials, engine, max_epochs).run()
+    assert results is not None  # run to the end, every model has left the stack
     return results
 
 

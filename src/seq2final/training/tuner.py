@@ -30,6 +30,7 @@ from seq2final.core.files import atomic_write
 from seq2final.core.liveness import ProcessToken, current_process
 from seq2final.core.progress import current
 from seq2final.core.seeds import derived_seed
+from seq2final.training.fused import FusedRun
 from seq2final.training.halving import best_so_far, rungs, survivors
 from seq2final.training.loop import FitResult, FitRun
 from seq2final.training.records import TrialRecord
@@ -78,11 +79,19 @@ its model stops (a pruned one's ``report`` has raised :class:`optuna.TrialPruned
 
 class TrialFits(Protocol):
     """What a ``halving`` budget trains: a grid point's fit, started afresh or continued from
-    the file a rung left it in (:class:`~seq2final.training.loop.FitRun`)."""
+    the file a rung left it in (:class:`~seq2final.training.loop.FitRun`); with a width above 1,
+    grid points stacked into one fused fit (:class:`~seq2final.training.fused.FusedRun`) the same
+    way."""
 
     def start(self, params: dict[str, float], seed: int) -> FitRun: ...
 
     def load(self, path: Path) -> FitRun: ...
+
+    def start_stack(
+        self, params: list[dict[str, float]], seeds: list[int], labels: list[int]
+    ) -> FusedRun: ...
+
+    def load_stack(self, path: Path) -> FusedRun: ...
 
 
 @dataclass
@@ -205,7 +214,7 @@ class Tuner:
             if fits is None:
                 raise Seq2FinalError(f"study '{name}': budget pruner 'halving' needs the fits "
                                      "to continue; this fit gives none")  # fmt: skip
-            return self._tune_halving(name, space, fits, seed_name or name, test_score)
+            return self._tune_halving(name, space, fits, seed_name or name, test_score, width)
         study = self._study(name)
         self._fail_stale(study)
         trial_state = optuna.trial.TrialState
@@ -300,6 +309,7 @@ class Tuner:
         fits: TrialFits,
         seed_name: str,
         test_score: TestScore | None,
+        width: int = 1,
     ) -> Tuned:
         """Synchronous successive halving over the grid (:mod:`~seq2final.training.halving`).
 
@@ -309,7 +319,12 @@ class Tuner:
         value the fit's), PRUNED with its curve when a rung left it behind. The rungs' decisions
         follow from the curves alone, so a study killed at any point makes them again from its
         trials and paused fits and trains only what no rung has seen (a fit killed mid-rung goes
-        on from the rung before)."""
+        on from the rung before).
+
+        With ``width`` above 1 the grid trains in stacks of up to ``width`` grid points in grid
+        order (:class:`~seq2final.training.fused.FusedRun`), each paused to one file per rung:
+        the stack trains in lockstep to the rung, and the points the rung leaves behind leave
+        the stack."""
         budget, done_states = self.budget, [optuna.trial.TrialState.COMPLETE,
                                             optuna.trial.TrialState.PRUNED]  # fmt: skip
         points = space.grid_points()
@@ -371,13 +386,54 @@ class Tuner:
             record(order, result.valid_accuracy,
                    None if test_score is None else test_score(weights))  # fmt: skip
 
+        def stopped(order: int, result: FitResult, weights: dict[str, torch.Tensor]) -> None:
+            """A stacked point its stopping rule ended: finished, as :func:`advance`'s."""
+            weights = {k: v.detach().cpu().clone() for k, v in weights.items()}
+            curves[order] = [row["valid_accuracy"] for row in result.history]
+            _keep_if_best(chosen, checkpoint, order, points[order], result, weights)
+            ended.add(order)
+            record(order, result.valid_accuracy,
+                   None if test_score is None else test_score(weights))  # fmt: skip
+
+        def advance_stack(group: list[int], until: int | None) -> None:
+            """Train the undecided points of ``group`` as one stack to epoch ``until``."""
+            todo = [order for order in group if order in running and order not in told]
+            if not todo:
+                return
+            paused = folder / f"stack-{group[0]}.pt"
+            if paused.exists():
+                run = fits.load_stack(paused)
+                run.drop([order for order in run.training if order not in todo])
+            else:
+                run = fits.start_stack([points[o] for o in todo],
+                                       [self.trial_seed(seed_name, points[o]) for o in todo],
+                                       todo)  # fmt: skip
+            for order, trial in run.trials.items():
+                trial.on_stop = functools.partial(stopped, order)
+            if until is None or run.epoch < until:
+                for _ in run.training:
+                    progress.trial()
+                progress.epochs(budget.max_epochs if until is None else until)
+                results = run.run(until)
+                if results is None:
+                    folder.mkdir(parents=True, exist_ok=True)
+                    run.save(paused)
+                else:
+                    paused.unlink(missing_ok=True)
+            curves.update({o: c for o, c in run.curves().items() if o in todo and o not in ended})
+
         running = list(range(len(points)))
+        groups = [running[start : start + width] for start in range(0, len(points), width)]
         for index, rung in enumerate([*rungs(budget.min_epochs, budget.reduction_factor,
                                              budget.max_epochs), None]):  # fmt: skip
             progress.trials(0, len(running))
-            for order in running:
-                if order not in told:
-                    advance(order, rung)
+            if width > 1:
+                for group in groups:
+                    advance_stack(group, rung)
+            else:
+                for order in running:
+                    if order not in told:
+                        advance(order, rung)
             # ended by its stopping rule by this rung: a candidate, not ranked again
             running = [order for order in running
                        if order not in ended or (rung is not None and len(curves[order]) - 1 > rung)]  # fmt: skip
