@@ -6,6 +6,7 @@
     .venv/bin/python benchmarks/search_replay.py collect noise     # dev again, other trial seeds
     .venv/bin/python benchmarks/search_replay.py choose            # every policy on dev
     .venv/bin/python benchmarks/search_replay.py evaluate FIRST ETA [GUARD]   # once, on held-out
+    .venv/bin/python benchmarks/search_replay.py known FIRST ETA [GUARD]   # with keep_known, apart
 
 A run trains the pipeline's own fits (historical and final, grids of 3, 8 and 24 points) under
 ``budget: replay_grid`` (the paper's grids, no pruner, at most ``MAX_EPOCHS``) in a throw-away
@@ -22,7 +23,7 @@ import os
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -35,6 +36,7 @@ from seq2final.bench.replay import (
     Policy,
     grid_fits,
     judge,
+    known_orders,
     noise_floor,
     stored_grids,
     summarize,
@@ -139,7 +141,9 @@ def fits_of(name: str) -> list[GridFit]:
 
 
 def show(policy: Policy, fits: list[GridFit]) -> dict:
-    judged = [judge(fit, policy, MAX_EPOCHS) for fit in fits]
+    known = known_orders(fits)
+    judged = [judge(fit, policy, MAX_EPOCHS, known=known.get((fit.run, fit.owner, fit.stage)))
+              for fit in fits]  # fmt: skip
     print(policy.name)
     rows = summarize(judged)
     for row in rows:
@@ -174,6 +178,19 @@ def choose() -> None:
     print("noise floor (the grid against itself, other trial seeds):", noise_floor(fits, noise))
 
 
+def compare_known(policy: Policy) -> None:
+    """``policy`` with and without the previous step's winner kept (``keep_known``), measured
+    apart from the choice: on each set's fits that have a stored previous step, then on all."""
+    for name in ("dev", "heldout"):
+        fits = fits_of(name)
+        known = known_orders(fits)
+        chained = [fit for fit in fits if (fit.run, fit.owner, fit.stage) in known]
+        for subset, label in ((chained, "fits with a previous step"), (fits, "all fits")):
+            print(f"== {name}: {label} ({len(subset)})")
+            for variant in (policy, replace(policy, known=True)):
+                show(variant, subset)
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     command, *rest = sys.argv[1:]
@@ -183,4 +200,8 @@ if __name__ == "__main__":
         choose()
     else:
         first, eta, *guard = rest
-        show(Policy(int(first), int(eta), guard[0] if guard else None), fits_of("heldout"))
+        policy = Policy(int(first), int(eta), guard[0] if guard else None)
+        if command == "known":
+            compare_known(policy)
+        else:
+            show(policy, fits_of("heldout"))

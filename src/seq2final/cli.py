@@ -285,9 +285,10 @@ def sweep(**options: Any) -> None:
 @click.option("--output", help="Folder for bench.json and benchmarks.md instead of the defaults.")
 @click.option(
     "--policy",
-    help="The replay section's halving policy: FIRST,ETA[,GUARD] (first rung in epochs, 1/ETA "
-    "go on per rung, the best of each GUARD value passes the first rung; default: the policy "
-    "frozen on the development set).",
+    help="The replay section's halving policy: FIRST,ETA[,GUARD][,known] (first rung in epochs, "
+    "1/ETA go on per rung, the best of each GUARD value passes the first rung, known: the "
+    "previous step's winner goes on at every rung; default: the policy frozen on the "
+    "development set).",
 )  # fmt: skip
 def bench(**options: Any) -> None:
     """Measure speed and search efficiency; write docs/benchmarks.md (--quick: its own page)."""

@@ -134,6 +134,8 @@ def test_bench_replay_judges_a_policy_on_stored_grids_without_training(project, 
     for name in ("dev", "heldout", "noise"):
         stored = {"runs": {"r": [fit]}, "cpu": "a CPU", "max_epochs": 3}
         (store / f"{name}.json").write_text(json.dumps(stored))
+    (project / "benchmarks/notes").mkdir(parents=True)
+    (project / "benchmarks/notes/replay.md").write_text("What the table says, by hand.\n")
     args = ["bench", "--sections", "replay", "--policy", "1,2", "--output", "out"]
     monkeypatch.setattr(sys, "argv", ["kedro", *args])
     done = CliRunner().invoke(cli, args)
@@ -142,5 +144,6 @@ def test_bench_replay_judges_a_policy_on_stored_grids_without_training(project, 
     page = (project / "out/benchmarks.md").read_text()
     assert "halving from 1 epochs, 1/2 on" in page and "| 2 points | 1 | 0 | 0.000 |" in page
     assert "on 1 of 1 development fits" in page  # the noise floor: the same grid agrees
+    assert page.index("What the table says, by hand.") > page.index("| 2 points |")  # kept
     bad = CliRunner().invoke(cli, ["bench", "--sections", "replay", "--policy", "3"])
     assert bad.exit_code != 0 and "--policy 3: valid: FIRST,ETA[,GUARD]" in bad.output

@@ -10,10 +10,13 @@ from seq2final.bench.replay import (
     Policy,
     grid_fits,
     judge,
+    known_orders,
     lower_bound,
     noise_floor,
+    parse_policy,
     summarize,
 )
+from seq2final.core.errors import Seq2FinalError
 from seq2final.training.records import FitRecord, TrialRecord
 
 
@@ -59,6 +62,37 @@ def test_a_policy_that_prunes_the_slow_starter_fails_on_test_and_the_guard_rescu
     close = GridFit(*[getattr(FIT, n) for n in ("run", "owner", "stage", "params", "curves")],
                     [0.551, 0.54, 0.56, 0.40])  # fmt: skip
     assert judge(close, Policy(first=1, eta=4), max_epochs=4).success  # within 0.01
+
+
+def test_the_previous_steps_winner_is_found_in_its_chain_and_kept_through_every_rung():
+    """A chain's step 2 knows step 1's selection (its fixed learning rate aside), the final step
+    the last step's; a fit of no chain or of another run knows nothing. Kept, the slow best
+    point survives the greedy policy that pruned it."""
+
+    def step(run, stage, lrs, curves, tests=None):
+        params = [{"lr": lr, "wd": wd} for lr, wd in lrs]
+        return GridFit(run, "state", stage, params, curves, tests or [0.5] * len(params))
+
+    step1 = step("a", "none/step1", [(0.1, 0.0), (0.1, 0.1)], [[0.1, 0.2], [0.1, 0.3]])
+    step2 = step("a", "none/step2", [(0.05, 0.0), (0.05, 0.1)], [[0.1, 0.2], [0.1, 0.1]])
+    final = step("a", "none/final", [(0.1, 0.0), (0.1, 0.1)], [[0.1, 0.2], [0.1, 0.1]])
+    other = step("b", "none/step2", [(0.05, 0.0), (0.05, 0.1)], [[0.1, 0.2], [0.1, 0.1]])
+    known = known_orders([final, step2, step1, other, FIT])
+    assert known == {("a", "state", "none/step2"): 1, ("a", "state", "none/final"): 0}
+    # FIT: the greedy policy drops point 2, the test's best; known as the winner, it is kept
+    kept = judge(FIT, Policy(first=1, eta=4, known=True), max_epochs=4, known=2)
+    assert kept.success and kept.test == 0.56 and kept.spent == 4 + 1 + 4 + 1
+    assert judge(FIT, Policy(first=1, eta=4), max_epochs=4, known=2).test == 0.50  # not asked
+
+
+def test_a_policy_is_parsed_from_its_flag_or_refused_in_one_line():
+    assert parse_policy("3,2") == Policy(3, 2)
+    assert parse_policy("3, 2, lr") == Policy(3, 2, "lr")
+    assert parse_policy("3,2,known") == Policy(3, 2, None, True)
+    assert parse_policy("1,4,lr,known") == Policy(1, 4, "lr", True)
+    for bad in ("3", "0,2", "3,1", "3,2,lr,dropout", "a,b", "3,2,,known"):
+        with pytest.raises(Seq2FinalError, match=r"valid: FIRST,ETA\[,GUARD\]\[,known\]"):
+            parse_policy(bad)
 
 
 def test_the_lower_bound_is_clopper_pearsons():

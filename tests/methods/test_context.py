@@ -12,6 +12,7 @@ from seq2final.methods.context import Context
 from seq2final.models import build_model
 from seq2final.training import Engine, Task
 from seq2final.training.halving import TrialCurve, replay
+from seq2final.training.records import FitRecord
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tuner import Tuner
 
@@ -187,3 +188,18 @@ def test_a_halving_budget_tunes_a_fit_as_its_replay_on_the_grids_curves_says(
     trained = {GRID.grid_points().index(t.params): len(t.valid_curve) - 1
                for t in fit.trial_summaries}  # fmt: skip
     assert trained == replayed.epochs and replayed.spent < sum(len(c) - 1 for c in curves)
+
+
+def test_the_known_winner_is_the_last_earlier_fit_of_the_same_stage_or_chain(tmp_path):
+    def fit(stage, lr):
+        return FitRecord(stage=stage, params={"lr": lr}, valid_accuracy=0.5, best_epoch=1,
+                         epochs=1, trials=2, train_flops=0, eval_flops=0)  # fmt: skip
+
+    ctx = context(tmp_path, fuse=1)
+    ctx.earlier = [fit("none/step1", 0.1), fit("none/step2", 0.2), fit("linear/step2", 0.3),
+                   fit("final", 0.4)]  # fmt: skip
+    assert ctx.known_winner("none/final") == {"lr": 0.2}  # the chain's last step
+    assert ctx.known_winner("final") == {"lr": 0.4}  # the previous time's job's own fit
+    assert ctx.known_winner("erm") is None
+    ctx.fits.append(fit("none/final", 0.5))  # this context's own fits come after
+    assert ctx.known_winner("none/final") == {"lr": 0.5}

@@ -206,6 +206,33 @@ def test_sft_reports_every_schedule_and_keeps_the_best_on_validation(project, st
         assert abs(correct - round(correct)) < 1e-5, chains  # float32 mean
 
 
+def test_under_keep_known_each_sft_step_is_told_the_previous_steps_winner(
+    project, stores_of, monkeypatch
+):
+    """A ``keep_known`` halving budget: step 2 of a chain is tuned knowing step 1's selection,
+    and the final fit (a job, on the stored state) knowing the chain's last step's."""
+    from seq2final.training.tuner import Tuner
+
+    told, real_tune = {}, Tuner.tune
+
+    def watched(self, name, *args, known=None, **kwargs):
+        told[name.split("/", 1)[1]] = known  # a study is <owner key>/<stage>
+        return real_tune(self, name, *args, known=known, **kwargs)
+
+    monkeypatch.setattr(Tuner, "tune", watched)
+    budget = {"sampler": "grid", "pruner": "halving", "min_epochs": 1, "reduction_factor": 2,
+              "max_epochs": 2, "keep_known": True}  # fmt: skip
+    schedules = {"sequential": {"budget_schedules": {"known": ["linear_1e-3"]}}}
+    _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], method="sft",
+         budget="known", budgets={"known": budget}, historical_modes=schedules,
+         mlflow={"enabled": False})  # fmt: skip
+    stores = stores_of(project)
+    fits = {f.stage: f.params for key in stores.states for f in stores.states[key].fits}
+    assert told["linear_1e-3/step1"] is None  # a chain's first step knows nothing
+    assert told["linear_1e-3/step2"] == fits["linear_1e-3/step1"]
+    assert told["linear_1e-3/final"] == fits["linear_1e-3/step2"]
+
+
 def test_modes_combine_freely_where_they_fit(project, stores_of):
     _run(
         project,

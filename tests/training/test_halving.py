@@ -15,7 +15,7 @@ from seq2final.methods.context import GridFits
 from seq2final.models import build_model
 from seq2final.training import Engine, Task
 from seq2final.training.fused import FusedRun
-from seq2final.training.halving import TrialCurve, replay, rungs, survivors
+from seq2final.training.halving import TrialCurve, grid_point_of, replay, rungs, survivors
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tuner import Tuner
 
@@ -25,6 +25,15 @@ GRID = SearchSpace.parse(
 ENGINE = Engine(device="cpu", batch_size=20, eval_batch_size=60, patience=3)
 HALVING = {"sampler": "grid", "pruner": "halving", "min_epochs": 1, "reduction_factor": 2,
            "max_epochs": 8}  # fmt: skip
+
+
+def test_a_known_winner_goes_on_at_every_rung_and_is_found_by_the_values_the_grid_searches():
+    scores = {0: 0.5, 1: 0.7, 2: 0.7, 3: 0.2, 4: 0.1, 5: 0.6}
+    assert survivors(range(6), scores, 3, known=4) == [1, 2, 4]
+    assert survivors([1, 2], scores, 3, known=4) == [1]  # once left behind, not brought back
+    points = [{"lr": 0.1, "wd": wd} for wd in (0.0, 0.1, 0.2)]
+    assert grid_point_of({"lr": 0.05, "wd": 0.1, "dropout": 0.5}, points) == 1  # lr is fixed
+    assert grid_point_of({"lr": 0.1, "wd": 0.3}, points) is None
 
 
 def test_rungs_grow_by_eta_below_the_last_epoch():
@@ -82,19 +91,26 @@ def _grid_curves(tmp_path, fits):
     return [by_params[tuple(p.values())] for p in GRID.grid_points()], tuned
 
 
-@pytest.mark.parametrize("guard", [None, "lr"])
+@pytest.mark.parametrize(("guard", "known"), [(None, None), ("lr", None), (None, 5)])
 def test_the_live_budget_makes_its_replays_decisions_and_continues_the_grids_curves(
-    tmp_path, learnable, guard
+    tmp_path, learnable, guard, known
 ):
+    """Without a guard, with the best of each learning rate kept at the first rung, and with a
+    known winner (the slowest learning rate, with another value of a fixed parameter, as a
+    previous step's winner comes) kept at every rung."""
     fits = _fits(learnable)
     grid_curves, grid = _grid_curves(tmp_path, fits)
-    budget = Budget(**HALVING, keep_each=guard)
+    budget = Budget(**HALVING, keep_each=guard, keep_known=known is not None)
+    won = None if known is None else {**GRID.grid_points()[known], "dropout": 0.5}
     live = Tuner(budget, None, tmp_path / "halving", 0).tune(
-        "fit-halving", GRID, None, seed_name="fit", fits=fits
+        "fit-halving", GRID, None, seed_name="fit", fits=fits, known=won
     )
     lrs = [p["lr"] for p in GRID.grid_points()]
     replayed = replay([TrialCurve(order, curve, lrs[order])
-                       for order, curve in enumerate(grid_curves)], 1, 2, 8, guard is not None)  # fmt: skip
+                       for order, curve in enumerate(grid_curves)], 1, 2, 8, guard is not None,
+                      known)  # fmt: skip
+    if known is not None:
+        assert known in replayed.finished  # kept to the end, whatever its rank
     live_curves = {GRID.grid_points().index(t.params): t for t in live.trials}
     assert sorted(live_curves) == list(range(6))  # every grid point decided once
     for order, trial in live_curves.items():
@@ -231,6 +247,11 @@ def test_halving_needs_the_grid_and_a_searched_guard(tmp_path):
         Budget(sampler="tpe", trials=4, pruner="halving", max_epochs=8)
     with pytest.raises(ValueError, match="keep_each guards the first rung of pruner 'halving'"):
         Budget(sampler="grid", max_epochs=8, keep_each="lr")
+    with pytest.raises(ValueError, match="keep_known keeps a known winner through the rungs of "
+                                         "pruner 'halving', not 'none'"):  # fmt: skip
+        Budget(sampler="grid", max_epochs=8, keep_known=True)
+    assert "keep_known" not in Budget(**HALVING).results_key()  # keys made before it stay valid
+    assert Budget(**HALVING, keep_known=True).results_key()["keep_known"] is True
     tuner = Tuner(Budget(**HALVING, keep_each="dropout"), None, tmp_path, 0)
     with pytest.raises(Seq2FinalError, match="keep_each 'dropout' is not searched"):
         tuner.tune("fit", GRID, None, fits=object())

@@ -162,7 +162,7 @@ def test_a_budget_or_space_with_an_unknown_or_missing_key_says_which_in_one_line
         parse_budgets({"smoke": {"sampler": "random", "trials": 1, "max_epochs": 2, "bogus": 1}})
     assert str(unknown.value) == (
         "budget 'smoke': unknown key 'bogus'; valid: sampler, trials, max_epochs, pruner, "
-        "startup_trials, warmup_epochs, min_epochs, reduction_factor, keep_each"
+        "startup_trials, warmup_epochs, min_epochs, reduction_factor, keep_each, keep_known"
     )
     with pytest.raises(Seq2FinalError) as missing:
         SearchSpace.parse({"lr": {"low": 1e-4, "high": 1e-2}}, "final_modes.ft.space")

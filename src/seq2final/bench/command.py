@@ -39,6 +39,7 @@ from seq2final.bench.replay import (
     MARGIN,
     Policy,
     judge,
+    known_orders,
     noise_floor,
     parse_policy,
     stored_grids,
@@ -67,6 +68,10 @@ RESULTS = Path("benchmarks/results/bench.json")
 SEARCH_STORE = Path("benchmarks/results/search")  # resumes an interrupted search
 REPLAY_STORE = Path("benchmarks/results/search_replay")  # benchmarks/search_replay.py's grids
 PAGE = Path("docs/benchmarks.md")
+NOTES = Path("benchmarks/notes")
+"""A section's notes (``<section>.md``): how its figures were chosen and what they say, written
+by hand (each number in them beside the command that printed it) and rendered after the
+section's figures, so that re-measuring a section keeps them."""
 QUICK_OUTPUT = Path("data/08_reporting/bench")  # beside the other reports, ignored by git
 
 
@@ -83,7 +88,7 @@ class BenchOptions:
     device: str
     env: str | None = None
     output: str | None = None  # folder for bench.json and benchmarks.md
-    policy: str | None = None  # the replay section's FIRST,ETA[,GUARD]; None: FROZEN_POLICY
+    policy: str | None = None  # the replay section's FIRST,ETA[,GUARD][,known]; None: FROZEN
 
 
 def destinations(options: BenchOptions) -> tuple[Path, Path]:
@@ -278,7 +283,9 @@ def _replay(policy: Policy, say: Callable[[str], None]) -> dict[str, Any]:
         if not fits:
             raise Seq2FinalError(f"{REPLAY_STORE / name}.json: no stored grids; collect them "
                                  f"with benchmarks/search_replay.py collect {name}")  # fmt: skip
-        judged = [judge(fit, policy, about["max_epochs"]) for fit in fits]
+        known = known_orders(fits)
+        judged = [judge(fit, policy, about["max_epochs"],
+                        known=known.get((fit.run, fit.owner, fit.stage))) for fit in fits]  # fmt: skip
         figures[name] = {"runs": len({fit.run for fit in fits}), "cpu": about["cpu"],
                          "max_epochs": about["max_epochs"], "rows": summarize(judged)}  # fmt: skip
         overall = figures[name]["rows"][-1]
@@ -351,6 +358,9 @@ def render(results: dict[str, Any], quick: bool = False) -> str:
             *RENDERERS[section](entry["figures"]),
             "",
         ]
+        notes = NOTES / f"{section}.md"
+        if not quick and notes.exists():  # what a person wrote of the figures, kept by reruns
+            lines += [notes.read_text().rstrip(), ""]
     return "\n".join(lines)
 
 
@@ -483,7 +493,7 @@ ABOUT = {
         "accuracy of the policy's selection at least the grid's selection's minus the margin; "
         "spend: the epochs it trains, pruned configurations included, over the grid's; the "
         "bound is the one-sided 95 % Clopper–Pearson lower bound of the success rate over these "
-        "fits. `--policy FIRST,ETA[,GUARD]` replays another policy."
+        "fits. `--policy FIRST,ETA[,GUARD][,known]` replays another policy."
     ),
     "search": (
         "For the baseline's fit (from scratch) and FT's fit (from one fixed ERM model of the "

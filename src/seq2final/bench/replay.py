@@ -23,7 +23,7 @@ from typing import Any
 from scipy.stats import beta
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.training.halving import TrialCurve, replay
+from seq2final.training.halving import TrialCurve, grid_point_of, replay
 from seq2final.training.records import FitRecord
 
 MARGIN = 0.01
@@ -81,17 +81,56 @@ def grid_fits(run: str, owner: str, fits: Iterable[FitRecord]) -> list[GridFit]:
 
 @dataclass(frozen=True)
 class Policy:
-    """Synchronous halving (:mod:`~seq2final.training.halving`): the first rung, η and the
-    guarded hyper-parameter (``None``: no guard)."""
+    """Synchronous halving (:mod:`~seq2final.training.halving`): the first rung, η, the guarded
+    hyper-parameter (``None``: no guard) and whether the previous step's winner is kept at every
+    rung (``keep_known``; :func:`known_orders`)."""
 
     first: int
     eta: int
     guard: str | None = None
+    known: bool = False
 
     @property
     def name(self) -> str:
         guard = f", best of each {self.guard} kept" if self.guard else ""
-        return f"halving from {self.first} epochs, 1/{self.eta} on{guard}"
+        known = ", the previous step's winner kept" if self.known else ""
+        return f"halving from {self.first} epochs, 1/{self.eta} on{guard}{known}"
+
+
+def _chain_step(stage: str) -> tuple[str, float] | None:
+    """A stage of a chain of steps (``none/step2``, ``none/final``) as its chain and step
+    (``final`` last); ``None`` for a fit of no chain."""
+    chain, _, step = stage.rpartition("/")
+    if not chain:
+        return None
+    if step == "final":
+        return chain, math.inf
+    if step.startswith("step") and step[4:].isdigit():
+        return chain, int(step[4:])
+    return None
+
+
+def known_orders(fits: Sequence[GridFit]) -> dict[tuple[str, str, str], int]:
+    """For each fit (by run, owner and stage) whose previous step was stored, the grid point of
+    that step's selection: the grid's choice on the latest earlier step of the same chain in the
+    same run (``none/step1`` for ``none/step2``, the last step for ``none/final``), as a live
+    ``keep_known`` budget finds it (:meth:`~seq2final.methods.context.Context.known_winner`),
+    where its values are a point of this grid (:func:`grid_point_of`)."""
+    known = {}
+    for fit in fits:
+        place = _chain_step(fit.stage)
+        if place is None:
+            continue
+        earlier = [(step, other) for other in fits if other.run == fit.run
+                   for chain, step in [_chain_step(other.stage) or ("", 0)]
+                   if chain == place[0] and step < place[1]]  # fmt: skip
+        if not earlier:
+            continue
+        previous = max(earlier, key=lambda pair: pair[0])[1]
+        order = grid_point_of(previous.params[previous.selected], fit.params)
+        if order is not None:
+            known[(fit.run, fit.owner, fit.stage)] = order
+    return known
 
 
 @dataclass(frozen=True)
@@ -109,8 +148,15 @@ class Judged:
         return self.spent / self.fit.epochs
 
 
-def judge(fit: GridFit, policy: Policy, max_epochs: int, margin: float = MARGIN) -> Judged:
-    """Replay ``policy`` on ``fit``'s curves; judge its selection on test."""
+def judge(
+    fit: GridFit,
+    policy: Policy,
+    max_epochs: int,
+    margin: float = MARGIN,
+    known: int | None = None,
+) -> Judged:
+    """Replay ``policy`` on ``fit``'s curves; judge its selection on test. ``known``: the grid
+    point of the previous step's winner (:func:`known_orders`), kept when the policy says so."""
     if policy.guard is not None and any(policy.guard not in p for p in fit.params):
         raise Seq2FinalError(f"--policy guard '{policy.guard}' is not searched by fit "
                              f"{fit.owner}/{fit.stage}; valid: {', '.join(fit.params[0])}")  # fmt: skip
@@ -118,6 +164,7 @@ def judge(fit: GridFit, policy: Policy, max_epochs: int, margin: float = MARGIN)
     replayed = replay(
         [TrialCurve(order, curve, guarded[order]) for order, curve in enumerate(fit.curves)],
         policy.first, policy.eta, max_epochs, policy.guard is not None,
+        known if policy.known else None,
     )  # fmt: skip
     test = fit.tests[replayed.selected]
     return Judged(fit, test >= fit.tests[fit.selected] - margin, replayed.spent, test)
@@ -184,13 +231,16 @@ def stored_grids(path: Path) -> tuple[list[GridFit], dict[str, Any]]:
 
 
 def parse_policy(text: str) -> Policy:
-    """``FIRST,ETA[,GUARD]`` (``3,2,lr``) as a :class:`Policy`; a bad one in one line."""
+    """``FIRST,ETA[,GUARD][,known]`` (``3,2,lr``, ``3,2,known``) as a :class:`Policy`; a bad
+    one in one line."""
     parts = [part.strip() for part in text.split(",")]
+    known = parts[-1] == "known"
+    rest = parts[:-1] if known else parts
     try:
-        first, eta = int(parts[0]), int(parts[1])
+        first, eta = int(rest[0]), int(rest[1])
     except (ValueError, IndexError):
         first = eta = 0
-    if len(parts) not in (2, 3) or first < 1 or eta < 2:
-        raise Seq2FinalError(f"--policy {text}: valid: FIRST,ETA[,GUARD] with FIRST ≥ 1 epoch "
-                             "and ETA ≥ 2, e.g. 3,2,lr")  # fmt: skip
-    return Policy(first, eta, parts[2] if len(parts) == 3 else None)
+    if len(rest) not in (2, 3) or first < 1 or eta < 2 or "" in rest:
+        raise Seq2FinalError(f"--policy {text}: valid: FIRST,ETA[,GUARD][,known] with FIRST ≥ 1 "
+                             "epoch and ETA ≥ 2, e.g. 3,2,lr or 3,2,known")  # fmt: skip
+    return Policy(first, eta, rest[2] if len(rest) == 3 else None, known)

@@ -105,6 +105,9 @@ class Context:
     # each finished trial's test accuracy recorded (TrialRecord.test_accuracy); off for a state
     # shared by sequences whose final steps differ (pretrain_historical.shared_history)
     record_test: bool = True
+    # the fits made before this context that it continues, in order: its historical state's,
+    # a growing chain's previous state's, a warm-started job's previous job's (known_winner)
+    earlier: list[FitRecord] = field(default_factory=list)
 
     @property
     def num_classes(self) -> int:
@@ -134,6 +137,18 @@ class Context:
         if self.warm_start is not None:
             return clone_model(self.warm_start).to(self.device)
         return self.seeded(stage, lambda: build_model(self.arch, self.num_classes))
+
+    def known_winner(self, stage: str) -> dict[str, float] | None:
+        """The values that won this fit on the previous step, which a ``keep_known`` halving
+        budget keeps at every rung (docs/methods.md, "Tuning"): of the fits before it (in
+        :attr:`earlier`, then this context's), the last of the same stage (the previous time's
+        job) or of the same chain of steps (``none/step2`` after ``none/step1``, ``none/final``
+        after the last)."""
+        chain = stage.rpartition("/")[0]
+        for fit in reversed([*self.earlier, *self.fits]):
+            if fit.stage == stage or (chain and fit.stage.rpartition("/")[0] == chain):
+                return dict(fit.params)
+        return None
 
     def tuned_fit(
         self, stage: str, space: SearchSpace, make_model: Callable[[], M], task: Task
@@ -205,6 +220,7 @@ class Context:
             tuned = self.tuner.tune(
                 f"{self.owner_key}/{stage}", space, train_trial, train_stack, width,
                 seed_name=f"{self.seed_key}/{stage}", fits=fits,
+                known=self.known_winner(stage) if self.budget.keep_known else None,
                 # a context made without a sequence (a fit on given data) has no test split
                 test_score=test_score if self.record_test and self.sequence is not None else None,
             )  # fmt: skip

@@ -44,7 +44,7 @@ from seq2final.runs.state_store import HistoricalStore
 from seq2final.training.engine import Engine, predict_logits
 from seq2final.training.flops import image_flops
 from seq2final.training.metrics import classification_metrics
-from seq2final.training.records import RECORD_FORMAT, ResultRecord, StepView
+from seq2final.training.records import RECORD_FORMAT, FitRecord, ResultRecord, StepView
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.tuner import Tuner
 
@@ -134,6 +134,7 @@ def train_state(
         chains = {"main": ModelChain([model])}
     elif state.extends is not None:  # a growing chain: the previous time's state, one step on
         grow, extends = HISTORICAL_MODES[state.mode].grow, store[state.extends].to(ctx.device)
+        ctx.earlier = list(extends.fits)
         assert grow is not None and state.view is not None
         chains = {
             name: grow(ctx, state.config, name, chain, state.view.steps[-1])
@@ -204,6 +205,7 @@ def fit_job(
     costs: Mapping[str, int],
     warm_start: nn.Module | None = None,
     detections: Detections | None = None,
+    previous: Sequence[FitRecord] = (),
 ) -> tuple[JobOutcome, Context]:
     """Runs one job's final mode on its historical state and evaluates it on the test set; the
     context its fits ran in comes with it.
@@ -213,6 +215,7 @@ def fit_job(
     previous time's model a warm-started pooled job starts from (``job.warm_start``'s).
     ``detections``: shared by a run's jobs, so that each historical model (the ERM one of FT,
     LP-FT, ST-1, ...) is scored once per sequence view (:func:`shared_detection`).
+    ``previous``: the fits of that previous time's job (:meth:`Context.known_winner`).
     """
     started = time.perf_counter()
     problem = problem_sequence(sequence, job.view)
@@ -220,6 +223,7 @@ def fit_job(
     if warm_start is not None:
         ctx.warm_start = warm_start.to(ctx.device)
     state = None if state is None else state.to(ctx.device)
+    ctx.earlier = [*(state.fits if state is not None else []), *previous]
     outcome = FINAL_MODES[job.final].run(ctx, job.config, state)
     test = ctx.split(-1, "test")
     metrics = _test_metrics(outcome.model, test, ctx.engine, outcome.step)
@@ -379,10 +383,12 @@ def train_jobs(
         job = jobs[key]
         run_id = runs[key] = None if tracker is None else tracker.start(job)
         try:
-            start = None if job.warm_start is None else store.model(job.warm_start)
+            start = previous = None
+            if job.warm_start is not None:
+                start, previous = store.model(job.warm_start), store[job.warm_start].fits
             outcome, ctx = fit_job(plan, job, sequence, states.get(job.state_key or ""),
                                    costs.get(job.state_key or "", {}), start,
-                                   detections)  # fmt: skip
+                                   detections, previous or ())  # fmt: skip
             store.put(key, outcome.record, outcome.model, outcome.curves)
         except BaseException as error:  # the study and its checkpoint stay, so a rerun resumes
             if tracker is not None and run_id is not None:

@@ -17,6 +17,8 @@ replayed on the curves a grid stored (:func:`replay`) with no training, and
 
 Short runs favour large learning rates (their curves rise first). ``keep_each`` guards against it:
 at the first rung, the best configuration of each value of that hyper-parameter goes on too.
+``keep_known`` uses what is known: the configuration that won the same fit on the previous step
+(docs/methods.md, "Tuning") goes on at every rung, whatever its rank.
 """
 
 from __future__ import annotations
@@ -47,16 +49,29 @@ def survivors(
     scores: Mapping[int, float],
     eta: int,
     guard: Mapping[int, object] | None = None,
+    known: int | None = None,
 ) -> list[int]:
     """Which of the ``running`` grid points (by grid order) go on: the best ⌈n/η⌉ by ``scores``
-    (ties to the earlier point), and with ``guard`` (a point's value of the guarded
-    hyper-parameter) the best point of each value too. In grid order."""
+    (ties to the earlier point), with ``guard`` (a point's value of the guarded
+    hyper-parameter) the best point of each value too, and the ``known`` point while it runs.
+    In grid order."""
     ranked = sorted(running, key=lambda order: (-scores[order], order))
     keep = set(ranked[: max(1, math.ceil(len(running) / eta))])
     if guard is not None:
         for value in dict.fromkeys(guard[order] for order in running):
             keep.add(next(order for order in ranked if guard[order] == value))
+    if known is not None and known in running:
+        keep.add(known)
     return sorted(keep)
+
+
+def grid_point_of(values: Mapping[str, float], points: Sequence[Mapping[str, float]]) -> int | None:
+    """The first grid point whose searched values (those that vary over the grid) are
+    ``values``'; ``None`` where none is. A fixed value, such as the learning rate an SFT schedule
+    sets for each step, is no part of what a previous step's winner says."""
+    varying = [name for name in points[0] if len({point[name] for point in points}) > 1]
+    return next((order for order, point in enumerate(points)
+                 if all(values.get(name) == point[name] for name in varying)), None)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -88,9 +103,15 @@ class Replayed:
 
 
 def replay(
-    curves: Sequence[TrialCurve], first: int, eta: int, max_epochs: int, guard: bool
+    curves: Sequence[TrialCurve],
+    first: int,
+    eta: int,
+    max_epochs: int,
+    guard: bool,
+    known: int | None = None,
 ) -> Replayed:
-    """What synchronous halving would train and select, from the curves of the full grid."""
+    """What synchronous halving would train and select, from the curves of the full grid
+    (``known``: the grid point kept at every rung)."""
     by_order = {c.order: c for c in curves}
     running = sorted(by_order)
     trained = dict.fromkeys(running, 0)
@@ -105,7 +126,7 @@ def replay(
             break
         scores = {order: best_so_far(by_order[order].valid_curve, rung) for order in running}
         values = {order: by_order[order].guarded for order in running}
-        running = survivors(running, scores, eta, values if guard and index == 0 else None)
+        running = survivors(running, scores, eta, values if guard and index == 0 else None, known)
     for order in running:
         trained[order] = by_order[order].epochs
         finished.append(order)

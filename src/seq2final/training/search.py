@@ -69,6 +69,8 @@ class Budget(StrictModel):
     reduction_factor: int = Field(default=3, ge=2)  # ... and 1/this of the trials go on per rung
     # halving: the best configuration of each value of this hyper-parameter passes the first rung
     keep_each: str | None = None
+    # halving: the configuration that won the fit's previous step goes on at every rung
+    keep_known: bool = False
 
     @model_validator(mode="after")
     def _choices(self) -> Budget:
@@ -86,6 +88,9 @@ class Budget(StrictModel):
         if self.keep_each is not None and self.pruner != "halving":
             raise ValueError(f"keep_each guards the first rung of pruner 'halving', not "
                              f"'{self.pruner}'")  # fmt: skip
+        if self.keep_known and self.pruner != "halving":
+            raise ValueError(f"keep_known keeps a known winner through the rungs of pruner "
+                             f"'halving', not '{self.pruner}'")  # fmt: skip
         return self
 
     def results_key(self) -> dict[str, Any]:
@@ -98,6 +103,8 @@ class Budget(StrictModel):
                 values.pop(name)
         if self.pruner != "halving":  # keys made before halving existed stay valid
             values.pop("keep_each")
+        if not self.keep_known:  # ... and before keep_known did
+            values.pop("keep_known")
         return values
 
     def pruner_of(self) -> optuna.pruners.BasePruner:

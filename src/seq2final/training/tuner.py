@@ -31,7 +31,7 @@ from seq2final.core.liveness import ProcessToken, current_process
 from seq2final.core.progress import current
 from seq2final.core.seeds import derived_seed
 from seq2final.training.fused import FusedRun
-from seq2final.training.halving import best_so_far, rungs, survivors
+from seq2final.training.halving import best_so_far, grid_point_of, rungs, survivors
 from seq2final.training.loop import FitResult, FitRun
 from seq2final.training.records import TrialRecord
 from seq2final.training.search import Budget, SearchSpace
@@ -188,6 +188,7 @@ class Tuner:
         seed_name: str | None = None,
         fits: TrialFits | None = None,
         test_score: TestScore | None = None,
+        known: dict[str, float] | None = None,
     ) -> Tuned:
         """Run (or resume) study ``name`` and return its best trial; the trials' seeds come from
         ``seed_name`` (``name`` when None: a study name that holds no budget).
@@ -208,13 +209,16 @@ class Tuner:
 
         A ``halving`` budget trains ``fits`` instead of ``train_trial``
         (:meth:`_tune_halving`). ``test_score``, given a finished trial's weights, is recorded
-        with the trial (:attr:`TrialRecord.test_accuracy`) and read by nothing here.
+        with the trial (:attr:`TrialRecord.test_accuracy`) and read by nothing here. ``known``:
+        the values that won the fit's previous step, which a halving budget with ``keep_known``
+        keeps at every rung (other budgets train the whole grid or sample; they ignore it).
         """
         if self.budget.pruner == "halving":
             if fits is None:
                 raise Seq2FinalError(f"study '{name}': budget pruner 'halving' needs the fits "
                                      "to continue; this fit gives none")  # fmt: skip
-            return self._tune_halving(name, space, fits, seed_name or name, test_score, width)
+            return self._tune_halving(name, space, fits, seed_name or name, test_score, width,
+                                      known)  # fmt: skip
         study = self._study(name)
         self._fail_stale(study)
         trial_state = optuna.trial.TrialState
@@ -310,6 +314,7 @@ class Tuner:
         seed_name: str,
         test_score: TestScore | None,
         width: int = 1,
+        known: dict[str, float] | None = None,
     ) -> Tuned:
         """Synchronous successive halving over the grid (:mod:`~seq2final.training.halving`).
 
@@ -324,7 +329,8 @@ class Tuner:
         With ``width`` above 1 the grid trains in stacks of up to ``width`` grid points in grid
         order (:class:`~seq2final.training.fused.FusedRun`), each paused to one file per rung:
         the stack trains in lockstep to the rung, and the points the rung leaves behind leave
-        the stack."""
+        the stack. Under ``keep_known`` the ``known`` values, where they are a grid point, go
+        on at every rung."""
         budget, done_states = self.budget, [optuna.trial.TrialState.COMPLETE,
                                             optuna.trial.TrialState.PRUNED]  # fmt: skip
         points = space.grid_points()
@@ -332,6 +338,12 @@ class Tuner:
         if guarded is not None and guarded not in space.params:
             raise Seq2FinalError(f"budget keep_each '{guarded}' is not searched by study "
                                  f"'{name}'; valid: {', '.join(space.params)}")  # fmt: skip
+        kept = None
+        if budget.keep_known and known is not None:
+            kept = grid_point_of(known, points)
+            if kept is None:
+                log.info("study %s: the previous step's winner %s is no point of this grid",
+                         name, known)  # fmt: skip
         study = self._study(name)
         self._fail_stale(study)
         folder = self.root / "checkpoints" / name
@@ -443,7 +455,7 @@ class Tuner:
             guard = None
             if guarded is not None and index == 0:
                 guard = {order: points[order][guarded] for order in running}
-            going_on = survivors(running, scores, budget.reduction_factor, guard)
+            going_on = survivors(running, scores, budget.reduction_factor, guard, kept)
             for order in running:
                 if order not in going_on and order not in told:
                     record(order, None)
