@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from seq2final.methods import context as context_module
-from seq2final.methods.context import Context
+from seq2final.methods.context import Context, GridFits
 from seq2final.models import build_model
 from seq2final.training import Engine, Task
+from seq2final.training.features import is_head
 from seq2final.training.halving import TrialCurve, replay
 from seq2final.training.records import FitRecord
 from seq2final.training.search import Budget, SearchSpace
@@ -203,3 +204,42 @@ def test_the_known_winner_is_the_last_earlier_fit_of_the_same_stage_or_chain(tmp
     assert ctx.known_winner("erm") is None
     ctx.fits.append(fit("none/final", 0.5))  # this context's own fits come after
     assert ctx.known_winner("none/final") == {"lr": 0.5}
+
+
+def test_a_head_fit_under_halving_trains_on_cached_features_and_continues_the_grids_curves(
+    tmp_path, learnable, monkeypatch
+):
+    """A head fit on a frozen body: the halving budget trains (and continues) each point on the
+    body's cached features, as the grid trains it, so its curves are the grid's prefixes bit for
+    bit and its choice the replay's; its selected model is the whole network."""
+    task = Task([learnable(80)], learnable(40, seed=1), trainable=["fc"])
+
+    def make_for(ctx):
+        return lambda: ctx.seeded("final", lambda: build_model("convnet_2", 10))
+
+    grid_ctx = context(tmp_path / "grid", fuse=1, epochs=6, freeze_bn_stats=True)
+    grid_model = grid_ctx.tuned_fit("final", GRID, make_for(grid_ctx), task)
+    curves = [t.valid_curve for t in grid_ctx.fits[-1].trial_summaries]
+    heads, real_start = [], GridFits.start
+
+    def start(fits, params, seed):
+        run = real_start(fits, params, seed)
+        heads.append(is_head(run.model))
+        return run
+
+    monkeypatch.setattr(GridFits, "start", start)
+    ctx = context(tmp_path / "halving", fuse=1, epochs=6, freeze_bn_stats=True)
+    ctx.budget = ctx.tuner.budget = Budget(sampler="grid", max_epochs=6, pruner="halving",
+                                           min_epochs=1, reduction_factor=2)  # fmt: skip
+    model = ctx.tuned_fit("final", GRID, make_for(ctx), task)
+    assert heads == [True] * 4  # every point's fit on the features
+    fit = ctx.fits[-1]
+    replayed = replay([TrialCurve(order, curve) for order, curve in enumerate(curves)], 1, 2, 6,
+                      guard=False)  # fmt: skip
+    assert fit.params == GRID.grid_points()[replayed.selected]
+    for trial in fit.trial_summaries:
+        curve = curves[GRID.grid_points().index(trial.params)]
+        assert trial.valid_curve == curve[: len(trial.valid_curve)]
+    if fit.params == grid_ctx.fits[-1].params:  # the grid's own choice: the same network
+        for name, value in grid_model.state_dict().items():
+            assert torch.equal(value, model.state_dict()[name]), name

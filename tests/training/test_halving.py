@@ -141,11 +141,14 @@ def test_a_study_killed_between_rungs_resumes_without_retraining_a_finished_rung
             started.append(params)
             return fits.start(params, seed)
 
-        def load(self, path):
+        def load(self, path, params):
             loaded.append(path.name)
             if len(loaded) == 2:  # the second rung's second fit: die before it trains
                 raise Killed
-            return fits.load(path)
+            return fits.load(path, params)
+
+        def weights(self, run):
+            return fits.weights(run)
 
     def tune():
         return Tuner(budget, None, tmp_path, 0).tune("fit", GRID, None, seed_name="fit",
@@ -292,9 +295,9 @@ class Counting(GridFits):
         started.append(params)
         return super().start(params, seed)
 
-    def load(self, path):
+    def load(self, path, params):
         print("LOAD", path.name, flush=True)  # a rung after the first has begun
-        return super().load(path)
+        return super().load(path, params)
 
 
 fits = Counting(make_model, Task([data(600, 0)], data(60, 1)),

@@ -24,7 +24,13 @@ from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.models import build_model, set_dropout
 from seq2final.training.engine import Engine, accuracy, fuse_width
-from seq2final.training.features import cache_refusal, fit_cached, setup_refusal
+from seq2final.training.features import (
+    cache_refusal,
+    fit_cached,
+    is_head,
+    on_features,
+    setup_refusal,
+)
 from seq2final.training.flops import fit_cost, image_flops
 from seq2final.training.fused import FusedRun, FusedTrial, fit_fused
 from seq2final.training.hyperparameters import HyperParameters
@@ -44,8 +50,8 @@ M = TypeVar("M", bound=nn.Module)
 class GridFits:
     """A tuned fit's configurations as a ``halving`` budget trains them
     (:class:`~seq2final.training.tuner.TrialFits`): each a
-    :class:`~seq2final.training.loop.FitRun` of a fresh model through the loop (a head fit on
-    cached features too: the same result, without the cache's speed), or under ``fuse`` a
+    :class:`~seq2final.training.loop.FitRun` of a fresh model, or of its head on cached
+    features where the grid trains it so, or under ``fuse`` a
     :class:`~seq2final.training.fused.FusedRun` of several."""
 
     make_model: Callable[[], nn.Module]
@@ -53,12 +59,27 @@ class GridFits:
     engine: Engine
     max_epochs: int
 
-    def start(self, params: dict[str, float], seed: int) -> FitRun:
-        return FitRun(self.make_model(), self.task, HyperParameters(params), self.engine,
-                      self.max_epochs, seed)  # fmt: skip
+    def _trained_as(self, params: dict[str, float]) -> tuple[nn.Module, Task, Engine]:
+        """A fresh model and what its fit trains: the model, or its head on cached features
+        where the grid's trial would train that way (:func:`fit_cached`)."""
+        model = self.make_model()
+        if cache_refusal(model, self.task, HyperParameters(params), self.engine) is None:
+            return on_features(model, self.task, self.engine)
+        return model, self.task, self.engine
 
-    def load(self, path: Path) -> FitRun:
-        return FitRun.load(path, self.task, self.engine)
+    def start(self, params: dict[str, float], seed: int) -> FitRun:
+        model, task, engine = self._trained_as(params)
+        return FitRun(model, task, HyperParameters(params), engine, self.max_epochs, seed)
+
+    def load(self, path: Path, params: dict[str, float]) -> FitRun:
+        _, task, engine = self._trained_as(params)
+        return FitRun.load(path, task, engine)
+
+    def weights(self, run: FitRun) -> dict[str, torch.Tensor]:
+        state = run.model.state_dict()
+        if is_head(run.model):  # the whole model: its body as built, its head as trained
+            state = {**self.make_model().state_dict(), **state}
+        return {name: value.detach().cpu().clone() for name, value in state.items()}
 
     def start_stack(
         self, params: list[dict[str, float]], seeds: list[int], labels: list[int]

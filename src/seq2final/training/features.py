@@ -178,17 +178,30 @@ def _fit_head(
 ) -> FitResult:
     """:func:`fit_on_features` once :func:`cache_refusal` has found nothing."""
     dropout = float(task.checked_hyperparameters(hp).dropout)
+    head, cached, as_features = on_features(model, task, engine)
+    try:
+        return fit(head, cached, hp, as_features, max_epochs, seed, on_epoch, progress)
+    finally:
+        set_dropout(model, dropout)
+        model.eval()
+
+
+def on_features(model: nn.Module, task: Task, engine: Engine) -> tuple[nn.Module, Task, Engine]:
+    """What the loop trains on cached features: the model's head alone (trained in place), the
+    task with the body's outputs as its images, and the engine that feeds them as they are.
+    A halving budget continues such a fit across rungs (a
+    :class:`~seq2final.training.loop.FitRun` of these three), as the grid trains it."""
     if engine.channels_last:  # the model as the loop would hand it back
         model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # not in torch's stubs
     cached = replace(task, domains=[_features_of(model, d, engine) for d in task.domains],
                      valid=_features_of(model, task.valid, engine))  # fmt: skip
     as_features = engine.model_copy(update={"input_scale": "raw", "channels_last": False})
-    try:
-        return fit(_HeadModel(getattr(model, HEAD)), cached, hp, as_features, max_epochs, seed,
-                   on_epoch, progress)  # fmt: skip
-    finally:
-        set_dropout(model, dropout)
-        model.eval()
+    return _HeadModel(getattr(model, HEAD)), cached, as_features
+
+
+def is_head(model: nn.Module) -> bool:
+    """Whether ``model`` is a head :func:`on_features` made (its state is the head's alone)."""
+    return isinstance(model, _HeadModel)
 
 
 def fit_cached(

@@ -85,7 +85,11 @@ class TrialFits(Protocol):
 
     def start(self, params: dict[str, float], seed: int) -> FitRun: ...
 
-    def load(self, path: Path) -> FitRun: ...
+    def load(self, path: Path, params: dict[str, float]) -> FitRun: ...
+
+    def weights(self, run: FitRun) -> dict[str, torch.Tensor]:
+        """An ended fit's selected weights, on the CPU, as the grid's trial hands them back."""
+        ...
 
     def start_stack(
         self, params: list[dict[str, float]], seeds: list[int], labels: list[int]
@@ -378,7 +382,7 @@ class Tuner:
             """Train grid point ``order`` to epoch ``until`` (to its end when None)."""
             paused = folder / f"{order}.pt"
             if paused.exists():
-                run = fits.load(paused)
+                run = fits.load(paused, points[order])
             else:
                 run = fits.start(points[order], self.trial_seed(seed_name, points[order]))
             if until is not None and run.epoch >= until:
@@ -392,7 +396,7 @@ class Tuner:
                 folder.mkdir(parents=True, exist_ok=True)
                 run.save(paused)
                 return
-            weights = {k: v.detach().cpu().clone() for k, v in run.model.state_dict().items()}
+            weights = fits.weights(run)
             _keep_if_best(chosen, checkpoint, order, points[order], result, weights)
             ended.add(order)
             record(order, result.valid_accuracy,
