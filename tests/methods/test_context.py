@@ -200,9 +200,11 @@ def test_the_known_winner_is_the_last_earlier_fit_of_the_same_stage_or_chain(tmp
     ctx.earlier = [fit("none/step1", 0.1), fit("none/step2", 0.2), fit("linear/step2", 0.3),
                    fit("final", 0.4)]  # fmt: skip
     assert ctx.known_winner("none/final") == {"lr": 0.2}  # the chain's last step
+    assert ctx.known_winner("none/step2") == {"lr": 0.1}  # the step before, not a later one
     assert ctx.known_winner("final") == {"lr": 0.4}  # the previous time's job's own fit
     assert ctx.known_winner("erm") is None
-    ctx.fits.append(fit("none/final", 0.5))  # this context's own fits come after
+    assert ctx.known_winner("none/head") is None  # LP-FT's probe is no step of the chain
+    ctx.fits.append(fit("none/step3", 0.5))  # this context's own fits come after
     assert ctx.known_winner("none/final") == {"lr": 0.5}
 
 

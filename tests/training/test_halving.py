@@ -245,6 +245,36 @@ def test_a_fused_study_killed_between_rungs_resumes_its_stack_from_the_file(tmp_
     assert not (tmp_path / "checkpoints" / "fit").exists()
 
 
+@pytest.mark.usefixtures("float64")
+def test_a_fused_study_resumed_under_another_width_starts_the_points_its_files_lack(
+    tmp_path, learnable
+):
+    """Killed as its second rung begins with stacks of three, resumed with one stack of six
+    (``fuse`` changed, or another machine's ``auto``): the file of points 0-2 cannot continue
+    3-5, so the stack starts afresh, and the study ends as an uninterrupted one of six."""
+    fits = _fits(learnable)
+    budget = Budget(**HALVING)
+
+    class Killing:
+        start_stack = staticmethod(fits.start_stack)
+
+        def load_stack(self, path):
+            raise Killed
+
+    with pytest.raises(Killed):
+        Tuner(budget, None, tmp_path, 0).tune("fit", GRID, None, width=3, seed_name="fit",
+                                              fits=Killing())  # fmt: skip
+    resumed = Tuner(budget, None, tmp_path, 0).tune("fit", GRID, None, width=6, seed_name="fit",
+                                                    fits=fits)  # fmt: skip
+    whole = Tuner(budget, None, tmp_path / "whole", 0).tune(
+        "fit", GRID, None, width=6, seed_name="fit", fits=fits
+    )
+    assert resumed.params == whole.params
+    assert [(t.state, t.valid_curve) for t in sorted(resumed.trials, key=_order)] == [
+        (t.state, t.valid_curve) for t in sorted(whole.trials, key=_order)
+    ]
+
+
 def test_halving_needs_the_grid_and_a_searched_guard(tmp_path):
     with pytest.raises(ValueError, match="valid sampler: grid"):
         Budget(sampler="tpe", trials=4, pruner="halving", max_epochs=8)

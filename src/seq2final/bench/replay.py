@@ -23,7 +23,7 @@ from typing import Any
 from scipy.stats import beta
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.training.halving import TrialCurve, grid_point_of, replay
+from seq2final.training.halving import TrialCurve, grid_point_of, previous_step, replay
 from seq2final.training.records import FitRecord
 
 MARGIN = 0.01
@@ -97,36 +97,20 @@ class Policy:
         return f"halving from {self.first} epochs, 1/{self.eta} on{guard}{known}"
 
 
-def _chain_step(stage: str) -> tuple[str, float] | None:
-    """A stage of a chain of steps (``none/step2``, ``none/final``) as its chain and step
-    (``final`` last); ``None`` for a fit of no chain."""
-    chain, _, step = stage.rpartition("/")
-    if not chain:
-        return None
-    if step == "final":
-        return chain, math.inf
-    if step.startswith("step") and step[4:].isdigit():
-        return chain, int(step[4:])
-    return None
-
-
 def known_orders(fits: Sequence[GridFit]) -> dict[tuple[str, str, str], int]:
     """For each fit (by run, owner and stage) whose previous step was stored, the grid point of
-    that step's selection: the grid's choice on the latest earlier step of the same chain in the
-    same run (``none/step1`` for ``none/step2``, the last step for ``none/final``), as a live
-    ``keep_known`` budget finds it (:meth:`~seq2final.methods.context.Context.known_winner`),
-    where its values are a point of this grid (:func:`grid_point_of`)."""
+    that step's selection: the grid's choice on its previous step in the same run
+    (:func:`~seq2final.training.halving.previous_step`), as a live ``keep_known`` budget finds it
+    (:meth:`~seq2final.methods.context.Context.known_winner`), where its values are a point of
+    this grid (:func:`grid_point_of`). A run's fits of one chain are taken to be one state's (the
+    stored runs hold one sequential state each)."""
     known = {}
     for fit in fits:
-        place = _chain_step(fit.stage)
-        if place is None:
+        same_run = [other for other in fits if other.run == fit.run]
+        index = previous_step(fit.stage, [other.stage for other in same_run])
+        if index is None:
             continue
-        earlier = [(step, other) for other in fits if other.run == fit.run
-                   for chain, step in [_chain_step(other.stage) or ("", 0)]
-                   if chain == place[0] and step < place[1]]  # fmt: skip
-        if not earlier:
-            continue
-        previous = max(earlier, key=lambda pair: pair[0])[1]
+        previous = same_run[index]
         order = grid_point_of(previous.params[previous.selected], fit.params)
         if order is not None:
             known[(fit.run, fit.owner, fit.stage)] = order

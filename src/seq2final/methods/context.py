@@ -33,6 +33,7 @@ from seq2final.training.features import (
 )
 from seq2final.training.flops import fit_cost, image_flops
 from seq2final.training.fused import FusedRun, FusedTrial, fit_fused
+from seq2final.training.halving import previous_step
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import FitResult, FitRun, clone_model
 from seq2final.training.objectives import Task
@@ -161,15 +162,16 @@ class Context:
 
     def known_winner(self, stage: str) -> dict[str, float] | None:
         """The values that won this fit on the previous step, which a ``keep_known`` halving
-        budget keeps at every rung (docs/methods.md, "Tuning"): of the fits before it (in
-        :attr:`earlier`, then this context's), the last of the same stage (the previous time's
-        job) or of the same chain of steps (``none/step2`` after ``none/step1``, ``none/final``
-        after the last)."""
-        chain = stage.rpartition("/")[0]
-        for fit in reversed([*self.earlier, *self.fits]):
-            if fit.stage == stage or (chain and fit.stage.rpartition("/")[0] == chain):
-                return dict(fit.params)
-        return None
+        budget keeps at every rung (docs/methods.md, "Tuning"): the previous step of its chain
+        among the fits before it (:func:`~seq2final.training.halving.previous_step`: in
+        :attr:`earlier`, then this context's), else the same stage of the previous time's job (a
+        warm-started stream's); ``None`` for a fit of no chain and no previous job."""
+        before = [*self.earlier, *self.fits]
+        index = previous_step(stage, [fit.stage for fit in before])
+        if index is None:
+            index = next((i for i in reversed(range(len(before))) if before[i].stage == stage),
+                         None)  # fmt: skip
+        return None if index is None else dict(before[index].params)
 
     def tuned_fit(
         self, stage: str, space: SearchSpace, make_model: Callable[[], M], task: Task

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import math
+import pickle
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -286,7 +287,7 @@ class FusedRun:
         kept = []
         for position, member in enumerate(self.stack.members):
             if self.labels[member.index] in labels:
-                member.pruned = True
+                member.pruned, member.best_state = True, {}  # no result: its weights not kept
             else:
                 kept.append(position)
         if len(kept) < len(self.stack.members):
@@ -340,7 +341,8 @@ class FusedRun:
             return None
         results: list[FitResult | None] = []
         for model, member, flag in zip(self.models, self.members, self.flags, strict=True):
-            model.load_state_dict(member.best_state)
+            if member.best_state:  # a dropped one's are not kept
+                model.load_state_dict(member.best_state)
             hand_back(model, flag, float(member.trial.hp.dropout))
             chosen = member.selection
             result = FitResult(chosen.best_accuracy, chosen.best_epoch, member.epochs,
@@ -361,6 +363,11 @@ class FusedRun:
             for member in self.members:
                 member.trial.on_epoch = member.trial.on_stop = None
             atomic_write(path, lambda partial: torch.save(self, partial))
+        except (pickle.PicklingError, TypeError, AttributeError, RuntimeError) as error:
+            raise Seq2FinalError(
+                f"this stack cannot be paused to a file ({error}); a halving budget continues "
+                "only fits that pickle; valid for it: training.fuse 1, or another pruner"
+            ) from None
         finally:
             for name, value in kept.items():
                 setattr(self, name, value)

@@ -65,6 +65,32 @@ def survivors(
     return sorted(keep)
 
 
+def chain_step(stage: str) -> tuple[str, float] | None:
+    """A stage of a chain of steps (``none/step2``, ``none/final``) as its chain and step
+    (``final`` after every step); ``None`` for a stage of no chain (``erm``, ``none/head``)."""
+    chain, _, step = stage.rpartition("/")
+    if not chain:
+        return None
+    if step == "final":
+        return chain, math.inf
+    if step.startswith("step") and step[4:].isdigit():
+        return chain, int(step[4:])
+    return None
+
+
+def previous_step(stage: str, earlier: Sequence[str]) -> int | None:
+    """Which of the ``earlier`` stages (by position) is ``stage``'s previous step: the latest
+    step before it of the same chain (``none/step1`` for ``none/step2``, the last step for
+    ``none/final``); ``None`` where it has none."""
+    place = chain_step(stage)
+    if place is None:
+        return None
+    steps = [(step, index) for index, other in enumerate(earlier)
+             for chain, step in [chain_step(other) or ("", 0)]
+             if chain == place[0] and step < place[1]]  # fmt: skip
+    return max(steps)[1] if steps else None
+
+
 def grid_point_of(values: Mapping[str, float], points: Sequence[Mapping[str, float]]) -> int | None:
     """The first grid point whose searched values (those that vary over the grid) are
     ``values``'; ``None`` where none is. A fixed value, such as the learning rate an SFT schedule

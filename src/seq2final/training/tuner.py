@@ -417,10 +417,10 @@ class Tuner:
             if not todo:
                 return
             paused = folder / f"stack-{group[0]}.pt"
-            if paused.exists():
-                run = fits.load_stack(paused)
+            run = fits.load_stack(paused) if paused.exists() else None
+            if run is not None and set(todo) <= set(run.training):
                 run.drop([order for order in run.training if order not in todo])
-            else:
+            else:  # none yet, or a file of other points (fuse changed since): start afresh
                 run = fits.start_stack([points[o] for o in todo],
                                        [self.trial_seed(seed_name, points[o]) for o in todo],
                                        todo)  # fmt: skip
