@@ -156,6 +156,7 @@ def _sequence_spec(run: RunParameters) -> SequenceSpec:
         run.build_sequences.test_size,
         run.build_sequences.oracle_size,
         **sequence_options(run.protocol),
+        data_options=run.data_options,
     )
 
 

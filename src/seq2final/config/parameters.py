@@ -134,6 +134,8 @@ class RunParameters(StrictModel):
     sequence: str = "digits_clr"
     dataset: Annotated[str | None, AfterValidator(SOURCES.validate)] = None
     data_path: str | None = None
+    # the dataset's own options (folder, manifest: how times become periods; docs/data.md)
+    data_options: dict[str, Any] | None = None
     seed: int | None = Field(default=None, ge=0, lt=2**32)
     intensities: list[float] | None = None  # a family's (seq2final.data.family)
     arch: Annotated[str, AfterValidator(ARCHITECTURES.validate)] = "convnet_4"

@@ -40,33 +40,48 @@ def files_signature(paths: list[Path]) -> str:
     return hashlib.sha256(json.dumps(entries).encode()).hexdigest()[:20]
 
 
-def source_fingerprint(dataset: str, data_path: str | None, raw_dir: str | Path) -> str:
-    """The fingerprint :func:`load_source` would give now (a source's ``SourceData.fingerprint``)."""
+def source_fingerprint(
+    dataset: str,
+    data_path: str | None,
+    raw_dir: str | Path,
+    options: Mapping[str, Any] | None = None,
+) -> str:
+    """The fingerprint :func:`load_source` would give now (a source's ``SourceData.fingerprint``),
+    with the dataset's ``options``. A dataset with options reads the folder a manifest lies in
+    (its images), so that folder is watched whole."""
     entry = SOURCES[dataset]
     if entry.bundled and data_path is None:
         return _bundled_fingerprint(dataset, str(raw_dir))
     raw = Path(raw_dir)
-    watched = [p for p in ([Path(data_path)] if data_path else [raw]) if p.exists()]
+    paths = [Path(data_path)] if data_path else [raw]
+    if entry.options is not None and data_path and Path(data_path).is_file():
+        paths = [Path(data_path).parent]
+    watched = [p for p in paths if p.exists()]
     if not watched:  # nothing on disk yet: the loader downloads it or says what is missing
-        return load_source(dataset, data_path, raw_dir).fingerprint
-    cache = raw / CACHE_FOLDER / f"{dataset}-{files_signature(watched)}.txt"
+        return load_source(dataset, data_path, raw_dir, options).fingerprint
+    chosen = hashlib.sha256(json.dumps(options or {}, sort_keys=True).encode()).hexdigest()[:8]
+    cache = raw / CACHE_FOLDER / f"{dataset}-{files_signature(watched)}-{chosen}.txt"
     if cache.exists():
         return cache.read_text().strip()
-    value = load_source(dataset, data_path, raw_dir).fingerprint
+    value = load_source(dataset, data_path, raw_dir, options).fingerprint
     atomic_write(cache, lambda partial: partial.write_text(value))
     log.info("fingerprinted dataset %s: %s", dataset, value)
     return value
 
 
 def source_change(
-    manifest: Mapping[str, Any], dataset: str, data_path: str | None, raw_dir: str | Path
+    manifest: Mapping[str, Any],
+    dataset: str,
+    data_path: str | None,
+    raw_dir: str | Path,
+    options: Mapping[str, Any] | None = None,
 ) -> tuple[str, str] | None:
     """``(recorded, current)`` when a stored sequence (its ``manifest``) was drawn from other
     data than the source holds now; None when they agree or the sequence predates fingerprints."""
     recorded = manifest.get("source_fingerprint")
     if not recorded:
         return None
-    current = source_fingerprint(dataset, data_path, raw_dir)
+    current = source_fingerprint(dataset, data_path, raw_dir, options)
     return None if recorded == current else (recorded, current)
 
 

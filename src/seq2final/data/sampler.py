@@ -246,26 +246,42 @@ def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
     80/20 into train/valid, the final period 40/10/50 into train/valid/test. With
     ``step_tests`` (the temporal protocols) every period holds out a tenth as its test split, as
     Wild-Time holds out a tenth of each Yearbook year, and splits the rest ``train_fraction`` /
-    the remainder into train/valid.
+    the remainder into train/valid. A source's ``final_labelled`` sets how many final images
+    train and validate (the rest test), and its ``split_train`` sends images to the split it
+    names; the seeded rule splits the others.
     """
     assert source.time_train is not None and source.time_names is not None
     rng = np.random.RandomState(spec.seed)
     steps = []
     periods = [t for t in range(len(source.time_names)) if np.any(source.time_train == t)]
+    given = source.split_train
     for position, period in enumerate(periods):
         order = np.flatnonzero(source.time_train == period)
         rng.shuffle(order)
-        n = len(order)
+        free = order if given is None else order[given[order] == 0]
+        n = len(free)
+        final = position == len(periods) - 1
         if spec.step_tests:
             kept = n - int(NATURAL_STEP_TEST * n)
             cuts = [int(spec.train_fraction * kept), kept, n]
-        elif position < len(periods) - 1:
+        elif final and source.final_labelled is not None:
+            labelled = min(source.final_labelled, n)  # the scarce final data, the rest tests
+            cuts = [int(spec.train_fraction * labelled), labelled, n]
+        elif not final:
             cuts = [int(spec.train_fraction * n), n]
         else:
             cuts = [int(PORTRAITS_FINAL_SPLIT[0] * n), int(PORTRAITS_FINAL_SPLIT[1] * n), n]
         arrays, start = {}, 0
-        for split, stop in zip(("train", "valid", "test"), cuts, strict=False):
-            chosen = order[start:stop]
+        for code, split in enumerate(("train", "valid", "test")):
+            stop = cuts[code] if code < len(cuts) else start
+            chosen = free[start:stop]
+            if given is not None:  # the images a split column sends here (an earlier period's
+                told = order[given[order] == code + 1]  # test images too: never trained on)
+                if code >= len(cuts) and not len(told):
+                    continue
+                chosen = np.sort(np.concatenate([chosen, told]))
+            elif code >= len(cuts):
+                continue
             arrays[f"x_{split}"] = source.x_train[chosen]
             arrays[f"y_{split}"] = source.y_train[chosen]
             arrays[f"idx_{split}"] = chosen.astype(np.int64)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.data.effects import ShiftState
@@ -139,6 +140,23 @@ class ShiftSequence:
     def steps(self) -> Iterator[Step]:
         """Steps 0..T in order (the oracle variant excluded)."""
         return (self.step(i) for i in range(self.num_steps))
+
+    def counts(self) -> pd.DataFrame:
+        """Images per step (rows, in order) and class (columns), every split together, and each
+        split's total: what a user checks was read before any training (``counts.csv`` beside
+        a stored sequence)."""
+        classes = len(self.class_names)
+        rows = []
+        for step in self.steps():
+            per_class = np.zeros(classes, np.int64)
+            totals = {}
+            for split in ("train", "valid", "test"):
+                labels = step.arrays.get(f"y_{split}", np.zeros(0, np.int64))
+                per_class += np.bincount(labels, minlength=classes)
+                totals[split] = len(labels)
+            rows.append([*per_class.tolist(), *totals.values()])
+        return pd.DataFrame(rows, index=pd.Index(self.step_names, name="step"),
+                            columns=[*self.class_names, "train", "valid", "test"])  # fmt: skip
 
     def view(self, name: str, steps: Sequence[int], mixed_seed: int | None = None) -> ShiftSequence:
         """Steps ``steps`` of this sequence as a sequence of their own, the last one its final

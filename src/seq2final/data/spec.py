@@ -23,7 +23,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,7 +34,7 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.data.presets import NATURAL, PRESETS
 from seq2final.data.shifts import SHIFTS, check_block, split_block
 from seq2final.data.sizes import PAPER_SIZES, DefaultSizes
-from seq2final.data.sources import SOURCES
+from seq2final.data.sources import SOURCES, checked_options
 
 STEP_SEED_HIGH = 10000
 TRAIN_FRACTION = 0.8
@@ -41,6 +43,7 @@ _LATER_OPTIONS: dict[str, Any] = {
     "step_tests": False,
     "train_fraction": TRAIN_FRACTION,
     "view": None,
+    "data_options": None,
 }
 
 
@@ -78,6 +81,7 @@ class SequenceSpec:
     step_tests: bool = False
     train_fraction: float = TRAIN_FRACTION
     view: str | None = None  # a protocol's view of the sequence (its steps are the view's)
+    data_options: dict[str, Any] | None = None  # the dataset's own options (a user's own data)
 
     @property
     def num_targets(self) -> int:
@@ -187,6 +191,7 @@ def resolve_spec(
     oracle_size: int | None = None,
     step_tests: bool = False,
     train_fraction: float = TRAIN_FRACTION,
+    data_options: Mapping[str, Any] | None = None,
 ) -> SequenceSpec:
     """Turn the user's run parameters into a full :class:`SequenceSpec` (no data is read).
 
@@ -201,7 +206,14 @@ def resolve_spec(
         )
     preset = PRESETS.get(sequence)
     if (
+        dataset is not None
+        and SOURCES[dataset].natural
+        and (sequence == NATURAL or (preset is not None and preset.spec != NATURAL))
+    ):  # a sequence by itself (a user's own folder) in place of a preset of shifts: its periods
+        sequence, preset = NATURAL, None
+    if (
         preset is None
+        and sequence != NATURAL
         and ":" not in sequence
         and not {split_block(b)[0] for b in re.split(r"[,+]", sequence)} <= set(SHIFTS)
     ):
@@ -216,6 +228,7 @@ def resolve_spec(
     if preset is not None and dataset != preset.dataset and sizes != PAPER_SIZES:
         # the paper's sizes do not fit a small dataset: keep the shifts, take its own sizes
         spec_text, preset = re.sub(r"\d+", "", spec_text), None
+    checked = checked_options(dataset, data_options)  # a bad option: one line, before any work
     natural = spec_text == NATURAL
     if natural != source.natural:
         naturals = [name for name, entry in SOURCES.items() if entry.natural]
@@ -227,7 +240,11 @@ def resolve_spec(
     if natural:
         # a natural source that insists on every period has a known number of steps, which the
         # temporal protocols' views need before it is loaded; each step is a whole period
-        steps = tuple(StepSpec((NATURAL,), 0) for _ in range(source.periods or 0))
+        # (a user's own data: counted from its table, where a bad one is found before any work)
+        periods = source.periods or 0
+        if source.count is not None and checked is not None:
+            periods = source.count(dataset, Path(data_path) if data_path else None, checked)
+        steps = tuple(StepSpec((NATURAL,), 0) for _ in range(periods))
     else:
         steps = parse_spec(spec_text, sizes)
     return SequenceSpec(
@@ -243,4 +260,5 @@ def resolve_spec(
         natural=natural,
         step_tests=step_tests,
         train_fraction=train_fraction,
+        data_options=None if checked is None else checked.model_dump(exclude_defaults=True) or None,
     )

@@ -154,6 +154,7 @@ def _plan(
         sequence_name=spec.name,
         dataset=spec.dataset,
         data_path=spec.data_path,
+        data_options=spec.data_options,
         arch=arch,
         seed=spec.seed,
         budget_name=budget_name,

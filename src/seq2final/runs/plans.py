@@ -121,6 +121,7 @@ class RunPlan:
     protocol_options: ProtocolOptions = field(default_factory=ProtocolOptions)
     # states keyed by steps 0..T-1 alone, shared by sequences whose final steps differ
     shared_history: bool = False
+    data_options: dict[str, Any] | None = None  # the dataset's own (a user's own data)
 
     def job_params(self, job: JobPlan) -> dict[str, Any]:
         """The run parameters that ask for exactly ``job`` (and the states it needs)."""
@@ -136,6 +137,7 @@ class RunPlan:
             "dataset": self.dataset,
         }
         params.update({"data_path": self.data_path} if self.data_path else {})
+        params.update({"data_options": self.data_options} if self.data_options else {})
         if self.protocol != "final":
             params.update(
                 protocol=self.protocol,

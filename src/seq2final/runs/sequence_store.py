@@ -23,6 +23,7 @@ from seq2final.core.files import partial_path, replace_folder
 from seq2final.data.sequence import ShiftSequence, Step
 
 MANIFEST = "manifest.json"
+COUNTS = "counts.csv"  # images per step and class, for a person to read (ShiftSequence.counts)
 
 
 class SequenceStore(Mapping[str, ShiftSequence]):
@@ -103,6 +104,7 @@ class SequenceStoreDataset(AbstractDataset[Mapping[str, ShiftSequence], Sequence
             for name in names:
                 np.savez(partial / f"step_{name}.npz", **sequence.step(name).arrays)
             (partial / MANIFEST).write_text(json.dumps(sequence.manifest, indent=1))
+            sequence.counts().to_csv(partial / COUNTS)
             replace_folder(partial, final)
         finally:
             if partial.exists():

@@ -202,7 +202,7 @@ def is_built(spec: SequenceSpec, sequences: SequenceStore, raw_dir: str) -> bool
     if spec.key not in sequences:
         return False
     manifest = sequences[spec.key].manifest
-    return source_change(manifest, spec.dataset, spec.data_path, raw_dir) is None
+    return source_change(manifest, spec.dataset, spec.data_path, raw_dir, spec.data_options) is None
 
 
 def plans_of(work: SequenceWork, request: SweepRequest, stores: Stores) -> list[RunPlan]:

@@ -2,7 +2,7 @@
 
 # Registration order is the order users see, the embedded default first.
 # isort: off
-from seq2final.data.sources import digits, cifar, fashion_mnist, portraits, npz  # noqa: F401
+from seq2final.data.sources import digits, cifar, fashion_mnist, portraits, npz, temporal  # noqa: F401
 
 # isort: on
 from seq2final.data.sources.base import (
@@ -10,11 +10,12 @@ from seq2final.data.sources.base import (
     Source,
     SourceData,
     check_arrays,
+    checked_options,
     load_source,
     source,
     sources_with_subpopulations,
     with_subpopulations,
 )
 
-__all__ = ["SOURCES", "Source", "SourceData", "check_arrays", "load_source", "source",
+__all__ = ["SOURCES", "Source", "SourceData", "check_arrays", "checked_options", "load_source", "source",
            "sources_with_subpopulations", "with_subpopulations"]  # fmt: skip

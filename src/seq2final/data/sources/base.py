@@ -14,15 +14,18 @@ it offers sub-populations). Adding a dataset is one function decorated with :fun
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from seq2final.core import torchvision_guard  # noqa: F401  (must precede torchvision)
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.registry import Registry
+from seq2final.core.schema import StrictModel
 from seq2final.data.sizes import PAPER_SIZES, DefaultSizes
 
 
@@ -32,7 +35,10 @@ class SourceData:
 
     ``sub_*`` holds sub-population ids (0..num_subclasses-1) within each label class, or ``None``
     when the source has no sub-classes. ``time_*`` holds a natural time step per image for sources
-    that are sequences by themselves (Portraits decades), else ``None``.
+    that are sequences by themselves (Portraits decades), else ``None``. ``split_train``: for
+    such a source, the split each image must go to (0: the seeded hold-out decides, 1 train,
+    2 valid, 3 test; a manifest's ``split`` column); ``final_labelled``: how many images of the
+    final period adaptation may use (train and valid), the rest its test set.
     """
 
     name: str
@@ -47,6 +53,8 @@ class SourceData:
     time_train: np.ndarray | None = None
     time_names: tuple[str, ...] | None = None
     fingerprint: str = field(default="")
+    split_train: np.ndarray | None = None
+    final_labelled: int | None = None
 
     @property
     def num_classes(self) -> int:
@@ -57,8 +65,11 @@ class SourceData:
         return None if self.subclass_names is None else len(self.subclass_names[0])
 
 
-SourceLoader = Callable[[Path | None, Path], SourceData]
+SourceLoader = Callable[..., SourceData]
+"""``(data_path, raw_dir)``, and the checked ``data_options`` for a source that declares them."""
 SubpopulationView = Callable[[SourceData], SourceData]
+PeriodCounter = Callable[[str, Path | None, "StrictModel"], int]
+"""``(dataset, data_path, options) -> periods``: a natural source's periods, without loading it."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +83,10 @@ class Source:
     period (known before loading, so a protocol's options are checked before any work).
     ``subclasses``: its images carry sub-class ids of their own (CIFAR-100's fine labels);
     ``subpopulation_view``: otherwise, how to regroup its labels into super-classes with sub-classes
-    for ``subpop`` shifts (digits: even/odd).
+    for ``subpop`` shifts (digits: even/odd). ``options``: the model of the ``data_options`` it
+    takes (a user's own data: how its times become periods), checked before any work;
+    ``count``: for a natural source whose periods depend on its files, how many it has, read
+    cheaply before it is loaded (the temporal protocols' views need the number).
     """
 
     load: SourceLoader
@@ -82,6 +96,8 @@ class Source:
     subclasses: bool = False
     subpopulation_view: SubpopulationView | None = None
     periods: int | None = None
+    options: type[StrictModel] | None = None
+    count: PeriodCounter | None = None
 
     @property
     def description(self) -> str:
@@ -104,13 +120,25 @@ def source(
     subclasses: bool = False,
     subpopulation_view: SubpopulationView | None = None,
     periods: int | None = None,
+    options: type[StrictModel] | None = None,
+    count: PeriodCounter | None = None,
 ) -> Callable[[SourceLoader], SourceLoader]:
     """Register the decorated loader as dataset ``name`` (see :class:`Source` for the options)."""
 
     def register(load: SourceLoader) -> SourceLoader:
         SOURCES.add(
             name,
-            Source(load, default_sizes, bundled, natural, subclasses, subpopulation_view, periods),
+            Source(
+                load,
+                default_sizes,
+                bundled,
+                natural,
+                subclasses,
+                subpopulation_view,
+                periods,
+                options,
+                count,
+            ),
         )
         return load
 
@@ -201,7 +229,37 @@ def download(dataset_class: str, root: Path, problem: str, remedy: str) -> None:
         raise Seq2FinalError(f"{problem} ({type(error).__name__}); {remedy}") from None
 
 
-def load_source(name: str, data_path: str | Path | None, raw_dir: str | Path) -> SourceData:
-    """Load source ``name`` (an unknown name is answered with the valid ones)."""
+def checked_options(name: str, options: Mapping[str, Any] | None) -> StrictModel | None:
+    """Dataset ``name``'s ``data_options``, checked against what it declares: one line for a
+    bad key or value, or for options given to a dataset that takes none."""
     entry = SOURCES[name]
-    return entry.load(Path(data_path) if data_path else None, Path(raw_dir))
+    if entry.options is None:
+        if options:
+            takers = [n for n, e in SOURCES.items() if e.options is not None]
+            raise Seq2FinalError(f"dataset '{name}' takes no data_options (got "
+                                 f"{', '.join(options)}); valid: for {', '.join(takers)}")  # fmt: skip
+        return None
+    try:
+        return entry.options(**(options or {}))
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise Seq2FinalError(
+            f"data_options{'.' + where if where else ''}: {first['msg']}"
+        ) from None
+
+
+def load_source(
+    name: str,
+    data_path: str | Path | None,
+    raw_dir: str | Path,
+    options: Mapping[str, Any] | None = None,
+) -> SourceData:
+    """Load source ``name`` (an unknown name is answered with the valid ones), with its
+    ``data_options`` where it declares them."""
+    entry = SOURCES[name]
+    checked = checked_options(name, options)
+    path = Path(data_path) if data_path else None
+    if checked is None:
+        return entry.load(path, Path(raw_dir))
+    return entry.load(path, Path(raw_dir), checked)

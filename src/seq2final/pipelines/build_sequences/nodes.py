@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 import numpy as np
@@ -16,21 +17,33 @@ from seq2final.data.sources import SourceData, load_source
 from seq2final.data.spec import SequenceSpec
 from seq2final.reporting import plots
 
+log = logging.getLogger(__name__)
+
 
 def load_source_data(spec: SequenceSpec, options: BuildOptions) -> SourceData:
     """The source pools the sequence is drawn from."""
-    return load_source(spec.dataset, spec.data_path, options.raw_dir)
+    return load_source(spec.dataset, spec.data_path, options.raw_dir, spec.data_options)
 
 
 def build(spec: SequenceSpec, source: SourceData) -> dict[str, ShiftSequence]:
-    """Sample every step; keyed by the spec so sequences never overwrite one another."""
-    return {spec.key: build_sequence(spec, source)}
+    """Sample every step; keyed by the spec so sequences never overwrite one another. The
+    images per step and class are logged before anything trains, a line a step (and stored
+    beside the sequence as ``counts.csv``)."""
+    sequence = build_sequence(spec, source)
+    counts = sequence.counts()
+    classes = sequence.class_names
+    for step, row in counts.iterrows():  # one record a step: a log stays one line per record
+        log.info("%s: %d images (train %d, valid %d, test %d): %s", step, row[classes].sum(),
+                 row["train"], row["valid"], row["test"],
+                 ", ".join(f"{name} {row[name]}" for name in classes))  # fmt: skip
+    return {spec.key: sequence}
 
 
 def _command(spec: SequenceSpec) -> str:
     params = [f"sequence:{spec.name}", f"seed:{spec.seed}", f"dataset:{spec.dataset}"]
     if spec.data_path:
         params.append(f"data_path:{spec.data_path}")
+    params += [f"data_options.{k}:{v}" for k, v in (spec.data_options or {}).items()]
     return f"kedro run --pipeline build_sequences --params {','.join(params)}"
 
 
@@ -48,7 +61,8 @@ def select_sequence(
             f"sequence '{spec.key}' has not been built; make it with: {_command(spec)}"
         )
     sequence = sequences[spec.key]
-    changed = source_change(sequence.manifest, spec.dataset, spec.data_path, options.raw_dir)
+    changed = source_change(sequence.manifest, spec.dataset, spec.data_path, options.raw_dir,
+                            spec.data_options)  # fmt: skip
     if changed:
         recorded, current = changed
         raise MissingPrerequisiteError(
