@@ -22,7 +22,6 @@ before anything is decoded or written.
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
 import re
@@ -331,19 +330,31 @@ def decode_images(paths: Sequence[Path], size: int, where: str) -> np.ndarray:
     sizes: dict[tuple[int, int], int] = {}
     workers, counting = min(8, os.cpu_count() or 1), threading.Lock()
 
-    def one(index: int) -> None:
-        array, mode, original, error = _decode(paths[index], size)
-        with counting:
+    def some(indices: range) -> None:
+        """A contiguous share of the images (a task per image costs more than a small decode)."""
+        seen_modes: dict[str, int] = {}
+        seen_sizes: dict[tuple[int, int], int] = {}
+        errors = []
+        for index in indices:
+            array, mode, original, error = _decode(paths[index], size)
             if array is None:
-                failed.append(f"{paths[index]} ({error})")
-                return
-            modes[mode] = modes.get(mode, 0) + 1
+                errors.append(f"{paths[index]} ({error})")
+                continue
+            x[index] = array
+            seen_modes[mode] = seen_modes.get(mode, 0) + 1
             if original != (size, size):
-                sizes[original] = sizes.get(original, 0) + 1
-        x[index] = array
+                seen_sizes[original] = seen_sizes.get(original, 0) + 1
+        with counting:
+            failed.extend(errors)
+            for mode, n in seen_modes.items():
+                modes[mode] = modes.get(mode, 0) + n
+            for shape, n in seen_sizes.items():
+                sizes[shape] = sizes.get(shape, 0) + n
 
+    share = -(-len(paths) // workers)
     with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(one, range(len(paths))))
+        list(pool.map(some, [range(start, min(start + share, len(paths)))
+                             for start in range(0, len(paths), share)]))  # fmt: skip
     if failed:
         raise Seq2FinalError(f"{where}: unreadable image(s) {_offenders(sorted(failed))}")
     converted = []
@@ -369,9 +380,12 @@ def _cached_images(
         log.info("%s: decoded images read from %s", where, cache)
         return np.load(cache)
     x = decode_images([root / p for p in table["path"]], options.image_size, where)
-    buffer = io.BytesIO()
-    np.save(buffer, x)
-    atomic_write(cache, lambda partial: partial.write_bytes(buffer.getvalue()))
+
+    def write(partial: Path) -> None:
+        with partial.open("wb") as file:  # straight from the array: no copy of it in memory
+            np.save(file, x)
+
+    atomic_write(cache, write)
     return x
 
 
