@@ -71,7 +71,8 @@ PAGE = Path("docs/benchmarks.md")
 NOTES = Path("benchmarks/notes")
 """A section's notes (``<section>.md``): how its figures were chosen and what they say, written
 by hand (each number in them beside the command that printed it) and rendered after the
-section's figures, so that re-measuring a section keeps them."""
+section's figures, so that re-measuring a section keeps them; a notes file of no section (a
+script's measurement, ``own_data.md``) is rendered at the end of the page."""
 QUICK_OUTPUT = Path("data/08_reporting/bench")  # beside the other reports, ignored by git
 
 
@@ -361,6 +362,10 @@ def render(results: dict[str, Any], quick: bool = False) -> str:
         notes = NOTES / f"{section}.md"
         if not quick and notes.exists():  # what a person wrote of the figures, kept by reruns
             lines += [notes.read_text().rstrip(), ""]
+    if not quick:  # measurements of scripts outside `kedro bench`, each beside its command
+        for notes in sorted(NOTES.glob("*.md")) if NOTES.exists() else []:
+            if notes.stem not in SECTIONS:
+                lines += [notes.read_text().rstrip(), ""]
     return "\n".join(lines)
 
 

@@ -98,21 +98,18 @@ def folder_table(root: Path) -> pd.DataFrame:
         raise Seq2FinalError(f"data_path '{root}' is no folder; dataset 'folder' needs "
                              "root/<period>/<class>/<image>")  # fmt: skip
     rows, misplaced, empty = [], [], []
-    for path in sorted(root.rglob("*")):
-        relative = path.relative_to(root)
-        if any(part.startswith(".") for part in relative.parts):
-            continue  # hidden files and the cache
-        if path.is_dir():
-            if len(relative.parts) == 2 and not any(p.is_file() for p in path.iterdir()):
-                empty.append(str(relative))
-            continue
-        if path.suffix.lower() not in IMAGE_SUFFIXES:
-            continue
-        if len(relative.parts) != 3:
-            misplaced.append(str(relative))
-            continue
-        period, label, _ = relative.parts
-        rows.append((str(relative), label, period))
+    for folder, folders, files in os.walk(root):  # strings: a walk of 50,000 files in a blink
+        folders[:] = sorted(name for name in folders if not name.startswith("."))
+        parts = Path(folder).relative_to(root).parts
+        images = sorted(name for name in files if not name.startswith(".")
+                        and os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES)  # fmt: skip
+        if len(parts) == 2 and not folders and not any(not n.startswith(".") for n in files):
+            empty.append("/".join(parts))
+        for name in images:
+            if len(parts) != 2:
+                misplaced.append("/".join([*parts, name]))
+            else:
+                rows.append(("/".join([*parts, name]), parts[1], parts[0]))
     if misplaced:
         raise Seq2FinalError(
             f"data_path '{root}': images at mixed depths ({_offenders(misplaced)}); valid: every "
@@ -301,14 +298,15 @@ def bin_periods(
 def _signature(table: pd.DataFrame, root: Path, options: TemporalOptions) -> str:
     """The cache's name: the table's bytes, every file's size and modification time, the size."""
     digest = hashlib.sha256(table.to_csv(index=False).encode())
+    base = str(root)
     for relative in table["path"]:
-        stat = (root / relative).stat()
+        stat = os.stat(os.path.join(base, relative))
         digest.update(f"{stat.st_size}:{stat.st_mtime_ns};".encode())
     digest.update(str(options.image_size).encode())
     return digest.hexdigest()[:20]
 
 
-def _decode(path: Path, size: int) -> tuple[np.ndarray | None, str, tuple[int, int], str]:
+def _decode(path: str, size: int) -> tuple[np.ndarray | None, str, tuple[int, int], str]:
     """One image as 3×size×size uint8, its original mode and size; an error message instead."""
     try:
         with Image.open(path) as image:
@@ -321,7 +319,7 @@ def _decode(path: Path, size: int) -> tuple[np.ndarray | None, str, tuple[int, i
         return None, "", (0, 0), str(error).splitlines()[0][:80] if str(error) else "unreadable"
 
 
-def decode_images(paths: Sequence[Path], size: int, where: str) -> np.ndarray:
+def decode_images(paths: Sequence[str], size: int, where: str) -> np.ndarray:
     """Every image decoded into one preallocated N×3×size×size array (no full-size copies
     kept), in threads; an unreadable image is one line naming the first ones."""
     x = np.empty((len(paths), 3, size, size), dtype=np.uint8)
@@ -379,7 +377,8 @@ def _cached_images(
     if cache.exists():
         log.info("%s: decoded images read from %s", where, cache)
         return np.load(cache)
-    x = decode_images([root / p for p in table["path"]], options.image_size, where)
+    base = str(root)
+    x = decode_images([os.path.join(base, p) for p in table["path"]], options.image_size, where)
 
     def write(partial: Path) -> None:
         with partial.open("wb") as file:  # straight from the array: no copy of it in memory
@@ -397,7 +396,8 @@ def _periods(
 ) -> tuple[pd.DataFrame, np.ndarray, tuple[str, ...]]:
     """The images that will be read (missing ones skipped only when asked), each one's period
     and the periods' names, up to the final period asked; at least two periods."""
-    exists = np.array([(root / p).is_file() for p in table["path"]])
+    base = str(root)
+    exists = np.array([os.path.isfile(os.path.join(base, p)) for p in table["path"]])
     if not exists.all():
         missing = list(table["path"][~exists])
         if options.on_missing == "error":
