@@ -8,6 +8,7 @@ from kedro.framework.session import KedroSession
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.startup import bootstrap_once
+from seq2final.runs.planner import plan_run
 from tests.temporal_images import manifest_of, write_images
 
 PERIODS = ("2019", "2020", "2021", "2022")
@@ -73,3 +74,18 @@ def test_a_protocol_asking_for_more_periods_than_the_data_has_names_the_maximum(
         _run(project, ["build_sequences"], dataset="folder", data_path=str(photos),
              protocol="eval_fix", protocol_options={"split_step": 5})  # fmt: skip
     assert not any((project / "data/03_primary/sequences").glob("*/manifest.json"))
+
+
+def test_the_oracle_is_refused_by_name_and_left_out_of_every_method_on_periods(
+    project, tmp_path, checked_run
+):
+    """A sequence of periods has no oracle-size draw of its final step."""
+    photos = tmp_path / "photos"
+    write_images(photos, periods=PERIODS, per_class=2)
+    with pytest.raises(Seq2FinalError, match=r"^method 'oracle' cannot run on dataset 'folder': "
+                                             r"it trains on the final step's oracle-size draw"):  # fmt: skip
+        _run(project, ["build_sequences"], dataset="folder", data_path=str(photos),
+             method="oracle")  # fmt: skip
+    every = plan_run(checked_run(dataset="folder", data_path=str(photos), method=None), "data")
+    methods = {job.requested[0] for job in every.jobs}
+    assert "oracle" not in methods and {"baseline", "ft"} <= methods

@@ -214,6 +214,8 @@ def _check_protocol(
     except Seq2FinalError as error:
         raise Seq2FinalError(f"parameter 'protocol': {error}") from None
     options = options_for(run.protocol_options, run.sequence, spec.dataset)
+    if spec.natural:  # its periods are its steps: no oracle-size draw of the final one
+        runnable(asked, run.protocol, run.method or run.final, spec.dataset)
     if not PROTOCOLS[run.protocol].temporal:
         return options
     if run.pretrain_historical is not None and run.pretrain_historical.shared_history:

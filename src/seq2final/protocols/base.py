@@ -206,14 +206,24 @@ def sequence_options(protocol: str) -> dict[str, Any]:
 
 
 def runnable(
-    wanted: Sequence[RequestedJob], protocol: str, named: str | list[str] | None
+    wanted: Sequence[RequestedJob],
+    protocol: str,
+    named: str | list[str] | None,
+    dataset: str | None = None,
 ) -> list[RequestedJob]:
-    """The requested jobs a temporal protocol's views can train: a final mode that needs the
-    oracle draw cannot. Asked for by name (``named``), such a job is refused in one line; among
-    all methods, it is left out."""
+    """The requested jobs a temporal protocol's views, or a sequence by itself (``dataset``, a
+    natural one: its periods are its steps, with no oracle-size draw), can train: a final mode
+    that needs the oracle draw cannot. Asked for by name (``named``), such a job is refused in
+    one line; among all methods, it is left out."""
     kept = [job for job in wanted if not FINAL_MODES[job.final].uses_oracle]
     if named and len(kept) < len(wanted):
         named = next(job.requested for job in wanted if FINAL_MODES[job.final].uses_oracle)
+        if dataset is not None:
+            raise Seq2FinalError(
+                f"method '{named}' cannot run on dataset '{dataset}': it trains on the final "
+                "step's oracle-size draw, which a sequence of periods does not have; valid: any "
+                "method but the oracle"
+            )
         raise Seq2FinalError(
             f"method '{named}' cannot run under protocol '{protocol}': it trains on the final "
             "step's oracle-size draw, which the views a temporal protocol trains on do not have; "

@@ -86,8 +86,9 @@ def _plan(
         every = _problems(spec, name, run.protocol_options)
         problems = every[: [v.name for _, v in every if v].index(only) + 1]
     wanted = list(run.jobs)
-    if problems[0][1] is not None:
-        wanted = runnable(wanted, name, params.method or params.final)
+    if problems[0][1] is not None or spec.natural:
+        wanted = runnable(wanted, name, params.method or params.final,
+                          spec.dataset if spec.natural else None)  # fmt: skip
     states: dict[str, StatePlan] = {}
     jobs: dict[str, JobPlan] = {}
     requested = []
