@@ -311,6 +311,9 @@ def _decode(path: str, size: int) -> tuple[np.ndarray | None, str, tuple[int, in
     try:
         with Image.open(path) as image:
             mode, original = image.mode, image.size
+            # a JPEG at least twice the side is decoded at 1/2, 1/4 or 1/8 scale by libjpeg
+            # (no smaller than the side), then resized: most of a large photo's decode saved
+            image.draft("RGB", (size, size))
             rgb = image.convert("RGB")
             if rgb.size != (size, size):
                 rgb = rgb.resize((size, size), Image.Resampling.BILINEAR)
