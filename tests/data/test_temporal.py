@@ -201,5 +201,12 @@ def test_options_are_checked_when_the_spec_is_made_and_only_for_datasets_that_ta
 ):
     with pytest.raises(Seq2FinalError, match=r"^data_options.periods: Input should be"):
         resolve_spec("natural", "folder", str(tmp_path), data_options={"periods": "weekly"})
+    with pytest.raises(Seq2FinalError, match=r"^data_options: Value error, periods quantiles "
+                                             r"needs bins"):  # fmt: skip
+        resolve_spec("natural", "folder", str(tmp_path), data_options={"periods": "quantiles"})
+    write_images(tmp_path / "photos", per_class=1)
+    with pytest.raises(Seq2FinalError, match=r"edges \['a', 'b', 'c'\]: valid: numbers"):
+        load_source("folder", tmp_path / "photos", tmp_path / "raw",
+                    {"periods": "edges", "edges": ["a", "b", "c"]})  # fmt: skip
     with pytest.raises(Seq2FinalError, match="dataset 'digits' takes no data_options"):
         resolve_spec("source100:rotation60", "digits", data_options={"periods": "year"})

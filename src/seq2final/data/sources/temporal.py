@@ -34,7 +34,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 from PIL import Image, UnidentifiedImageError
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write
@@ -77,11 +77,13 @@ class TemporalOptions(StrictModel):
             raise ValueError(f"edges {edges}: valid: at least three edges (two periods)")
         return edges
 
-    def model_post_init(self, context: object) -> None:
+    @model_validator(mode="after")
+    def _binning(self) -> TemporalOptions:
         if self.periods == "quantiles" and self.bins is None:
             raise ValueError("periods quantiles needs bins: the number of periods (at least 2)")
         if self.periods == "edges" and self.edges is None:
             raise ValueError("periods edges needs edges: the periods' boundaries, in order")
+        return self
 
 
 def _offenders(items: Sequence[object]) -> str:
@@ -270,10 +272,15 @@ def bin_periods(
         highs = [*inner, cuts[-1]]
     else:
         assert options.edges is not None
-        if kind == "date":
-            edges = [float(pd.Timestamp(str(e)).value) for e in options.edges]
-        else:
-            edges = [float(e) for e in options.edges]
+        try:
+            if kind == "date":
+                edges = [float(pd.Timestamp(str(e)).value) for e in options.edges]
+            else:
+                edges = [float(e) for e in options.edges]
+        except ValueError:
+            wanted = "ISO dates" if kind == "date" else "numbers"
+            raise Seq2FinalError(f"edges {options.edges}: valid: {wanted}, as the times of "
+                                 f"{where} are") from None  # fmt: skip
         if any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
             raise Seq2FinalError(f"edges {options.edges}: valid: increasing boundaries")
         outside = [str(_name_of(t, kind)) for t, n in zip(times, numeric, strict=True)
