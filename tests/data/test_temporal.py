@@ -92,6 +92,24 @@ def test_a_split_column_sends_its_images_where_it_says(tmp_path):
         assert told.isdisjoint(sequence.step(position).arrays["idx_train"].tolist())
 
 
+@pytest.mark.parametrize("protocol_tests", [False, True])
+def test_a_group_column_keeps_each_group_within_one_split_of_its_period(tmp_path, protocol_tests):
+    """A patient's (a camera's) images never straddle train, valid and test."""
+    paths = write_images(tmp_path / "photos", per_class=12)
+    groups = [f"{period}-{i % 5}" for i, (_, _, period) in enumerate(paths)]
+    target = manifest_of(tmp_path / "photos", paths, group=groups)
+    spec = resolve_spec("natural", "manifest", str(target), step_tests=protocol_tests)
+    data = load_source("manifest", target, tmp_path / "raw")
+    sequence = build_sequence(spec, data)
+    for position in range(3):
+        step = sequence.step(position)
+        owner = {}
+        for split in step.splits:
+            for row in step.arrays[f"idx_{split}"].tolist():
+                assert owner.setdefault(groups[row], split) == split, (position, groups[row])
+        assert len(set(owner.values())) >= 2  # the groups were split between splits, whole
+
+
 def test_a_second_read_takes_the_decoded_cache_and_a_changed_image_is_decoded_again(
     tmp_path, monkeypatch
 ):

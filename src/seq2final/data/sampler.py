@@ -239,6 +239,21 @@ def _sample_test(
     return arrays
 
 
+def _by_group(rows: np.ndarray, groups: np.ndarray, rng: np.random.RandomState) -> np.ndarray:
+    """``rows`` reordered group by group, the groups in a seeded order (each group's rows in the
+    order they came)."""
+    names = np.unique(groups[rows])
+    rng.shuffle(names)
+    return np.concatenate([rows[groups[rows] == name] for name in names]) if len(rows) else rows
+
+
+def _group_cuts(groups: np.ndarray, cuts: list[int]) -> list[int]:
+    """``cuts`` moved forward to group boundaries of ``groups`` (in row order), so that no group
+    is split between two splits."""
+    ends = np.flatnonzero(np.r_[groups[1:] != groups[:-1], True]) + 1
+    return [int(ends[np.searchsorted(ends, cut)]) if cut else 0 for cut in cuts]
+
+
 def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
     """Split a source that is a sequence by itself (Portraits) per natural time step.
 
@@ -248,7 +263,8 @@ def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
     Wild-Time holds out a tenth of each Yearbook year, and splits the rest ``train_fraction`` /
     the remainder into train/valid. A source's ``final_labelled`` sets how many final images
     train and validate (the rest test), and its ``split_train`` sends images to the split it
-    names; the seeded rule splits the others.
+    names; the seeded rule splits the others, keeping each of its ``group_train`` groups whole
+    (a cut moves on to the end of the group it falls in).
     """
     assert source.time_train is not None and source.time_names is not None
     rng = np.random.RandomState(spec.seed)
@@ -259,6 +275,8 @@ def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
         order = np.flatnonzero(source.time_train == period)
         rng.shuffle(order)
         free = order if given is None else order[given[order] == 0]
+        if source.group_train is not None:  # whole groups, in a seeded order, never split
+            free = _by_group(free, source.group_train, rng)
         n = len(free)
         final = position == len(periods) - 1
         if spec.step_tests:
@@ -271,6 +289,8 @@ def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
             cuts = [int(spec.train_fraction * n), n]
         else:
             cuts = [int(PORTRAITS_FINAL_SPLIT[0] * n), int(PORTRAITS_FINAL_SPLIT[1] * n), n]
+        if source.group_train is not None:  # each cut moves on to the end of the group it is in
+            cuts = _group_cuts(source.group_train[free], cuts)
         arrays, start = {}, 0
         for code, split in enumerate(("train", "valid", "test")):
             stop = cuts[code] if code < len(cuts) else start

@@ -38,7 +38,9 @@ class SourceData:
     that are sequences by themselves (Portraits decades), else ``None``. ``split_train``: for
     such a source, the split each image must go to (0: the seeded hold-out decides, 1 train,
     2 valid, 3 test; a manifest's ``split`` column); ``final_labelled``: how many images of the
-    final period adaptation may use (train and valid), the rest its test set.
+    final period adaptation may use (train and valid), the rest its test set; ``group_train``:
+    each image's group (a patient, a camera: a manifest's ``group`` column), which the seeded
+    hold-out keeps whole within one split.
     """
 
     name: str
@@ -55,6 +57,7 @@ class SourceData:
     fingerprint: str = field(default="")
     split_train: np.ndarray | None = None
     final_labelled: int | None = None
+    group_train: np.ndarray | None = None
 
     @property
     def num_classes(self) -> int:

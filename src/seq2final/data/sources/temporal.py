@@ -447,11 +447,13 @@ def temporal_source(
     table, period, names = _periods(table, root, options, where)
     classes = tuple(sorted(table["label"].unique(), key=_label_order))
     y = np.asarray([classes.index(label) for label in table["label"]], np.int64)
-    split = None
+    split = group = None
     if "split" in table.columns:
         split = np.asarray([("", *SPLITS).index(s) for s in table["split"]], np.int64)
+    if "group" in table.columns:
+        group = np.unique(table["group"].astype(str), return_inverse=True)[1].astype(np.int64)
     x = _cached_images(table, root, options, raw_dir, where)
-    arrays = [x, y, period] + ([] if split is None else [split])
+    arrays = [x, y, period] + [a for a in (split, group) if a is not None]
     return SourceData(
         name=name,
         x_train=x,
@@ -463,6 +465,7 @@ def temporal_source(
         time_names=names,
         split_train=split,
         final_labelled=options.final_labelled,
+        group_train=group,
         fingerprint=fingerprint(*arrays),
     )
 
