@@ -229,6 +229,11 @@ def resolve_spec(
         # the paper's sizes do not fit a small dataset: keep the shifts, take its own sizes
         spec_text, preset = re.sub(r"\d+", "", spec_text), None
     checked = checked_options(dataset, data_options)  # a bad option: one line, before any work
+    if step_tests and getattr(checked, "final_labelled", None) is not None:
+        raise Seq2FinalError(
+            "data_options.final_labelled under a temporal protocol: valid only under protocol "
+            "final (the temporal protocols hold out a tenth of every period as its test split)"
+        )
     natural = spec_text == NATURAL
     if natural != source.natural:
         naturals = [name for name, entry in SOURCES.items() if entry.natural]

@@ -33,7 +33,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from pydantic import Field, field_validator, model_validator
 
 from seq2final.core.errors import Seq2FinalError
@@ -65,7 +65,7 @@ class TemporalOptions(StrictModel):
     periods: Literal["as_given", "year", "month", "quantiles", "edges"] = "as_given"
     bins: int | None = Field(default=None, ge=2)
     edges: list[float | str] | None = None
-    final_period: str | None = None
+    final_period: str | int | float | None = None  # a year arrives as a number
     final_labelled: int | None = Field(default=None, ge=2)
     image_size: int = Field(default=32, ge=8, le=512)
     on_missing: Literal["error", "skip"] = "error"
@@ -105,7 +105,7 @@ def folder_table(root: Path) -> pd.DataFrame:
         parts = Path(folder).relative_to(root).parts
         images = sorted(name for name in files if not name.startswith(".")
                         and os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES)  # fmt: skip
-        if len(parts) == 2 and not folders and not any(not n.startswith(".") for n in files):
+        if len(parts) == 2 and not folders and not images:  # (files of other kinds alone too)
             empty.append("/".join(parts))
         for name in images:
             if len(parts) != 2:
@@ -158,7 +158,7 @@ def manifest_table(path: Path) -> tuple[pd.DataFrame, Path]:
         )
     columns = [c for c in ("path", "label", "time", "group", "split") if c in table.columns]
     table = table[columns].copy()
-    table["path"] = table["path"].astype(str)
+    table["path"] = [os.path.normpath(p) for p in table["path"].astype(str)]  # ./a, x/../a: a
     table["label"] = table["label"].astype(str)
     root = path.parent.resolve()
     outside = [f"row {row + 2}: {value}" for row, value in enumerate(table["path"])
@@ -229,8 +229,8 @@ def parse_times(values: Sequence[object], where: str) -> tuple[np.ndarray, str]:
             f"number, row {first_date + 2}: {values[first_date]!r} a date); valid: one kind"
         )
     if kinds == {True}:
-        stamps = pd.DatetimeIndex([pd.Timestamp(v).tz_localize(None) if pd.Timestamp(v).tzinfo
-                                   else v for v in parsed])  # fmt: skip
+        stamps = pd.DatetimeIndex([pd.Timestamp(v).tz_convert("UTC").tz_localize(None)
+                                   if pd.Timestamp(v).tzinfo else v for v in parsed])  # fmt: skip
         return stamps.values.astype("datetime64[ns]"), "date"
     return np.asarray(parsed, dtype=np.float64), "number"
 
@@ -303,8 +303,9 @@ def bin_periods(
 
 
 def _signature(table: pd.DataFrame, root: Path, options: TemporalOptions) -> str:
-    """The cache's name: the table's bytes, every file's size and modification time, the size."""
-    digest = hashlib.sha256(table.to_csv(index=False).encode())
+    """The cache's name: the folder, every file's path, size and modification time, and the
+    image size (not the labels or times: a manifest relabelled decodes nothing again)."""
+    digest = hashlib.sha256("\n".join([str(root), *table["path"]]).encode())
     base = str(root)
     for relative in table["path"]:
         stat = os.stat(os.path.join(base, relative))
@@ -325,7 +326,7 @@ def _decode(path: str, size: int) -> tuple[np.ndarray | None, str, tuple[int, in
             if rgb.size != (size, size):
                 rgb = rgb.resize((size, size), Image.Resampling.BILINEAR)
             return np.asarray(rgb, dtype=np.uint8).transpose(2, 0, 1), mode, original, ""
-    except (OSError, UnidentifiedImageError, ValueError) as error:
+    except Exception as error:  # noqa: BLE001 - PIL fails in many ways; each is "unreadable"
         return None, "", (0, 0), str(error).splitlines()[0][:80] if str(error) else "unreadable"
 
 
@@ -419,10 +420,12 @@ def _periods(
     times, kind = parse_times(list(table["time"]), where)
     period, names = bin_periods(times, kind, options, where)
     if options.final_period is not None:
-        if options.final_period not in names:
-            raise Seq2FinalError(f"data_options.final_period '{options.final_period}' is no "
+        final = options.final_period
+        wanted = final if isinstance(final, str) else _name_of(float(final), "number")
+        if wanted not in names:
+            raise Seq2FinalError(f"data_options.final_period '{final}' is no "
                                  f"period of {where}; valid: {', '.join(names)}")  # fmt: skip
-        last = names.index(options.final_period)
+        last = names.index(wanted)
         kept = period <= last
         table, period, names = table[kept].reset_index(drop=True), period[kept], names[: last + 1]
     if len(names) < 2:
@@ -451,7 +454,11 @@ def temporal_source(
     if "split" in table.columns:
         split = np.asarray([("", *SPLITS).index(s) for s in table["split"]], np.int64)
     if "group" in table.columns:
-        group = np.unique(table["group"].astype(str), return_inverse=True)[1].astype(np.int64)
+        named = [
+            str(g) if str(g).strip() and str(g) not in ("nan", "None") else f"\0{row}"
+            for row, g in enumerate(table["group"])
+        ]  # an ungrouped image: a group alone
+        group = np.unique(named, return_inverse=True)[1].astype(np.int64)
     x = _cached_images(table, root, options, raw_dir, where)
     arrays = [x, y, period] + [a for a in (split, group) if a is not None]
     return SourceData(
@@ -466,7 +473,7 @@ def temporal_source(
         split_train=split,
         final_labelled=options.final_labelled,
         group_train=group,
-        fingerprint=fingerprint(*arrays),
+        fingerprint=fingerprint(*arrays, np.array(classes), np.array(names)),
     )
 
 
