@@ -59,7 +59,10 @@ from seq2final.training.loop import (
     EpochCallback,
     FitResult,
     epoch_row,
+    global_rng,
     hand_back,
+    load_paused,
+    restore_global_rng,
     train_mode,
     training_images,
 )
@@ -298,9 +301,7 @@ class FusedRun:
         None): once every model has left it, each one's selected epoch loaded into its model and
         its :class:`FitResult` (``None`` for a pruned one); ``None`` while models still train."""
         if self.global_rng is not None:  # another fit may have drawn from it while paused
-            torch.set_rng_state(self.global_rng[0])
-            if len(self.global_rng) > 1:
-                torch.cuda.set_rng_state(self.global_rng[1], self.device)
+            restore_global_rng(self.global_rng, self.device)
             self.global_rng = None
         stack, base, engine, device = self.stack, self.base, self.engine, self.device
         batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in self.domains)
@@ -335,9 +336,7 @@ class FusedRun:
         finally:
             set_dropout(base, 0.0)
         if stack.members:  # paused: what dropout draws from goes with the stack
-            self.global_rng = [torch.get_rng_state()]
-            if device.type == "cuda":
-                self.global_rng.append(torch.cuda.get_rng_state(device))
+            self.global_rng = global_rng(device)
             return None
         results: list[FitResult | None] = []
         for model, member, flag in zip(self.models, self.members, self.flags, strict=True):
@@ -379,15 +378,7 @@ class FusedRun:
         """A stack :meth:`save` wrote, with its ``task`` and ``engine`` given again (its trials'
         callbacks are not kept: set them through :attr:`trials`). Loads a pickle: only for
         files this project wrote (a tuner's own checkpoints)."""
-        try:
-            run = torch.load(path, map_location=None, weights_only=False)
-        except Exception as error:  # damaged, or written by another version of FusedRun
-            first = (str(error).splitlines() or [type(error).__name__])[0][:120]
-            raise Seq2FinalError(
-                f"paused stack {path} is unreadable ({first}); delete it to restart its trials"
-            ) from None
-        if not isinstance(run, cls):
-            raise Seq2FinalError(f"{path} holds no paused stack; delete it to restart its trials")
+        run = load_paused(path, cls, "stack", "its trials")
         run._attach(task, engine)
         pick_fast_kernels(run.device)
         return run

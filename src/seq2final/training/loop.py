@@ -34,7 +34,7 @@ import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -73,6 +73,7 @@ class FitResult:
 
 EpochCallback = Callable[[int, float], None]
 log = logging.getLogger(__name__)
+P = TypeVar("P")  # what a paused file holds (load_paused)
 
 
 class BatchOrder:
@@ -257,9 +258,7 @@ class FitRun:
         ``on_epoch`` and ``progress`` as :func:`fit`'s, for the epochs this call trains."""
         model, state, callbacks = self.model, self.state, self.callbacks
         if self.global_rng is not None:  # another fit may have drawn from it while paused
-            torch.set_rng_state(self.global_rng[0])
-            if len(self.global_rng) > 1:
-                torch.cuda.set_rng_state(self.global_rng[1], self.device)
+            restore_global_rng(self.global_rng, self.device)
             self.global_rng = None
         try:
             if not self.history:
@@ -292,9 +291,7 @@ class FitRun:
             end_callbacks(callbacks, state, leaving=True)
             raise
         if not self.ended:  # paused: what dropout draws from goes with the fit
-            self.global_rng = [torch.get_rng_state()]
-            if self.device.type == "cuda":
-                self.global_rng.append(torch.cuda.get_rng_state(self.device))
+            self.global_rng = global_rng(self.device)
             return None
         assert self.best_state is not None
         model.load_state_dict(self.best_state)
@@ -331,15 +328,7 @@ class FitRun:
     def load(cls, path: Path, task: Task, engine: Engine) -> FitRun:
         """A fit :meth:`save` wrote, with its ``task`` and ``engine`` given again. Loads a
         pickle: only for files this project wrote (a tuner's own checkpoints)."""
-        try:
-            run = torch.load(path, map_location=None, weights_only=False)
-        except Exception as error:  # damaged, or written by another version of FitRun
-            first = (str(error).splitlines() or [type(error).__name__])[0][:120]
-            raise Seq2FinalError(
-                f"paused fit {path} is unreadable ({first}); delete it to restart its trial"
-            ) from None
-        if not isinstance(run, cls):
-            raise Seq2FinalError(f"{path} holds no paused fit; delete it to restart its trial")
+        run = load_paused(path, cls, "fit", "its trial")
         run._attach(task, engine)
         pick_fast_kernels(run.device)
         run.state.domains, run.state.engine = run.domains, engine
@@ -429,6 +418,38 @@ class FitRun:
         state = self.state
         self.best_state = _snapshot(self.model if state.eval_model is None else state.eval_model)
         self.best_extras = _kept(state, self.callbacks)
+
+
+def global_rng(device: torch.device) -> list[torch.Tensor]:
+    """The global random states a paused fit keeps (the CPU's, and the device's on CUDA):
+    another fit may draw from them while it waits."""
+    states = [torch.get_rng_state()]
+    if device.type == "cuda":
+        states.append(torch.cuda.get_rng_state(device))
+    return states
+
+
+def restore_global_rng(states: list[torch.Tensor], device: torch.device) -> None:
+    """Put back what :func:`global_rng` kept, as a paused fit goes on."""
+    torch.set_rng_state(states[0])
+    if len(states) > 1:
+        torch.cuda.set_rng_state(states[1], device)
+
+
+def load_paused(path: Path, kind: type[P], what: str, restart: str) -> P:
+    """The paused ``what`` (fit, stack) of type ``kind`` pickled at ``path``; a damaged or
+    foreign file is one line saying to delete it to restart ``restart``. Loads a pickle: only
+    for files this project wrote (a tuner's own checkpoints)."""
+    try:
+        paused = torch.load(path, map_location=None, weights_only=False)
+    except Exception as error:  # damaged, or written by another version of the class
+        first = (str(error).splitlines() or [type(error).__name__])[0][:120]
+        raise Seq2FinalError(
+            f"paused {what} {path} is unreadable ({first}); delete it to restart {restart}"
+        ) from None
+    if not isinstance(paused, kind):
+        raise Seq2FinalError(f"{path} holds no paused {what}; delete it to restart {restart}")
+    return paused
 
 
 def end_callbacks(callbacks: list[FitCallback], state: FitState, leaving: bool) -> None:
