@@ -57,10 +57,12 @@ def test_build_then_quantify(project):
     table = pd.read_csv(
         project / f"data/08_reporting/shift_tables/{folder.name}/relative_to_final.csv"
     )
-    assert list(table.columns) == ["metric", "W^{0,3}", "W^{1,3}", "W^{2,3}"]
+    assert list(table.columns) == [  # the paper's index and the step's own name
+        "metric", "W^{0,3} source", "W^{1,3} rotation", "W^{2,3} corruption"
+    ]  # fmt: skip
     assert list(table["metric"]) == ["W_X", "W_X|Y", "1-NN"]
     # Rotation is the step that makes the final distribution: before it the shift is large.
-    assert table.loc[0, "W^{0,3}"] > 1.2
+    assert table.loc[0, "W^{0,3} source"] > 1.2
     distances = pd.read_csv(project / f"data/04_feature/shift_distances/{folder.name}.csv")
     assert list(distances["comparison"]) == (
         ["half_split"] + ["consecutive"] * 3 + ["to_final"] * 4 + ["history_to_final"]

@@ -50,6 +50,8 @@ def test_a_folder_of_photos_runs_every_pipeline_with_its_periods_and_classes(
     assert all(r.test_size == 24 for r in records)
     reporting = project / "data/08_reporting"
     assert list(reporting.rglob("*examples*.png")) and list(reporting.rglob("*.csv"))
+    shift = pd.read_csv(reporting / "shift_tables" / key / "relative_to_final.csv")
+    assert list(shift.columns)[1:] == ["W^{0,3} 2019", "W^{1,3} 2020", "W^{2,3} 2021"]
 
 
 @pytest.mark.parametrize(("protocol", "options"), [("eval_fix", {"split_step": 2}),

@@ -15,15 +15,24 @@ def _measures(distances: pd.DataFrame) -> dict[str, str]:
     return {name: column for name, column in MEASURES.items() if column in distances}
 
 
+def _step(name: object) -> str:
+    """A step's own name out of a distance row's ``<index>:<name>`` (a user's period, ``2019``;
+    a shift, ``corruption``)."""
+    return str(name).split(":", 1)[-1]
+
+
 def relative_to_final(distances: pd.DataFrame) -> pd.DataFrame:
-    """W^{t,T} ÷ W^{T,T} per earlier step t: a column per step, a row per measure."""
+    """W^{t,T} ÷ W^{T,T} per earlier step t: a column per step, named by the paper's index and
+    the step's own name (``W^{0,3} 2019``), a row per measure."""
     measures = _measures(distances)
     to_final = distances[distances["comparison"] == "to_final"].reset_index(drop=True)
     final = to_final.iloc[-1]
     last = len(to_final) - 1
     return pd.DataFrame(
         {
-            f"W^{{{t},{last}}}": [to_final.loc[t, c] / final[c] for c in measures.values()]
+            f"W^{{{t},{last}}} {_step(to_final.loc[t, 'first'])}": [
+                to_final.loc[t, c] / final[c] for c in measures.values()
+            ]
             for t in range(last)
         },
         index=list(measures),
@@ -31,14 +40,17 @@ def relative_to_final(distances: pd.DataFrame) -> pd.DataFrame:
 
 
 def consecutive_steps(distances: pd.DataFrame) -> pd.DataFrame:
-    """W^{t,t+1} ÷ the distance between two halves of the source train set."""
+    """W^{t,t+1} ÷ the distance between two halves of the source train set, a column per pair
+    named by index and names (``W^{0,1} 2019→2020``)."""
     measures = _measures(distances)
     half = distances[distances["comparison"] == "half_split"].iloc[0]
     consecutive = distances[distances["comparison"] == "consecutive"].reset_index(drop=True)
     return pd.DataFrame(
         {
-            f"W^{{{t},{t + 1}}}": [consecutive.loc[t, c] / half[c] for c in measures.values()]
-            for t in range(len(consecutive))
+            f"W^{{{t},{t + 1}}} {_step(row['first'])}→{_step(row['second'])}": [
+                row[c] / half[c] for c in measures.values()
+            ]
+            for t, row in consecutive.iterrows()
         },
         index=list(measures),
     )

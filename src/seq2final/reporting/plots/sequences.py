@@ -49,14 +49,15 @@ def sequence_examples(
             image = image / 255.0 if images.dtype == np.uint8 else image
             top, left = row * (height + gap), column * (width + gap)
             montage[top : top + height, left : left + width] = image  # (H, W, 1) broadcasts
-    figure = _figure(0.5 + 0.55 * len(shown), 0.75 + 0.55 * len(steps))
+    width = max(3.2, 0.5 + 0.55 * len(shown))  # a few classes still leave the title its room
+    figure = _figure(width, 0.9 + 0.55 * len(steps))
     axis = figure.add_subplot()
     axis.imshow(montage, interpolation="nearest")
     axis.set_xticks([c * (width + gap) + width / 2 for c in range(len(shown))])
     axis.set_xticklabels([class_names[c] for c in shown], fontsize=LABEL_FONTSIZE)
     axis.xaxis.tick_top()
     axis.set_xlabel(
-        "class label of each image (after a label flip: its new label)",
+        _wrapped("class label of each image (after a label flip: its new label)", int(width * 17)),
         fontsize=LABEL_FONTSIZE,
     )
     axis.xaxis.set_label_position("top")
@@ -67,7 +68,7 @@ def sequence_examples(
     axis.tick_params(length=0)
     for spine in axis.spines.values():
         spine.set_visible(False)
-    figure.suptitle(title, fontsize=9)
+    figure.suptitle(_wrapped(title, int(width * 13)), fontsize=9)
     axis.set_title(subtitle, fontsize=6, color="0.4", pad=18)
     return figure
 
