@@ -113,6 +113,26 @@ def test_a_group_column_keeps_each_group_within_one_split_of_its_period(tmp_path
         assert sum(len(step.arrays[f"idx_{split}"]) > 0 for split in step.splits) >= 2
 
 
+def test_groups_never_take_the_final_period_over_the_labelled_images_asked(tmp_path):
+    """Groups of 3: a cut at 5 labelled images moves back to 3, never on to 6."""
+    paths = write_images(tmp_path / "photos", per_class=9)
+    groups = [f"{period}-{i // 3}" for i, (_, _, period) in enumerate(paths)]
+    target = manifest_of(tmp_path / "photos", paths, group=groups)
+    data = load_source("manifest", target, tmp_path / "raw", {"final_labelled": 5})
+    spec = resolve_spec("natural", "manifest", str(target), data_options={"final_labelled": 5})
+    final = build_sequence(spec, data).step(-1)
+    labelled = [*final.arrays["idx_train"].tolist(), *final.arrays["idx_valid"].tolist()]
+    assert len(labelled) == 3 and len(final.arrays["idx_test"]) == 15
+    assert len({groups[row] for row in labelled}) == 1
+    two = load_source("manifest", target, tmp_path / "raw", {"final_labelled": 2})
+    spec = resolve_spec("natural", "manifest", str(target), data_options={"final_labelled": 2})
+    with pytest.raises(Seq2FinalError, match=r"^dataset 'manifest': the final period 2000's first "
+                                             r"group \(seeded order\) holds 3 images, more than "
+                                             r"data_options.final_labelled 2; valid: final_labelled "
+                                             r"at least 3, or smaller groups$"):  # fmt: skip
+        build_sequence(spec, two)
+
+
 def test_a_second_read_takes_the_decoded_cache_and_a_changed_image_is_decoded_again(
     tmp_path, monkeypatch
 ):
@@ -197,7 +217,9 @@ def test_bad_manifests_are_refused_in_one_line_naming_rows_before_anything_is_wr
     _refused(tmp_path, "manifest", with_table(split), r"bad split value\(s\) \(row 7: 'holdout'\)")
     gone = table.copy()
     gone.loc[0, "path"] = "95/cat/missing.png"
-    _refused(tmp_path, "manifest", with_table(gone), r"missing image\(s\) 95/cat/missing.png")
+    _refused(
+        tmp_path, "manifest", with_table(gone), r"missing image\(s\) row 2: 95/cat/missing.png"
+    )
     _refused(tmp_path, "manifest", root / "none.csv", r"manifest '.*none.csv' does not exist")
     _refused(tmp_path, "manifest", with_table(table), r"final_labelled 20 leaves none to test on; "
              r"valid: at most 3", final_labelled=20)  # fmt: skip
@@ -218,6 +240,29 @@ def test_missing_images_are_skipped_only_when_asked_and_counted_in_the_log(tmp_p
                            {"on_missing": "skip"})  # fmt: skip
     assert len(data.y_train) == len(paths) - 1
     assert any("1 missing image(s) skipped" in r.getMessage() for r in caplog.records)
+    table = table.astype({"time": str})
+    table.loc[3, "time"] = "soon"  # row 5 of the file, the fourth of the images kept
+    table.to_csv(root / "gone.csv", index=False)
+    with pytest.raises(Seq2FinalError, match=r"unparseable time\(s\) \(row 5: 'soon'\)"):
+        load_source("manifest", root / "gone.csv", tmp_path / "raw", {"on_missing": "skip"})
+
+
+def test_linked_folders_and_images_are_read_where_the_links_lie(tmp_path):
+    """A period folder linked in from elsewhere is walked (once, even with a link back up), and
+    a manifest's image that is a link inside its folder is no path outside it."""
+    write_images(tmp_path / "store", periods=("2003",))
+    root = tmp_path / "photos"
+    write_images(root, periods=("2001", "2002"))
+    (root / "2003").symlink_to(tmp_path / "store" / "2003", target_is_directory=True)
+    (root / "2001" / "cat" / "up").symlink_to(root, target_is_directory=True)  # never walked
+    data = load_source("folder", root, tmp_path / "raw")
+    assert data.time_names == ("2001", "2002", "2003") and len(data.y_train) == 24
+    linked = tmp_path / "linked"
+    paths = write_images(linked, periods=("2001", "2002"))
+    (linked / "2002" / "cat" / "0.png").unlink()
+    (linked / "2002" / "cat" / "0.png").symlink_to(tmp_path / "store" / "2003" / "cat" / "0.png")
+    manifest = load_source("manifest", manifest_of(linked, paths), tmp_path / "raw")
+    assert len(manifest.y_train) == 16
 
 
 def test_options_are_checked_when_the_spec_is_made_and_only_for_datasets_that_take_them(

@@ -247,11 +247,18 @@ def _by_group(rows: np.ndarray, groups: np.ndarray, rng: np.random.RandomState) 
     return np.concatenate([rows[groups[rows] == name] for name in names]) if len(rows) else rows
 
 
-def _group_cuts(groups: np.ndarray, cuts: list[int]) -> list[int]:
+def _group_cuts(groups: np.ndarray, cuts: list[int], labelled: int | None = None) -> list[int]:
     """``cuts`` moved forward to group boundaries of ``groups`` (in row order), so that no group
-    is split between two splits."""
+    is split between two splits. With ``labelled`` (the scarce final images asked for) the
+    labelled cut moves back instead, never past it: a group that would take the final period
+    over what adaptation may use goes to the test split whole."""
     ends = np.flatnonzero(np.r_[groups[1:] != groups[:-1], True]) + 1
-    return [int(ends[np.searchsorted(ends, cut)]) if cut else 0 for cut in cuts]
+    moved = [int(ends[np.searchsorted(ends, cut)]) if cut else 0 for cut in cuts]
+    if labelled is None:
+        return moved
+    within = ends[ends <= labelled]
+    last = int(within[-1]) if len(within) else 0
+    return [min(moved[0], last), last, *moved[2:]]
 
 
 def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
@@ -290,7 +297,17 @@ def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
         else:
             cuts = [int(PORTRAITS_FINAL_SPLIT[0] * n), int(PORTRAITS_FINAL_SPLIT[1] * n), n]
         if source.group_train is not None:  # each cut moves on to the end of the group it is in
-            cuts = _group_cuts(source.group_train[free], cuts)
+            scarce = final and not spec.step_tests and source.final_labelled is not None
+            cuts = _group_cuts(source.group_train[free], cuts,
+                               source.final_labelled if scarce else None)  # fmt: skip
+            if scarce and not cuts[1]:
+                first = int(np.sum(source.group_train[free] == source.group_train[free[0]]))
+                raise Seq2FinalError(
+                    f"dataset '{source.name}': the final period {source.time_names[period]}'s "
+                    f"first group (seeded order) holds {first} images, more than "
+                    f"data_options.final_labelled {source.final_labelled}; valid: "
+                    f"final_labelled at least {first}, or smaller groups"
+                )
         arrays, start = {}, 0
         for code, split in enumerate(("train", "valid", "test")):
             stop = cuts[code] if code < len(cuts) else start

@@ -100,8 +100,14 @@ def folder_table(root: Path) -> pd.DataFrame:
         raise Seq2FinalError(f"data_path '{root}' is no folder; dataset 'folder' needs "
                              "root/<period>/<class>/<image>")  # fmt: skip
     rows, misplaced, empty = [], [], []
-    for folder, folders, files in os.walk(root):  # strings: a walk of 50,000 files in a blink
-        folders[:] = sorted(name for name in folders if not name.startswith("."))
+    seen = {os.path.realpath(root)}
+    # strings: a walk of 50,000 files in a blink; linked folders followed (a period gathered from
+    # elsewhere), each real folder once, so a link back up cannot loop
+    for folder, folders, files in os.walk(root, followlinks=True):
+        real = {name: os.path.realpath(os.path.join(folder, name)) for name in folders}
+        folders[:] = sorted(name for name in folders
+                            if not name.startswith(".") and real[name] not in seen)  # fmt: skip
+        seen.update(real[name] for name in folders)
         parts = Path(folder).relative_to(root).parts
         images = sorted(name for name in files if not name.startswith(".")
                         and os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES)  # fmt: skip
@@ -162,10 +168,12 @@ def manifest_table(path: Path) -> tuple[pd.DataFrame, Path]:
     table["label"] = table["label"].astype(str)
     root = path.parent.resolve()
     outside = [f"row {row + 2}: {value}" for row, value in enumerate(table["path"])
-               if not (root / value).resolve().is_relative_to(root)]  # fmt: skip
+               if os.path.isabs(value) or value == ".." or value.startswith("../")]  # fmt: skip
     if outside:
-        raise Seq2FinalError(f"manifest '{path}': path(s) outside its folder "
-                             f"({_offenders(outside)}); valid: paths inside {root}")  # fmt: skip
+        raise Seq2FinalError(
+            f"manifest '{path}': path(s) outside its folder ({_offenders(outside)}); valid: "
+            f"paths relative to {root}, inside it"
+        )
     labels = table.groupby("path")["label"].nunique()
     relabelled = sorted(labels[labels > 1].index)
     if relabelled:
@@ -212,11 +220,15 @@ def _time_of(value: object) -> float | pd.Timestamp | None:
         return None
 
 
-def parse_times(values: Sequence[object], where: str) -> tuple[np.ndarray, str]:
+def parse_times(
+    values: Sequence[object], where: str, rows: Sequence[int] | None = None
+) -> tuple[np.ndarray, str]:
     """The times as one kind: ``number`` (float array) or ``date`` (datetime64[ns] array); an
-    unparseable, missing or mixed-type time is one line naming rows."""
+    unparseable, missing or mixed-type time is one line naming rows (``rows``: each value's
+    row in the file, where some were left out; by default the file's rows in order)."""
+    line = list(rows) if rows is not None else [row + 2 for row in range(len(values))]
     parsed = [_time_of(value) for value in values]
-    bad = [f"row {row + 2}: {values[row]!r}" for row, value in enumerate(parsed) if value is None]
+    bad = [f"row {line[row]}: {values[row]!r}" for row, value in enumerate(parsed) if value is None]
     if bad:
         raise Seq2FinalError(f"{where}: missing or unparseable time(s) ({_offenders(bad)}); "
                              "valid: integers, numbers, ISO dates or datetimes")  # fmt: skip
@@ -225,8 +237,8 @@ def parse_times(values: Sequence[object], where: str) -> tuple[np.ndarray, str]:
         first_date = next(r for r, v in enumerate(parsed) if isinstance(v, pd.Timestamp))
         first_number = next(r for r, v in enumerate(parsed) if not isinstance(v, pd.Timestamp))
         raise Seq2FinalError(
-            f"{where}: mixed-type times (row {first_number + 2}: {values[first_number]!r} is a "
-            f"number, row {first_date + 2}: {values[first_date]!r} a date); valid: one kind"
+            f"{where}: mixed-type times (row {line[first_number]}: {values[first_number]!r} is a "
+            f"number, row {line[first_date]}: {values[first_date]!r} a date); valid: one kind"
         )
     if kinds == {True}:
         stamps = pd.DatetimeIndex([pd.Timestamp(v).tz_convert("UTC").tz_localize(None)
@@ -410,14 +422,14 @@ def _periods(
     base = str(root)
     exists = np.array([os.path.isfile(os.path.join(base, p)) for p in table["path"]])
     if not exists.all():
-        missing = list(table["path"][~exists])
+        missing = [f"row {row + 2}: {path}" for row, path in table["path"][~exists].items()]
         if options.on_missing == "error":
             raise Seq2FinalError(f"{where}: missing image(s) {_offenders(missing)}; valid: "
                                  "existing files, or data_options.on_missing: skip")  # fmt: skip
         log.warning("%s: %d missing image(s) skipped (on_missing: skip), e.g. %s", where,
                     len(missing), _offenders(missing))  # fmt: skip
-        table = table[exists].reset_index(drop=True)
-    times, kind = parse_times(list(table["time"]), where)
+        table = table[exists]  # its index still the file's rows, for the messages below
+    times, kind = parse_times(list(table["time"]), where, list(table.index + 2))
     period, names = bin_periods(times, kind, options, where)
     if options.final_period is not None:
         final = options.final_period
@@ -428,6 +440,8 @@ def _periods(
         last = names.index(wanted)
         kept = period <= last
         table, period, names = table[kept].reset_index(drop=True), period[kept], names[: last + 1]
+    else:
+        table = table.reset_index(drop=True)
     if len(names) < 2:
         raise Seq2FinalError(f"{where} has {len(names)} period(s) ({', '.join(names)}); valid: "
                              "at least 2 (earlier ones to learn from, a final one)")  # fmt: skip
