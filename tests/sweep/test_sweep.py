@@ -25,6 +25,7 @@ from mlflow import MlflowClient
 
 from seq2final.cli import cli
 from seq2final.methods import FINAL_MODES
+from tests.temporal_images import write_images
 
 TINY = "build_sequences.test_size=50,build_sequences.oracle_size=120"
 SEQUENCE = "source100:rotation60"
@@ -171,7 +172,9 @@ def test_bad_sweep_input_stops_in_one_line_before_any_work(project):
     assert not (project / "data/03_primary").exists()
 
 
-def test_without_sequences_a_sweep_takes_the_run_parameters_sequence(project, project_parameters):
+def test_without_sequences_a_sweep_takes_the_run_parameters_sequence(
+    project, project_parameters, tmp_path
+):
     """As --archs and --budget do; --params sets it as for kedro run, a spec with a comma whole."""
 
     def dry_run(*args):
@@ -186,6 +189,13 @@ def test_without_sequences_a_sweep_takes_the_run_parameters_sequence(project, pr
     assert given.exit_code == 0, given.output
     assert "Sweep: 1 sequences (0 done), 1 states (0 done), 1 jobs (0 done)" in given.output
     assert "\n  source100-rotation-corruption60-digits-seed" in given.output
+    write_images(tmp_path / "photos", per_class=2)  # a user's own periods: their sequence
+    own = dry_run("--dataset", "folder", "--data-path", str(tmp_path / "photos"),
+                  "--seeds", "1,2")  # fmt: skip
+    assert own.exit_code == 0, own.output
+    assert "Sequence: natural (the periods of dataset folder)" in own.output
+    assert "Sweep: 2 sequences (0 done), 2 states (0 done), 2 jobs (0 done)" in own.output
+    assert "\n  natural-folder-seed1-" in own.output and "\n  natural-folder-seed2-" in own.output
     assert not (project / "data/03_primary").exists()
 
 

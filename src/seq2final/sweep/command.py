@@ -26,6 +26,8 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import one_line
 from seq2final.core.startup import bootstrap_once
 from seq2final.data.family import expand_sequences, members
+from seq2final.data.presets import NATURAL
+from seq2final.data.sources import SOURCES
 from seq2final.data.spec import resolve_spec
 from seq2final.reporting.robustness import history_distances
 from seq2final.reporting.tables import report_folder
@@ -108,7 +110,11 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
     )  # fmt: skip
     if options.sequences is None:  # the one sequence, whole: a spec string may hold commas
         request = dataclasses.replace(request, sequences=(str(params["sequence"]),))
-        say(f"Sequence: {params['sequence']} (the run parameter; --sequences to choose)")
+        dataset = params.get("dataset")
+        if dataset in SOURCES and SOURCES[dataset].natural:  # its periods, whatever the preset
+            say(f"Sequence: {NATURAL} (the periods of dataset {dataset})")
+        else:
+            say(f"Sequence: {params['sequence']} (the run parameter; --sequences to choose)")
     intensities = base.get("intensities", params.get("intensities"))
     sequences, families = expand_sequences(request.sequences, intensities)
     if families:  # each member is a sequence of its own; the family is read by `robustness`

@@ -84,7 +84,8 @@ def sequence_records(spec: SequenceSpec, results: Mapping[str, ResultRecord]) ->
             raise Seq2FinalError(
                 f"result {key} is for sequence '{record.sequence_key}', not '{expected}': "
                 f"the records named '{spec.name}' ({spec.dataset}) come from different "
-                "specifications; pass the sequence's exact settings (e.g. build_sequences.test_size)"
+                "specifications (another test size, data_path or data_options); pass the "
+                "sequence's exact settings, or move the other records out of the results folder"
             )
         if cell in cells_seen:  # two settings under one budget name would pass as two seeds
             raise Seq2FinalError(
