@@ -91,3 +91,14 @@ def test_the_oracle_is_refused_by_name_and_left_out_of_every_method_on_periods(
     every = plan_run(checked_run(dataset="folder", data_path=str(photos), method=None), "data")
     methods = {job.requested[0] for job in every.jobs}
     assert "oracle" not in methods and {"baseline", "ft"} <= methods
+
+
+def test_a_family_of_intensities_on_periods_is_refused_in_one_line(checked_run, tmp_path):
+    """A user's periods are one sequence: there is no shift intensity to sweep over."""
+    write_images(tmp_path / "photos", periods=PERIODS, per_class=1)
+    with pytest.raises(Seq2FinalError, match=r"^dataset 'folder' is a sequence by itself \(its "
+                                             r"periods\), with no shift intensity to dial .*"
+                                             r"intensities \[0.5, 1.0\]\); valid: intensities "
+                                             r"null"):  # fmt: skip
+        checked_run(dataset="folder", data_path=str(tmp_path / "photos"),
+                    intensities=[0.5, 1.0])  # fmt: skip

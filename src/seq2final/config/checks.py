@@ -101,6 +101,14 @@ def validate_parameters(parameters: Mapping[str, Any]) -> CheckedRun:
         run = RunParameters.model_validate({**parameters, "plugins": plugins})
     except ValidationError as error:
         raise Seq2FinalError(one_line(error, RunParameters)) from None
+    natural = run.dataset is not None and SOURCES[run.dataset].natural
+    if natural and is_family(run.sequence, run.intensities):
+        raise Seq2FinalError(
+            f"dataset '{run.dataset}' is a sequence by itself (its periods), with no shift "
+            f"intensity to dial (sequence '{run.sequence}', intensities "
+            f"{list(run.intensities or [])}); valid: intensities null, or a family on a pooled "
+            "dataset such as digits"
+        )
     if is_family(run.sequence, run.intensities):
         checked = [  # each as its own run checks it
             validate_parameters({**parameters, "sequence": member.sequence, "intensities": None})
