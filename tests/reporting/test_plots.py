@@ -2,6 +2,7 @@
 method, labels that never overlap, no empty panel, nothing cut off, no figure left open."""
 
 import io
+import itertools
 import json
 import subprocess
 import sys
@@ -471,18 +472,22 @@ def test_sequence_examples_show_a_row_per_step_and_a_column_per_class_any_step_h
 
 def test_sequence_examples_of_three_classes_keep_the_whole_title_inside_the_image():
     """A user's folder of three classes: a narrow montage still shows the run's title whole."""
-    images = np.zeros((3, 3, 8, 8), np.uint8)
-    steps = [(str(year), images, np.array([0, 1, 2])) for year in (2019, 2020, 2021, 2022)]
     title = "natural on folder, seed 1007: the first training image of each class, per step"
-    figure = _saved(plots.sequence_examples(steps, ["broken", "ok", "worn"], title,
-                                            "natural-folder-seed1007-6d03044111", 10))  # fmt: skip
-    renderer = figure.canvas.get_renderer()
-    page = figure.bbox.padded(1)
-    [axis] = figure.axes
-    for text in (figure._suptitle, axis.title, axis.xaxis.label):
-        box = text.get_window_extent(renderer)
-        assert page.contains(box.x0, box.y0) and page.contains(box.x1, box.y1), text.get_text()
-    assert figure.get_suptitle().replace("\n", " ") == title
+    for names in (["broken", "ok", "worn"], ["checks", "diagonal", "horizontal", "rings"]):
+        images = np.zeros((len(names), 3, 8, 8), np.uint8)
+        steps = [(str(year), images, np.arange(len(names))) for year in (2019, 2020, 2021)]
+        figure = _saved(plots.sequence_examples(steps, names, title,
+                                                "natural-folder-seed1007-6d03044111", 10))  # fmt: skip
+        renderer = figure.canvas.get_renderer()
+        page = figure.bbox.padded(1)
+        [axis] = figure.axes
+        for text in (figure._suptitle, axis.title, axis.xaxis.label, *axis.get_xticklabels()):
+            box = text.get_window_extent(renderer)
+            assert page.contains(box.x0, box.y0) and page.contains(box.x1, box.y1), text.get_text()
+        assert figure.get_suptitle().replace("\n", " ") == title
+        assert axis.get_xticks().tolist() == [4 + 10 * c for c in range(len(names))]  # centres
+        boxes = [t.get_window_extent(renderer) for t in axis.get_xticklabels()]
+        assert all(a.x1 < b.x0 or a.y1 < b.y0 for a, b in itertools.pairwise(boxes)), names
 
 
 def test_the_shift_figure_speaks_words_not_tex_and_names_the_sequence():

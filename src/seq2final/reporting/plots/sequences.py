@@ -49,15 +49,19 @@ def sequence_examples(
             image = image / 255.0 if images.dtype == np.uint8 else image
             top, left = row * (height + gap), column * (width + gap)
             montage[top : top + height, left : left + width] = image  # (H, W, 1) broadcasts
-    width = max(3.2, 0.5 + 0.55 * len(shown))  # a few classes still leave the title its room
-    figure = _figure(width, 0.9 + 0.55 * len(steps))
+    names = [class_names[c] for c in shown]
+    # a column as wide as its longest name (a user's class names are words: about 0.07 inch a
+    # character at the label size); a few classes still leave the title its room
+    column = max(0.55, 0.07 * max(len(name) for name in names) + 0.1)
+    inches = max(3.2, 0.5 + column * len(shown))
+    figure = _figure(inches, 0.9 + column * len(steps))  # square cells of that width
     axis = figure.add_subplot()
     axis.imshow(montage, interpolation="nearest")
     axis.set_xticks([c * (width + gap) + width / 2 for c in range(len(shown))])
-    axis.set_xticklabels([class_names[c] for c in shown], fontsize=LABEL_FONTSIZE)
+    axis.set_xticklabels(names, fontsize=LABEL_FONTSIZE)
     axis.xaxis.tick_top()
     axis.set_xlabel(
-        _wrapped("class label of each image (after a label flip: its new label)", int(width * 17)),
+        _wrapped("class label of each image (after a label flip: its new label)", int(inches * 15)),
         fontsize=LABEL_FONTSIZE,
     )
     axis.xaxis.set_label_position("top")
@@ -68,7 +72,7 @@ def sequence_examples(
     axis.tick_params(length=0)
     for spine in axis.spines.values():
         spine.set_visible(False)
-    figure.suptitle(_wrapped(title, int(width * 13)), fontsize=9)
+    figure.suptitle(_wrapped(title, int(inches * 13)), fontsize=9)
     axis.set_title(subtitle, fontsize=6, color="0.4", pad=18)
     return figure
 
