@@ -15,10 +15,13 @@ def _measures(distances: pd.DataFrame) -> dict[str, str]:
     return {name: column for name, column in MEASURES.items() if column in distances}
 
 
-def _step(name: object) -> str:
-    """A step's own name out of a distance row's ``<index>:<name>`` (a user's period, ``2019``;
-    a shift, ``corruption``)."""
-    return str(name).split(":", 1)[-1]
+def _named(label: str, row: pd.Series, *columns: str) -> str:
+    """``label`` and the steps' own names out of a distance row's ``<index>:<name>`` (a user's
+    period, ``2019``; a shift, ``corruption``), joined by →; ``label`` alone for a frame without
+    names."""
+    if not all(column in row for column in columns):
+        return label
+    return f"{label} " + "→".join(str(row[c]).split(":", 1)[-1] for c in columns)
 
 
 def relative_to_final(distances: pd.DataFrame) -> pd.DataFrame:
@@ -30,7 +33,7 @@ def relative_to_final(distances: pd.DataFrame) -> pd.DataFrame:
     last = len(to_final) - 1
     return pd.DataFrame(
         {
-            f"W^{{{t},{last}}} {_step(to_final.loc[t, 'first'])}": [
+            _named(f"W^{{{t},{last}}}", to_final.loc[t], "first"): [
                 to_final.loc[t, c] / final[c] for c in measures.values()
             ]
             for t in range(last)
@@ -47,7 +50,7 @@ def consecutive_steps(distances: pd.DataFrame) -> pd.DataFrame:
     consecutive = distances[distances["comparison"] == "consecutive"].reset_index(drop=True)
     return pd.DataFrame(
         {
-            f"W^{{{t},{t + 1}}} {_step(row['first'])}→{_step(row['second'])}": [
+            _named(f"W^{{{t},{t + 1}}}", row, "first", "second"): [
                 row[c] / half[c] for c in measures.values()
             ]
             for t, row in consecutive.iterrows()
