@@ -52,9 +52,9 @@ def sequence_examples(
     names = [class_names[c] for c in shown]
     # a column as wide as its longest name (a user's class names are words: about 0.07 inch a
     # character at the label size); a few classes still leave the title its room
-    column = max(0.55, 0.07 * max(len(name) for name in names) + 0.1)
-    inches = max(3.2, 0.5 + column * len(shown))
-    figure = _figure(inches, 0.9 + column * len(steps))  # square cells of that width
+    cell = max(0.55, 0.07 * max(len(name) for name in names) + 0.1)
+    inches = max(3.2, 0.5 + cell * len(shown))
+    figure = _figure(inches, 0.9 + cell * len(steps))  # square cells of that width
     axis = figure.add_subplot()
     axis.imshow(montage, interpolation="nearest")
     axis.set_xticks([c * (width + gap) + width / 2 for c in range(len(shown))])
