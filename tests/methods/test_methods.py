@@ -17,7 +17,12 @@ from seq2final.methods import (
     continue_chains,
 )
 from seq2final.methods.requests import canonical_modes, check_combination, resolve_request
-from seq2final.methods.schedules import check_schedules, schedule_lr, selected_schedules
+from seq2final.methods.schedules import (
+    ScheduleSettings,
+    check_schedules,
+    schedule_lr,
+    selected_schedules,
+)
 from seq2final.training.records import FitRecord
 from seq2final.training.search import SearchSpace, get_budget
 
@@ -77,7 +82,8 @@ def test_paper_budget_evaluates_exactly_the_papers_grids(project_parameters):
 
 
 def test_sft_schedules_give_the_listed_learning_rates(project_parameters):
-    schedules = project_parameters["historical_modes"]["sequential"]["schedules"]
+    written = project_parameters["historical_modes"]["sequential"]["schedules"]
+    schedules = ScheduleSettings.model_validate({"schedules": written}).schedules
     linear = [schedule_lr(schedules["linear_1e-3"], t) for t in range(4)]
     assert linear == pytest.approx([1e-3, 9e-4, 8e-4, 7e-4])
     exponential = [schedule_lr(schedules["exponential_2e-4_0.75"], t) for t in range(4)]
@@ -104,6 +110,26 @@ def test_no_method_and_no_modes_means_every_method():
             "x",
             "historical_modes.sequential",
         )
+
+
+@pytest.mark.parametrize(
+    ("schedules", "budgets", "message"),
+    [
+        ({"linear_1e-3": {"kind": "linear", "start": 1e-3, "decrement": 1e-4, "factr": 3}}, {},
+         r"'schedules.linear_1e-3.linear.factr' = 3: Extra inputs are not permitted"),
+        ({"a": {"kind": "none"}, "b": {"kind": "exponential", "start": 1e-3}}, {"quick": ["a"]},
+         r"'schedules.b.exponential.factor': Field required"),  # a budget that does not run b
+        ({"a": {"kind": "cosine"}}, {}, r"'schedules.a' = \{'kind': 'cosine'\}: Input tag "
+                                        r"'cosine' found using 'kind' does not match"),
+        ({"a": {"kind": "none"}}, {"paper": ["a", "b"]},
+         r"budget 'paper' names unknown schedule\(s\) b; valid: a"),
+    ],
+)  # fmt: skip
+def test_every_declared_schedule_is_checked_key_by_key(schedules, budgets, message):
+    """A nested typo or a schedule no budget runs is refused by name like any block's key."""
+    block = {"schedules": schedules, "budget_schedules": budgets}
+    with pytest.raises(Seq2FinalError, match=r"^historical_modes.sequential.*" + message):
+        selected_schedules(block, "quick", "historical_modes.sequential")
 
 
 def test_only_the_budgets_schedules_must_stay_positive_on_long_sequences(project_parameters):
