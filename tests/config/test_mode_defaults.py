@@ -67,3 +67,22 @@ def test_a_bad_setting_and_a_bad_declaration_are_one_line(monkeypatch):
         _mode(spaces={"head_space": {"lr": {"grid": [0.1]}}})
     with pytest.raises(ValueError, match="unknown optimizer 'nope'; valid: adam"):
         _mode(optimizer="nope")
+
+
+def test_a_one_entry_override_merges_into_a_declared_space_and_null_removes_an_entry(monkeypatch):
+    """``--params final_modes.<mode>.space.dropout.grid:[0.1]`` changes dropout's grid alone."""
+    declared = {"lr": {"grid": [1e-3, 1e-4], "low": 1e-4, "high": 1e-2, "log": True},
+                "dropout": {"grid": [0.0, 0.5], "low": 0.0, "high": 0.5}}  # fmt: skip
+    mode = _mode(spaces={"space": declared})
+    block = _run(mode, monkeypatch, {"replay_test": {"space": {"dropout": {"grid": [0.1]}}}})
+    assert dict(block["space"]) == {**declared, "dropout": {"grid": [0.1], "low": 0.0, "high": 0.5}}
+    assert block.spaces["space"].grid_size() == 2
+    block = _run(mode, monkeypatch, {"replay_test": {"space": {"dropout": None}}})
+    assert dict(block["space"]) == {"lr": declared["lr"]}  # a null entry leaves the search
+    written = {"lr": {"grid": [0.1]}, "dropout": None}  # a space with no declared one too
+    assert dict(_run(_mode(), monkeypatch, {"replay_test": {"space": written}})["space"]) == {
+        "lr": {"grid": [0.1]}
+    }
+    with pytest.raises(Seq2FinalError, match=r"needs 'lr' \(a space written for a mode without a "
+                                             r"declared one replaces its default space whole"):  # fmt: skip
+        _run(_mode(), monkeypatch, {"replay_test": {"space": {"dropout": {"grid": [0.1]}}}})

@@ -1,10 +1,13 @@
 """Method recipes, mode combinations and the paper's grids as configured in conf/base."""
 
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from torch import nn
 
+import seq2final
 from seq2final.config.checks import check_mode_configs
 from seq2final.core.errors import Seq2FinalError
 from seq2final.methods import (
@@ -15,6 +18,7 @@ from seq2final.methods import (
     JobNames,
     ModelChain,
     continue_chains,
+    settings_of,
 )
 from seq2final.methods.requests import canonical_modes, check_combination, resolve_request
 from seq2final.methods.schedules import (
@@ -182,3 +186,27 @@ def test_a_job_is_named_by_its_first_name_in_the_papers_order_wherever_it_is_sho
     assert JobNames.of("my_method") == JobNames("my_method", ())
     assert JobNames.of("ft").model_name("0-2") == "ft.0-2"
     assert JobNames.of("ft").model_name(None) == "ft"
+
+
+def test_every_block_names_itself_from_the_registry_and_no_source_types_a_location(
+    project_parameters,
+):
+    """A mode's messages name its block by the checked block's ``where``; a location typed by
+    hand (one named ``historical_modes.sequential_side``, which is no mode) is never needed, and
+    any left in the source must name a registered mode."""
+    params = project_parameters
+    blocks = check_mode_configs(params["historical_modes"], params["final_modes"],
+                                params["pretrain_historical"]["step0"])  # fmt: skip
+    for group, registry, checked in (("historical_modes", HISTORICAL_MODES, blocks.historical),
+                                     ("final_modes", FINAL_MODES, blocks.final)):  # fmt: skip
+        assert list(checked) == list(registry)
+        assert all(block.where == f"{group}.{name}" for name, block in checked.items())
+    registries = {"historical_modes": HISTORICAL_MODES, "final_modes": FINAL_MODES}
+    typed = [
+        (path.name, group, name)
+        for path in Path(seq2final.__file__).parent.rglob("*.py")
+        for group, name in re.findall(r"\b(historical_modes|final_modes)\.(\w+)", path.read_text())
+    ]
+    assert [entry for entry in typed if entry[2] not in registries[entry[1]]] == []
+    block = blocks.final["agem"]
+    assert settings_of(type(block.settings), block) is block.settings  # read once, at the check

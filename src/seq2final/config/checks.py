@@ -302,6 +302,9 @@ def _mode_block(mode: HistoricalMode | FinalMode, block: Any, where: str) -> Mod
         **{key: default_space(mode, key) for key in mode.config_keys if key not in block},
         **block,
     }
+    for key in mode.config_keys:  # a declared space takes a written one entry by entry (a
+        if isinstance(block.get(key), Mapping):  # one-entry --params override too); null leaves
+            raw[key] = merged_space(mode.spaces.get(key, {}), block[key])
     spaces = {
         key: check_space(raw[key], f"{where}.{key}", mode.terms, mode.optimizer)
         for key in mode.config_keys
@@ -312,6 +315,23 @@ def _mode_block(mode: HistoricalMode | FinalMode, block: Any, where: str) -> Mod
     if mode.check is not None:
         mode.check(raw, where)
     return ModeBlock(where, raw, spaces, settings)
+
+
+def merged_space(declared: Mapping[str, Any], written: Mapping[str, Any]) -> dict[str, Any]:
+    """A space a mode declares with the entries a YAML block or ``--params`` writes over it: a
+    written hyper-parameter's keys replace the declared ones' (``lwf_lambda.grid: [0.5]`` keeps
+    its range), a new one is added and one written as null leaves the search, so a space is
+    replaced whole by nulling the entries not written (docs/extending.md)."""
+    merged = {name: dict(entry) if isinstance(entry, Mapping) else entry
+              for name, entry in declared.items()}  # fmt: skip
+    for name, entry in written.items():
+        if entry is None:
+            merged.pop(name, None)
+        elif isinstance(entry, Mapping) and isinstance(merged.get(name), Mapping):
+            merged[name] = {**merged[name], **entry}
+        else:
+            merged[name] = entry
+    return merged
 
 
 def check_space(
@@ -330,7 +350,10 @@ def check_space(
             f"term of the mode declares; valid: {', '.join(sorted(known))}"
         )
     if "lr" not in space.params:
-        raise Seq2FinalError(f"search space {where} needs 'lr'")
+        raise Seq2FinalError(
+            f"search space {where} needs 'lr' (a space written for a mode without a declared "
+            "one replaces its default space whole: write every entry it searches)"
+        )
     for name, spec in space.params.items():
         ends = [v for v in (spec.low, spec.high) if v is not None]
         for value in (*spec.grid, *ends):

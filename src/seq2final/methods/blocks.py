@@ -44,24 +44,35 @@ class ModeBlock(Mapping[str, Any]):
         return len(self.raw)
 
 
-def space_of(config: Mapping[str, Any], key: str, where: str) -> SearchSpace:
+def _where(config: Mapping[str, Any], where: str | None) -> str:
+    """The block's name in messages: the checked block's own (the registry's group and mode,
+    set when it was checked), else ``where``."""
+    if where is not None:
+        return where
+    return config.where if isinstance(config, ModeBlock) else "the mode's block"
+
+
+def space_of(config: Mapping[str, Any], key: str, where: str | None = None) -> SearchSpace:
     """The search space ``key`` of a mode's YAML block (the parsed one of a checked block); a
-    missing one names the keys it has."""
-    if key not in config:
-        raise Seq2FinalError(
-            f"{where} has no '{key}' search space; valid keys: {', '.join(config)}"
-        )
+    missing one names the keys it has. ``where`` names a block that is not a checked one."""
     if isinstance(config, ModeBlock) and key in config.spaces:
         return config.spaces[key]
-    return SearchSpace.parse(config[key], f"{where}.{key}")
+    if key not in config:
+        raise Seq2FinalError(
+            f"{_where(config, where)} has no '{key}' search space; valid keys: {', '.join(config)}"
+        )
+    return SearchSpace.parse(config[key], f"{_where(config, where)}.{key}")
 
 
-def settings_of(model: type[S], config: Mapping[str, Any], where: str) -> S:
+def settings_of(model: type[S], config: Mapping[str, Any], where: str | None = None) -> S:
     """A mode's settings beside its spaces (its ``settings`` schema, read from its YAML block),
-    checked: one line naming the bad value. The run's checks refuse a key that is neither a
-    setting nor a space before any work (:func:`seq2final.config.checks.check_mode_configs`)."""
+    checked: one line naming the bad value. A checked block hands back the settings its check
+    read (no second parse); the run's checks refuse a key that is neither a setting nor a space
+    before any work (:func:`seq2final.config.checks.check_mode_configs`)."""
+    if isinstance(config, ModeBlock) and isinstance(config.settings, model):
+        return config.settings
     values = {key: config[key] for key in model.model_fields if key in config}
     try:
         return model.model_validate(values)
     except ValidationError as error:
-        raise Seq2FinalError(one_line(error, model, where)) from None
+        raise Seq2FinalError(one_line(error, model, _where(config, where))) from None

@@ -116,9 +116,6 @@ def _check_si(config: Mapping[str, Any], where: str) -> None:
         )
 
 
-_SI = "historical_modes.sequential_si"
-
-
 def _si_start(
     ctx: Context, config: Mapping[str, Any], step0: StepZero | None
 ) -> dict[str, ModelChain]:
@@ -139,8 +136,8 @@ def _si_start(
 def _sequential_si(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
 ) -> ModelChain:
-    damping = settings_of(SISettings, config, _SI).damping
-    space = space_of(config, "space", _SI)
+    damping = settings_of(SISettings, config).damping
+    space = space_of(config, "space")
     start = ctx.new_model("step0") if t == 0 else chain.last
     before = parameters_of(start)
     task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), penalties=[Si(chain.anchors)],
@@ -180,12 +177,11 @@ def episodic_memory(ctx: Context, steps: int, capacity: int) -> TensorSplit:
 def _sequential_agem(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
 ) -> ModelChain:
-    where = "historical_modes.sequential_agem"
-    settings = settings_of(MemorySettings, config, where)
+    settings = settings_of(MemorySettings, config)
     memory = episodic_memory(ctx, t, settings.memory)
     task = Task([ctx.split(t, "train")], ctx.split(t, "valid"),
                 callbacks=[GradientProjection(memory, settings.reference_batch)])  # fmt: skip
-    return fine_tuned_step(ctx, name, chain, t, space_of(config, "space", where), task)
+    return fine_tuned_step(ctx, name, chain, t, space_of(config, "space"), task)
 
 
 @final_mode(
@@ -198,7 +194,7 @@ def _agem_final(
     ctx: Context, config: Mapping[str, Any], state: HistoricalState | None
 ) -> FinalOutcome:
     assert state is not None
-    settings = settings_of(MemorySettings, config, "final_modes.agem")
+    settings = settings_of(MemorySettings, config)
     memory = episodic_memory(ctx, ctx.final_index, settings.memory)
     train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
 
@@ -223,7 +219,7 @@ def _agem_final(
 def _sequential_ft(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
 ) -> ModelChain:
-    space = space_of(config, "space", "historical_modes.sequential_ft")
+    space = space_of(config, "space")
     task = Task([ctx.split(t, "train")], ctx.split(t, "valid"))
     return fine_tuned_step(ctx, name, chain, t, space, task)
 

@@ -43,7 +43,7 @@ def chain_space(chain: ModelChain, config: Mapping[str, Any], key: str) -> Searc
     """The space a chain is continued with: the chain's own (SFT schedule, EWC) or the mode's."""
     if chain.final_space is not None:
         return SearchSpace.parse(chain.final_space, "chain")
-    return space_of(config, key, "final_modes")
+    return space_of(config, key)
 
 
 def continue_chains(
@@ -74,7 +74,7 @@ def continue_chains(
 def _scratch_on(step: int | str) -> FinalRunner:
     def run(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
         task = Task([ctx.split(step, "train")], ctx.split(step, "valid"))
-        space = space_of(config, "space", "final_modes")
+        space = space_of(config, "space")
         return FinalOutcome(
             ctx.tuned_fit("final", space, lambda: ctx.new_model("final"), task), None
         )
@@ -96,7 +96,7 @@ def _all_steps(objective: str) -> FinalRunner:
         steps = [ctx.split(t, "train") for t in range(ctx.sequence.num_steps)]
         domains = [TensorSplit.concat(steps)] if objective == "erm" else steps
         task = Task(domains, ctx.split(-1, "valid"), objective=objective)
-        space = space_of(config, "space", "final_modes")
+        space = space_of(config, "space")
         return FinalOutcome(
             ctx.tuned_fit("final", space, lambda: ctx.new_model("final"), task), None
         )
@@ -172,7 +172,7 @@ def _linear_probe_fine_tune(
         probe = Task([train], valid, trainable=["fc"], penalties=[chain.pull()])
         head = ctx.tuned_fit(
             stage_name(name, "head"),
-            space_of(config, "head_space", "final_modes.lp_ft"),
+            space_of(config, "head_space"),
             lambda: clone_model(chain.last),
             probe,
         )
@@ -186,7 +186,7 @@ def _linear_probe_fine_tune(
 def _side_final(side_module: str) -> FinalRunner:
     def run(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
         assert state is not None
-        space = space_of(config, "space", "final_modes")
+        space = space_of(config, "space")
         final = ctx.final_index
 
         def fit_chain(name: str, chain: ModelChain) -> nn.Module:
@@ -228,7 +228,7 @@ def _joint(name: str, mode: str, side_module: str, stem_head: str) -> FinalRunne
     def run(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
         steps = ctx.sequence.num_steps
         names = list(build_model(ctx.arch, ctx.num_classes).layer_names)
-        final_weight = settings_of(JointSettings, config, f"final_modes.{name}").final_weight
+        final_weight = settings_of(JointSettings, config).final_weight
         weights = [1.0] * (steps - 1) + [final_weight]
         task = Task(
             [ctx.split(t, "train") for t in range(steps)],
@@ -249,7 +249,7 @@ def _joint(name: str, mode: str, side_module: str, stem_head: str) -> FinalRunne
                 ),
             )  # fmt: skip
 
-        model = ctx.tuned_fit("final", space_of(config, "space", "final_modes"), make, task)
+        model = ctx.tuned_fit("final", space_of(config, "space"), make, task)
         return FinalOutcome(model, steps - 1)
 
     return run

@@ -207,7 +207,7 @@ class GatingAdapters(ModelWrapper):
         self.settings = settings or GateSettings()
 
     def configured(self, config: Mapping[str, Any]) -> GatingAdapters:
-        return GatingAdapters(settings_of(GateSettings, config, "the gated mode's block"))
+        return GatingAdapters(settings_of(GateSettings, config))
 
     def wrap(self, model: nn.Module) -> nn.Module:
         return add_gates(model, self.settings.tau, self.settings.gate_scale)
@@ -251,8 +251,8 @@ _ADAPTERS = GatingAdapters()  # the default settings: what the run's checks wrap
 def _sft_gated(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
 ) -> ModelChain:
-    adapters = GatingAdapters(settings_of(GateSettings, config, "historical_modes.sft_gated"))
-    space = space_of(config, "space", "historical_modes.sft_gated")
+    adapters = GatingAdapters(settings_of(GateSettings, config))
+    space = space_of(config, "space")
     task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), penalties=[chain.pull()])
     model = gated_fit(ctx, stage_name(name, f"step{t}"), adapters, space, chain.last, task, False)
     return replace(chain, models=[*chain.models, model])
@@ -269,7 +269,7 @@ def _ft_gated(
     ctx: Context, config: Mapping[str, Any], state: HistoricalState | None
 ) -> FinalOutcome:
     assert state is not None
-    adapters = GatingAdapters(settings_of(GateSettings, config, "final_modes.ft_gated"))
+    adapters = GatingAdapters(settings_of(GateSettings, config))
     train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
 
     def fit_chain(name: str, chain: ModelChain) -> nn.Module:

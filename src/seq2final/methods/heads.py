@@ -153,7 +153,7 @@ class NcmSettings(StrictModel):
 )
 def _ncm(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
     assert state is not None
-    metric = settings_of(NcmSettings, config, "final_modes.ncm").metric
+    metric = settings_of(NcmSettings, config).metric
     return continue_chains(
         ctx, state, lambda name, chain: nearest_mean_model(ctx, chain, metric, stage_name(name, "ncm")),
         None,
@@ -177,7 +177,7 @@ def _proto_tune(
     (:mod:`seq2final.training.features`, through :meth:`Context.tuned_fit`)."""
     assert state is not None
     train, valid = ctx.split(-1, "train"), ctx.split(-1, "valid")
-    space = space_of(config, "space", "final_modes.proto_tune")
+    space = space_of(config, "space")
 
     def fit_chain(name: str, chain: ModelChain) -> nn.Module:
         start = nearest_mean_model(ctx, chain, "euclidean", stage_name(name, "prototypes"))

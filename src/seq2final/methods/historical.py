@@ -57,7 +57,7 @@ def _one_model(objective: str) -> HistoricalTrainer:
         else:
             domains = [ctx.split(t, "train") for t in steps]
         task = Task(domains, ctx.history("valid"), objective=objective)
-        space = space_of(config, "space", f"historical_modes.{objective}")
+        space = space_of(config, "space")
         model = ctx.tuned_fit(objective, space, lambda: ctx.new_model(objective), task)
         return {"main": ModelChain([model])}
 
@@ -81,17 +81,14 @@ def fine_tuned_step(
     return replace(chain, models=[*chain.models, model])
 
 
-_SFT = "historical_modes.sequential"
-
-
 def _schedule_starts(
     ctx: Context, config: Mapping[str, Any], step0: StepZero | None
 ) -> dict[str, ModelChain]:
     """One chain per schedule the budget runs, each starting from the step-0 model."""
     assert step0 is not None
     return {
-        name: ModelChain([step0()], step_space(config, schedule, 1, _SFT).describe())
-        for name, schedule in selected_schedules(config, ctx.budget_name, _SFT).items()
+        name: ModelChain([step0()], step_space(config, schedule, 1).describe())
+        for name, schedule in selected_schedules(config, ctx.budget_name).items()
     }
 
 
@@ -105,14 +102,11 @@ def _schedule_starts(
 def _sequential(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
 ) -> ModelChain:
-    schedule = selected_schedules(config, ctx.budget_name, _SFT)[name]
+    schedule = selected_schedules(config, ctx.budget_name)[name]
     task = Task([ctx.split(t, "train")], ctx.split(t, "valid"))
-    grown = fine_tuned_step(ctx, name, chain, t, step_space(config, schedule, t, _SFT), task)
+    grown = fine_tuned_step(ctx, name, chain, t, step_space(config, schedule, t), task)
     # the continuation of the chain (the final step, or the next time's) gets the next step's rate
-    return replace(grown, final_space=step_space(config, schedule, t + 1, _SFT).describe())
-
-
-_EWC = "historical_modes.sequential_ewc"
+    return replace(grown, final_space=step_space(config, schedule, t + 1).describe())
 
 
 def _ewc_start(
@@ -123,7 +117,7 @@ def _ewc_start(
     model = step0()
     data = ctx.split(0, "train").to(ctx.device)
     anchor = (parameters_of(model), fisher_information(model, data, ctx.engine))
-    return {"main": ModelChain([model], space_of(config, "space", _EWC).describe(), [anchor])}
+    return {"main": ModelChain([model], space_of(config, "space").describe(), [anchor])}
 
 
 @chain_mode(
@@ -137,7 +131,7 @@ def _sequential_ewc(
     ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
 ) -> ModelChain:
     task = Task([ctx.split(t, "train")], ctx.split(t, "valid"), penalties=[Ewc(chain.anchors)])
-    grown = fine_tuned_step(ctx, name, chain, t, space_of(config, "space", _EWC), task)
+    grown = fine_tuned_step(ctx, name, chain, t, space_of(config, "space"), task)
     data = ctx.split(t, "train").to(ctx.device)
     anchor = (parameters_of(grown.last), fisher_information(grown.last, data, ctx.engine))
     return replace(grown, anchors=[*chain.anchors, anchor])
@@ -147,7 +141,7 @@ def _sequential_side(side_module: str) -> ChainStep:
     def step(
         ctx: Context, config: Mapping[str, Any], name: str, chain: ModelChain, t: int
     ) -> ModelChain:
-        space = space_of(config, "space", "historical_modes.sequential_side")
+        space = space_of(config, "space")
         model = side_fit(ctx, f"step{t}", chain.last, side_module, t, space)
         return replace(chain, models=[*chain.models, model])
 

@@ -54,14 +54,15 @@ def schedule_lr(schedule: Schedule, step: int) -> float | None:
     return None
 
 
+_TUNED: dict[str, Schedule] = {"none": NoSchedule(kind="none")}
+
+
 class ScheduleSettings(StrictModel):
     """A chain's learning-rate schedules beside its search space (the paper's SFT): each by name,
     every one checked whether a budget runs it or not, and which of them each budget runs (all,
     where a budget is not listed)."""
 
-    schedules: dict[str, Schedule] = Field(
-        default_factory=lambda: {"none": NoSchedule(kind="none")}
-    )
+    schedules: dict[str, Schedule] = Field(default_factory=lambda: dict(_TUNED))
     budget_schedules: dict[str, list[str]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -94,7 +95,7 @@ def check_schedules(config: Mapping[str, Any], final_step: int, budget: str, whe
 
 
 def selected_schedules(
-    config: Mapping[str, Any], budget_name: str, where: str
+    config: Mapping[str, Any], budget_name: str, where: str | None = None
 ) -> dict[str, Schedule]:
     """The schedules a budget runs: ``budget_schedules[budget]`` or, if not listed, all of them."""
     settings = settings_of(ScheduleSettings, config, where)
@@ -102,7 +103,9 @@ def selected_schedules(
     return {name: settings.schedules[name] for name in names}
 
 
-def step_space(config: Mapping[str, Any], schedule: Schedule, step: int, where: str) -> SearchSpace:
+def step_space(
+    config: Mapping[str, Any], schedule: Schedule, step: int, where: str | None = None
+) -> SearchSpace:
     """The mode's space at ``step``: its learning rate fixed by the schedule, if it sets one."""
     space = space_of(config, "space", where)
     lr = schedule_lr(schedule, step)

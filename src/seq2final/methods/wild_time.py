@@ -124,7 +124,7 @@ def _last(split: TensorSplit, count: int) -> TensorSplit:
     return TensorSplit(split.x[start:], split.y[start:], weight)
 
 
-def windows_of(config: Mapping[str, Any], where: str) -> Windows:
+def windows_of(config: Mapping[str, Any], where: str | None = None) -> Windows:
     """A ``-T`` mode's windows, read through its settings (one line naming a bad value)."""
     return settings_of(WindowSettings, config, where).windows
 
@@ -153,34 +153,33 @@ class MixSettings(StrictModel):
     mix_alpha: float = Field(default=2.0, gt=0)
 
 
-def irm_objective(config: Mapping[str, Any], where: str) -> str:
+def irm_objective(config: Mapping[str, Any], where: str | None = None) -> str:
     """The loss term IRM-T trains with, from its ``irm_dummy`` key (default ``scalar``)."""
     return IRM_DUMMIES[settings_of(IrmWindowSettings, config, where).irm_dummy]
 
 
-def mix_alpha(config: Mapping[str, Any], where: str) -> float:
+def mix_alpha(config: Mapping[str, Any], where: str | None = None) -> float:
     """A mixing mode's Beta concentration α."""
     return settings_of(MixSettings, config, where).mix_alpha
 
 
 def _task(
-    ctx: Context, config: Mapping[str, Any], kind: str, last: int, valid: TensorSplit, where: str
+    ctx: Context, config: Mapping[str, Any], kind: str, last: int, valid: TensorSplit
 ) -> Task:
     """The task of a Wild-Time mode over steps 0..``last``, validated on ``valid``."""
     if kind in ("coral", "irm", "dro"):
         steps = [ctx.split(t, "train") for t in range(last + 1)]
-        domains = window_splits(steps, windows_of(config, where))
-        objective = irm_objective(config, where) if kind == "irm" else kind
+        domains = window_splits(steps, windows_of(config))
+        objective = irm_objective(config) if kind == "irm" else kind
         return Task(domains, valid, objective=objective)
     pooled = TensorSplit.concat([ctx.split(t, "train") for t in range(last + 1)])
-    return Task([pooled], valid, callbacks=[BatchMixing(kind, mix_alpha(config, where))])
+    return Task([pooled], valid, callbacks=[BatchMixing(kind, mix_alpha(config))])
 
 
 def _final(kind: str) -> FinalRunner:
     def run(ctx: Context, config: Mapping[str, Any], state: HistoricalState | None) -> FinalOutcome:
-        where = f"final_modes.all_{_NAMES[kind]}"
-        task = _task(ctx, config, kind, ctx.final_index, ctx.split(-1, "valid"), where)
-        space = space_of(config, "space", "final_modes")
+        task = _task(ctx, config, kind, ctx.final_index, ctx.split(-1, "valid"))
+        space = space_of(config, "space")
         return FinalOutcome(
             ctx.tuned_fit("final", space, lambda: ctx.new_model("final"), task), None
         )
@@ -192,9 +191,8 @@ def _historical(kind: str) -> HistoricalTrainer:
     def train(
         ctx: Context, config: Mapping[str, Any], step0: StepZero | None
     ) -> dict[str, ModelChain]:
-        where = f"historical_modes.{_NAMES[kind]}"
-        task = _task(ctx, config, kind, ctx.final_index - 1, ctx.history("valid"), where)
-        space = space_of(config, "space", where)
+        task = _task(ctx, config, kind, ctx.final_index - 1, ctx.history("valid"))
+        space = space_of(config, "space")
         model = ctx.tuned_fit(_NAMES[kind], space, lambda: ctx.new_model(_NAMES[kind]), task)
         return {"main": ModelChain([model])}
 
