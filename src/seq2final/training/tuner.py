@@ -112,6 +112,17 @@ class Tuned:
         return sum(t.finished for t in self.trials)
 
 
+@dataclass
+class _Resumed:
+    """A study as :meth:`Tuner._resumed` readies it."""
+
+    study: optuna.Study
+    done: list[optuna.trial.FrozenTrial]
+    checkpoint: Path
+    best: dict[str, Any] | None
+    started_over: bool
+
+
 class Tuner:
     """Runs one Optuna study per fit under a budget, with a persistent storage and checkpoints."""
 
@@ -223,46 +234,13 @@ class Tuner:
                                      "to continue; this fit gives none")  # fmt: skip
             return self._tune_halving(name, space, fits, seed_name or name, test_score, width,
                                       known)  # fmt: skip
-        study = self._study(name)
-        self._fail_stale(study)
-        trial_state = optuna.trial.TrialState
-        done = study.get_trials(deepcopy=False, states=[trial_state.COMPLETE, trial_state.PRUNED])
-        checkpoint = self.root / "checkpoints" / f"{name}.pt"
-        study, best = self._stored_best(study, checkpoint, done)
-        if best is None and any(t.state == trial_state.COMPLETE for t in done):
-            done = []  # started over
-        elif done:
-            log.info("study %s: resuming after %d finished trial(s)", name, len(done))
-        if self.budget.sampler == "grid":
-            finished = {t.user_attrs.get("order", t.number) for t in done}
-            waiting = {
-                t.user_attrs.get("order", t.number)
-                for t in study.get_trials(deepcopy=False, states=[trial_state.WAITING])
-            }
-            points = space.grid_points()
-            for index, point in enumerate(points):
-                if index not in finished and index not in waiting:
-                    study.enqueue_trial(point, user_attrs={"order": index}, skip_if_exists=False)
-            remaining = len(points) - len(finished)
-            pending = list(range(len(done), len(done) + remaining))
-        else:
-            pending = _pending_draws(done, self.budget.trials or 0)
+        resumed = self._resumed(name)
+        study, done = resumed.study, resumed.done
+        pending = self._pending(study, space, done)
         progress = current()
         progress.trials(len(done), len(done) + len(pending))
-        chosen: dict[str, Any] = {} if best is None else best
-
-        def finish(run: TrialRun, result: FitResult, state_dict: dict[str, torch.Tensor]) -> None:
-            trial = run.trial
-            trial.set_user_attr("valid_curve", run.curve)
-            trial.set_user_attr("best_epoch", result.best_epoch)
-            score = None if test_score is None else test_score(state_dict)
-            if score is not None:
-                trial.set_user_attr("test_accuracy", score)
-            value = result.valid_accuracy
-            _keep_if_best(chosen, checkpoint, run.order, run.params, result, state_dict)
-            study.tell(trial, value)
-            run.told = True
-
+        chosen: dict[str, Any] = {} if resumed.best is None else resumed.best
+        finish = functools.partial(_finish, study, resumed.checkpoint, chosen, test_score)
         while pending:
             size = self._batch_size(width, pending)
             runs = [
@@ -271,44 +249,71 @@ class Tuner:
             pending = pending[size:]
             for run in runs:
                 run.finish = functools.partial(finish, run)
-            try:
-                if train_stack is not None and size > 1:
-                    for _ in runs:
-                        progress.trial()
-                    with ExitStack() as beating:
-                        for run in runs:
-                            beating.enter_context(_heartbeat(self.storage, run.trial._trial_id))
-                        train_stack(runs)
-                else:
-                    for run in runs:
-                        progress.trial()
-                        try:
-                            with _heartbeat(self.storage, run.trial._trial_id):
-                                run.finish(*train_trial(run.params, run.seed, run.report))
-                        except optuna.TrialPruned:  # raised outside report: tell it here
-                            if not run.told:
-                                run.trial.set_user_attr("valid_curve", run.curve)
-                                study.tell(run.trial, state=trial_state.PRUNED)
-                                run.told = True
-                unfinished = [run.trial.number for run in runs if not run.told]
-                if unfinished:
-                    raise Seq2FinalError(
-                        f"study '{name}': the stacked training left trial(s) {unfinished} "
-                        "neither finished nor pruned"
-                    )
-            except BaseException:
-                for run in runs:
-                    if not run.told:
-                        study.tell(run.trial, state=trial_state.FAIL)
-                raise
-        best = chosen or None
-        if best is None:
+            stack = train_stack if size > 1 else None
+            self._train_batch(study, name, runs, train_trial, stack)
+        if not chosen:
             raise Seq2FinalError(
                 f"study '{name}' has no finished trial to select (every trial was pruned); "
                 "raise the budget's trials or use pruner: none"
             )
-        self.checkpoints.append(checkpoint)
-        return Tuned(best["params"], best["fit"], best["state_dict"], _records(study))
+        self.checkpoints.append(resumed.checkpoint)
+        return Tuned(chosen["params"], chosen["fit"], chosen["state_dict"], _records(study))
+
+    def _pending(
+        self, study: optuna.Study, space: SearchSpace, done: list[optuna.trial.FrozenTrial]
+    ) -> list[int]:
+        """The draws still to make: under the grid, every point no decided trial holds,
+        enqueued in grid order (once: a point already waiting is not enqueued again)."""
+        if self.budget.sampler != "grid":
+            return _pending_draws(done, self.budget.trials or 0)
+        finished = {t.user_attrs.get("order", t.number) for t in done}
+        waiting = {
+            t.user_attrs.get("order", t.number)
+            for t in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.WAITING])
+        }
+        points = space.grid_points()
+        for index, point in enumerate(points):
+            if index not in finished and index not in waiting:
+                study.enqueue_trial(point, user_attrs={"order": index}, skip_if_exists=False)
+        return list(range(len(done), len(done) + len(points) - len(finished)))
+
+    def _train_batch(
+        self, study: optuna.Study, name: str, runs: list[TrialRun], train_trial: TrainTrial,
+        train_stack: TrainStack | None,
+    ) -> None:  # fmt: skip
+        """Train the asked ``runs``, stacked (``train_stack``) or one by one, each told as it
+        stops; any left untold when training fails are told FAIL, so they are asked again."""
+        pruned, progress = optuna.trial.TrialState.PRUNED, current()
+        try:
+            if train_stack is not None:
+                for _ in runs:
+                    progress.trial()
+                with ExitStack() as beating:
+                    for run in runs:
+                        beating.enter_context(_heartbeat(self.storage, run.trial._trial_id))
+                    train_stack(runs)
+            else:
+                for run in runs:
+                    progress.trial()
+                    try:
+                        with _heartbeat(self.storage, run.trial._trial_id):
+                            run.finish(*train_trial(run.params, run.seed, run.report))
+                    except optuna.TrialPruned:  # raised outside report: tell it here
+                        if not run.told:
+                            run.trial.set_user_attr("valid_curve", run.curve)
+                            study.tell(run.trial, state=pruned)
+                            run.told = True
+            unfinished = [run.trial.number for run in runs if not run.told]
+            if unfinished:
+                raise Seq2FinalError(
+                    f"study '{name}': the stacked training left trial(s) {unfinished} "
+                    "neither finished nor pruned"
+                )
+        except BaseException:
+            for run in runs:
+                if not run.told:
+                    study.tell(run.trial, state=optuna.trial.TrialState.FAIL)
+            raise
 
     def _tune_halving(
         self,
@@ -335,140 +340,26 @@ class Tuner:
         the stack trains in lockstep to the rung, and the points the rung leaves behind leave
         the stack. Under ``keep_known`` the ``known`` values, where they are a grid point, go
         on at every rung."""
-        budget, done_states = self.budget, [optuna.trial.TrialState.COMPLETE,
-                                            optuna.trial.TrialState.PRUNED]  # fmt: skip
-        points = space.grid_points()
-        guarded = budget.keep_each
+        guarded = self.budget.keep_each
         if guarded is not None and guarded not in space.params:
             raise Seq2FinalError(f"budget keep_each '{guarded}' is not searched by study "
                                  f"'{name}'; valid: {', '.join(space.params)}")  # fmt: skip
-        kept = None
-        if budget.keep_known and known is not None:
-            kept = grid_point_of(known, points)
-            if kept is None:
-                log.info("study %s: the previous step's winner %s is no point of this grid",
-                         name, known)  # fmt: skip
+        study = _HalvingStudy(self, name, space, fits, seed_name, test_score, width)
+        return study.run(study.kept_point(known))
+
+    def _resumed(self, name: str) -> _Resumed:
+        """Study ``name`` ready to go on: its stale trials failed, its decided (finished or
+        pruned) trials, none where it starts over (its best weights gone), its best so far."""
         study = self._study(name)
         self._fail_stale(study)
-        folder = self.root / "checkpoints" / name
+        states = [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED]
+        done = study.get_trials(deepcopy=False, states=states)
         checkpoint = self.root / "checkpoints" / f"{name}.pt"
-        told = {
-            t.user_attrs["order"]: t for t in study.get_trials(deepcopy=False, states=done_states)
-        }
-        study, best = self._stored_best(study, checkpoint, list(told.values()))
-        if best is None and any(t.state == done_states[0] for t in told.values()):
-            shutil.rmtree(folder, ignore_errors=True)  # started over: its paused fits too
-            told = {}
-        elif told:
-            log.info("study %s: resuming after %d decided configuration(s)", name, len(told))
-        chosen: dict[str, Any] = {} if best is None else best
-        curves = {order: list(t.user_attrs.get("valid_curve", [])) for order, t in told.items()}
-        ended = {order for order, t in told.items() if t.state == done_states[0]}
-        progress = current()
-
-        def record(order: int, value: float | None, test: float | None = None) -> None:
-            state = done_states[0] if value is not None else done_states[1]
-            attrs = {"order": order, "params": points[order], "valid_curve": curves[order],
-                     "worker": str(current_process())}  # fmt: skip
-            if test is not None:
-                attrs["test_accuracy"] = test
-            study.add_trial(optuna.trial.create_trial(
-                params=points[order], distributions=space.distributions(), value=value,
-                state=state, user_attrs=attrs,
-            ))  # fmt: skip
-            (folder / f"{order}.pt").unlink(missing_ok=True)
-
-        def advance(order: int, until: int | None) -> None:
-            """Train grid point ``order`` to epoch ``until`` (to its end when None)."""
-            paused = folder / f"{order}.pt"
-            if paused.exists():
-                run = fits.load(paused, points[order])
-            else:
-                run = fits.start(points[order], self.trial_seed(seed_name, points[order]))
-            if until is not None and run.epoch >= until:
-                curves[order] = [row["valid_accuracy"] for row in run.history]
-                return  # trained to this rung before an interruption
-            progress.trial()
-            progress.epochs(budget.max_epochs if until is None else until)
-            result = run.run(until, progress=progress.epoch)
-            curves[order] = [row["valid_accuracy"] for row in run.history]
-            if result is None:
-                folder.mkdir(parents=True, exist_ok=True)
-                run.save(paused)
-                return
-            weights = fits.weights(run)
-            _keep_if_best(chosen, checkpoint, order, points[order], result, weights)
-            ended.add(order)
-            record(order, result.valid_accuracy,
-                   None if test_score is None else test_score(weights))  # fmt: skip
-
-        def stopped(order: int, result: FitResult, weights: dict[str, torch.Tensor]) -> None:
-            """A stacked point its stopping rule ended: finished, as :func:`advance`'s."""
-            weights = {k: v.detach().cpu().clone() for k, v in weights.items()}
-            curves[order] = [row["valid_accuracy"] for row in result.history]
-            _keep_if_best(chosen, checkpoint, order, points[order], result, weights)
-            ended.add(order)
-            record(order, result.valid_accuracy,
-                   None if test_score is None else test_score(weights))  # fmt: skip
-
-        def advance_stack(group: list[int], until: int | None) -> None:
-            """Train the undecided points of ``group`` as one stack to epoch ``until``."""
-            todo = [order for order in group if order in running and order not in told]
-            if not todo:
-                return
-            paused = folder / f"stack-{group[0]}.pt"
-            run = fits.load_stack(paused) if paused.exists() else None
-            if run is not None and set(todo) <= set(run.training):
-                run.drop([order for order in run.training if order not in todo])
-            else:  # none yet, or a file of other points (fuse changed since): start afresh
-                run = fits.start_stack([points[o] for o in todo],
-                                       [self.trial_seed(seed_name, points[o]) for o in todo],
-                                       todo)  # fmt: skip
-            for order, trial in run.trials.items():
-                trial.on_stop = functools.partial(stopped, order)
-            if until is None or run.epoch < until:
-                for _ in run.training:
-                    progress.trial()
-                progress.epochs(budget.max_epochs if until is None else until)
-                results = run.run(until)
-                if results is None:
-                    folder.mkdir(parents=True, exist_ok=True)
-                    run.save(paused)
-                else:
-                    paused.unlink(missing_ok=True)
-            curves.update({o: c for o, c in run.curves().items() if o in todo and o not in ended})
-
-        running = list(range(len(points)))
-        groups = [running[start : start + width] for start in range(0, len(points), width)]
-        for index, rung in enumerate([*rungs(budget.min_epochs, budget.reduction_factor,
-                                             budget.max_epochs), None]):  # fmt: skip
-            progress.trials(0, len(running))
-            if width > 1:
-                for group in groups:
-                    advance_stack(group, rung)
-            else:
-                for order in running:
-                    if order not in told:
-                        advance(order, rung)
-            # ended by its stopping rule by this rung: a candidate, not ranked again
-            running = [order for order in running
-                       if order not in ended or (rung is not None and len(curves[order]) - 1 > rung)]  # fmt: skip
-            if rung is None or not running:
-                break
-            scores = {order: best_so_far(curves[order], rung) for order in running}
-            guard = None
-            if guarded is not None and index == 0:
-                guard = {order: points[order][guarded] for order in running}
-            going_on = survivors(running, scores, budget.reduction_factor, guard, kept)
-            for order in running:
-                if order not in going_on and order not in told:
-                    record(order, None)
-            running = going_on
-        if not chosen:
-            raise Seq2FinalError(f"study '{name}' has no finished trial to select")
-        self.checkpoints.append(checkpoint)
-        shutil.rmtree(folder, ignore_errors=True)
-        return Tuned(chosen["params"], chosen["fit"], chosen["state_dict"], _records(study))
+        study, best = self._stored_best(study, checkpoint, done)
+        over = best is None and any(t.state == states[0] for t in done)
+        if done and not over:
+            log.info("study %s: resuming after %d decided trial(s)", name, len(done))
+        return _Resumed(study, [] if over else done, checkpoint, best, over)
 
     def _stored_best(
         self, study: optuna.Study, checkpoint: Path, finished: list[optuna.trial.FrozenTrial]
@@ -510,6 +401,185 @@ class Tuner:
         for path in self.checkpoints:
             path.unlink(missing_ok=True)
         self.checkpoints.clear()
+
+
+class _HalvingStudy:
+    """One halving study (:meth:`Tuner._tune_halving`) as the steps a reader follows: open
+    (resume what an earlier run decided), train each rung (point by point, or stack by stack),
+    decide who goes on, record each configuration once decided, close."""
+
+    def __init__(
+        self, tuner: Tuner, name: str, space: SearchSpace, fits: TrialFits, seed_name: str,
+        test_score: TestScore | None, width: int,
+    ) -> None:  # fmt: skip
+        self.tuner, self.budget, self.name, self.space = tuner, tuner.budget, name, space
+        self.fits, self.seed_name, self.test_score, self.width = fits, seed_name, test_score, width
+        self.points = space.grid_points()
+        self.folder = tuner.root / "checkpoints" / name  # paused fits, one file each
+        resumed = tuner._resumed(name)
+        self.study, self.checkpoint = resumed.study, resumed.checkpoint
+        if resumed.started_over:  # its paused fits too
+            shutil.rmtree(self.folder, ignore_errors=True)
+        self.told = {t.user_attrs["order"]: t for t in resumed.done}
+        self.chosen: dict[str, Any] = {} if resumed.best is None else resumed.best
+        self.curves = {order: list(t.user_attrs.get("valid_curve", []))
+                       for order, t in self.told.items()}  # fmt: skip
+        self.ended = {order for order, t in self.told.items()
+                      if t.state == optuna.trial.TrialState.COMPLETE}  # fmt: skip
+        self.progress = current()
+
+    def kept_point(self, known: dict[str, float] | None) -> int | None:
+        """Under ``keep_known``, the grid point the previous step's winner is, if it is one."""
+        if not self.budget.keep_known or known is None:
+            return None
+        kept = grid_point_of(known, self.points)
+        if kept is None:
+            log.info("study %s: the previous step's winner %s is no point of this grid",
+                     self.name, known)  # fmt: skip
+        return kept
+
+    def run(self, kept: int | None) -> Tuned:
+        """Every rung in turn, then the last (to each survivor's end), and the best finished."""
+        budget = self.budget
+        running = list(range(len(self.points)))
+        groups = [running[start : start + self.width]
+                  for start in range(0, len(running), self.width)]  # fmt: skip
+        every = [*rungs(budget.min_epochs, budget.reduction_factor, budget.max_epochs), None]
+        for index, rung in enumerate(every):
+            self.progress.trials(0, len(running))
+            if self.width > 1:
+                for group in groups:
+                    self._advance_stack(group, rung, running)
+            else:
+                for order in running:
+                    if order not in self.told:
+                        self._advance(order, rung)
+            running = self._still_running(running, rung)
+            if rung is None or not running:
+                break
+            running = self._decide(running, rung, index == 0, kept)
+        if not self.chosen:
+            raise Seq2FinalError(f"study '{self.name}' has no finished trial to select")
+        self.tuner.checkpoints.append(self.checkpoint)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        chosen = self.chosen
+        return Tuned(chosen["params"], chosen["fit"], chosen["state_dict"], _records(self.study))
+
+    def _still_running(self, running: list[int], rung: int | None) -> list[int]:
+        """Those not ended by their stopping rule by this rung (an ended one is a candidate,
+        not ranked again)."""
+        return [order for order in running if order not in self.ended
+                or (rung is not None and len(self.curves[order]) - 1 > rung)]  # fmt: skip
+
+    def _decide(self, running: list[int], rung: int, first: bool, kept: int | None) -> list[int]:
+        """The rung's survivors (:func:`~seq2final.training.halving.survivors`); the others are
+        recorded as pruned."""
+        scores = {order: best_so_far(self.curves[order], rung) for order in running}
+        guarded = self.budget.keep_each
+        guard = None
+        if guarded is not None and first:
+            guard = {order: self.points[order][guarded] for order in running}
+        going_on = survivors(running, scores, self.budget.reduction_factor, guard, kept)
+        for order in running:
+            if order not in going_on and order not in self.told:
+                self._record(order, None)
+        return going_on
+
+    def _record(self, order: int, value: float | None, test: float | None = None) -> None:
+        """A decided configuration as an Optuna trial: COMPLETE with its value, or PRUNED."""
+        state = (
+            optuna.trial.TrialState.COMPLETE
+            if value is not None
+            else optuna.trial.TrialState.PRUNED
+        )
+        attrs = {"order": order, "params": self.points[order], "valid_curve": self.curves[order],
+                 "worker": str(current_process())}  # fmt: skip
+        if test is not None:
+            attrs["test_accuracy"] = test
+        self.study.add_trial(optuna.trial.create_trial(
+            params=self.points[order], distributions=self.space.distributions(), value=value,
+            state=state, user_attrs=attrs,
+        ))  # fmt: skip
+        (self.folder / f"{order}.pt").unlink(missing_ok=True)
+
+    def _finished(self, order: int, result: FitResult, weights: dict[str, torch.Tensor]) -> None:
+        """A point its stopping rule ended: kept if best, recorded with its value."""
+        _keep_if_best(self.chosen, self.checkpoint, order, self.points[order], result, weights)
+        self.ended.add(order)
+        test = None if self.test_score is None else self.test_score(weights)
+        self._record(order, result.valid_accuracy, test)
+
+    def _advance(self, order: int, until: int | None) -> None:
+        """Train grid point ``order`` to epoch ``until`` (to its end when None)."""
+        paused = self.folder / f"{order}.pt"
+        point = self.points[order]
+        if paused.exists():
+            run = self.fits.load(paused, point)
+        else:
+            run = self.fits.start(point, self.tuner.trial_seed(self.seed_name, point))
+        if until is not None and run.epoch >= until:
+            self.curves[order] = [row["valid_accuracy"] for row in run.history]
+            return  # trained to this rung before an interruption
+        self.progress.trial()
+        self.progress.epochs(self.budget.max_epochs if until is None else until)
+        result = run.run(until, progress=self.progress.epoch)
+        self.curves[order] = [row["valid_accuracy"] for row in run.history]
+        if result is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            run.save(paused)
+            return
+        self._finished(order, result, self.fits.weights(run))
+
+    def _stopped(self, order: int, result: FitResult, weights: dict[str, torch.Tensor]) -> None:
+        """A stacked point its stopping rule ended: finished, as :meth:`_advance`'s."""
+        weights = {k: v.detach().cpu().clone() for k, v in weights.items()}
+        self.curves[order] = [row["valid_accuracy"] for row in result.history]
+        self._finished(order, result, weights)
+
+    def _advance_stack(self, group: list[int], until: int | None, running: list[int]) -> None:
+        """Train the undecided points of ``group`` as one stack to epoch ``until``."""
+        todo = [order for order in group if order in running and order not in self.told]
+        if not todo:
+            return
+        paused = self.folder / f"stack-{group[0]}.pt"
+        run = self.fits.load_stack(paused) if paused.exists() else None
+        if run is not None and set(todo) <= set(run.training):
+            run.drop([order for order in run.training if order not in todo])
+        else:  # none yet, or a file of other points (fuse changed since): start afresh
+            run = self.fits.start_stack(
+                [self.points[o] for o in todo],
+                [self.tuner.trial_seed(self.seed_name, self.points[o]) for o in todo], todo,
+            )  # fmt: skip
+        for order, trial in run.trials.items():
+            trial.on_stop = functools.partial(self._stopped, order)
+        if until is None or run.epoch < until:
+            for _ in run.training:
+                self.progress.trial()
+            self.progress.epochs(self.budget.max_epochs if until is None else until)
+            if run.run(until) is None:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                run.save(paused)
+            else:
+                paused.unlink(missing_ok=True)
+        self.curves.update({o: c for o, c in run.curves().items()
+                            if o in todo and o not in self.ended})  # fmt: skip
+
+
+def _finish(
+    study: optuna.Study, checkpoint: Path, chosen: dict[str, Any], test_score: TestScore | None,
+    run: TrialRun, result: FitResult, state_dict: dict[str, torch.Tensor],
+) -> None:  # fmt: skip
+    """A trial whose model stopped: its curve, best epoch and (recorded only) test score kept
+    with it, made the study's chosen one if best, and told."""
+    trial = run.trial
+    trial.set_user_attr("valid_curve", run.curve)
+    trial.set_user_attr("best_epoch", result.best_epoch)
+    score = None if test_score is None else test_score(state_dict)
+    if score is not None:
+        trial.set_user_attr("test_accuracy", score)
+    _keep_if_best(chosen, checkpoint, run.order, run.params, result, state_dict)
+    study.tell(trial, result.valid_accuracy)
+    run.told = True
 
 
 def _keep_if_best(
