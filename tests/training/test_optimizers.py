@@ -176,3 +176,30 @@ def test_every_registered_recipe_trains_a_fit_with_its_default_values(name):
     fit(model, Task([_data()], _data(seed=1), callbacks=[last], optimizer=name),
         HyperParameters(lr=1e-2), ENGINE, 1, seed=0)  # fmt: skip
     assert any(not torch.equal(a, b) for a, b in zip(before, last.weights, strict=True))
+
+
+@optimizer("test_layerwise")
+class LayerwiseDecay(OptimizerRecipe):
+    """Layer-wise learning-rate decay: each earlier parameter tensor at half the next one's rate,
+    grouped by the model's own names (the build sees the model)."""
+
+    def build(self, parameters, hp, model):
+        named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        assert [p for _, p in named] == parameters  # the same tensors, in the same order
+        depth = len(named)
+        self.groups = [{"params": [p], "lr": hp.lr * 0.5 ** (depth - 1 - i), "name": name}
+                       for i, (name, p) in enumerate(named)]  # fmt: skip
+        return torch.optim.Adam(self.groups)
+
+
+def test_a_recipe_that_takes_the_model_groups_parameters_by_name():
+    model = build_model("convnet_1", 3)
+    for p in model.parameters():  # a frozen tensor is left out of the names as of the parameters
+        p.requires_grad_(False)
+        break
+    task = Task([_data()], _data(seed=1), optimizer="test_layerwise")
+    fit(model, task, HyperParameters(lr=1e-2), ENGINE, 1, seed=0)
+    groups = task.optimizer.groups
+    trainable = [name for name, p in model.named_parameters()][1:]
+    assert [group["name"] for group in groups] == trainable
+    assert groups[-1]["lr"] == 1e-2 and groups[-2]["lr"] == 5e-3

@@ -28,6 +28,7 @@ from seq2final.training.engine import Engine, autocast, run_model, scale_images
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import end_callbacks
 from seq2final.training.objectives import Task, objective_loss
+from seq2final.training.optimizers import build_optimizer
 from seq2final.training.records import TrialRecord
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import Batch
@@ -112,8 +113,7 @@ def fit_cost(
             1.0 if task.step_weights is None else task.step_weights[index],
         ))  # fmt: skip
     generator = torch.Generator(device).manual_seed(0)
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    optimizer = task.optimizer_recipe.build(parameters, hp)
+    parameters, optimizer = build_optimizer(task.optimizer_recipe, model, hp)
     state = FitState(
         model, parameters, optimizer, torch.amp.GradScaler(device.type, enabled=False), engine,
         hp, generator, [domain.to(device) for domain in task.domains], batches=batches,

@@ -54,6 +54,7 @@ from seq2final.training.engine import (
 )
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.objectives import Task, objective_loss
+from seq2final.training.optimizers import build_optimizer
 from seq2final.training.rules import Selection
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import Batch
@@ -192,13 +193,12 @@ class FitRun:
         if task.trainable is not None:
             choose_trainable(model, task.trainable)
         set_dropout(model, hp.dropout)
-        parameters = [p for p in model.parameters() if p.requires_grad]
-        if not parameters:
+        if not any(p.requires_grad for p in model.parameters()):
             hand_back(model, self.flags, float(hp.dropout))
             raise Seq2FinalError("nothing to train: every parameter of the model is frozen")
         self.model, self.task, self.hp, self.engine = model, task, hp, engine
         self.max_epochs, self.generator = max_epochs, generator
-        self.optimizer = recipe.build(parameters, hp)
+        parameters, self.optimizer = build_optimizer(recipe, model, hp)
         self.scaler = torch.amp.GradScaler(device.type, enabled=engine.amp == "fp16")
         self._attach(task, engine)
         self.orders = [BatchOrder(len(d), engine.batch_size, generator) for d in self.domains]

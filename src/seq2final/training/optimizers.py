@@ -18,6 +18,7 @@ closure, restore, step (docs/extending.md, "SAM").
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import ClassVar, TypeVar
 
@@ -41,8 +42,14 @@ class OptimizerRecipe:
     hyperparameters: ClassVar[type[BaseModel]] = NoHyperParameters
     takes_closure: ClassVar[bool] = False
 
-    def build(self, parameters: list[nn.Parameter], hp: HyperParameters) -> torch.optim.Optimizer:
-        """A fresh optimiser of ``parameters`` for one fit, with the fit's values ``hp``."""
+    def build(
+        self, parameters: list[nn.Parameter], hp: HyperParameters, model: nn.Module | None = None
+    ) -> torch.optim.Optimizer:
+        """A fresh optimiser of ``parameters`` for one fit, with the fit's values ``hp``.
+
+        ``parameters`` are the model's trainable ones, in the order of
+        ``model.named_parameters()``; a ``build`` that takes ``model`` is handed the model too,
+        so it can group parameters by name (layer-wise learning rates, docs/extending.md)."""
         raise NotImplementedError
 
 
@@ -67,8 +74,22 @@ class Adam(OptimizerRecipe):
     """The original's optimiser: Adam at the fit's constant learning rate, no ``weight_decay``
     (the L2 penalty is a loss term, docs/methods.md)."""
 
-    def build(self, parameters: list[nn.Parameter], hp: HyperParameters) -> torch.optim.Optimizer:
+    def build(
+        self, parameters: list[nn.Parameter], hp: HyperParameters, model: nn.Module | None = None
+    ) -> torch.optim.Optimizer:
         return torch.optim.Adam(parameters, lr=float(hp.lr))
+
+
+def build_optimizer(
+    recipe: OptimizerRecipe, model: nn.Module, hp: HyperParameters
+) -> tuple[list[nn.Parameter], torch.optim.Optimizer]:
+    """The fit's trainable parameters (in ``named_parameters`` order) and its optimiser from
+    ``recipe``; a recipe whose ``build`` takes ``model`` gets it (one written before it could
+    is called as it was)."""
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    if "model" in inspect.signature(recipe.build).parameters:
+        return parameters, recipe.build(parameters, hp, model=model)
+    return parameters, recipe.build(parameters, hp)
 
 
 def resolve_optimizer(recipe: str | OptimizerRecipe) -> OptimizerRecipe:
