@@ -210,6 +210,21 @@ def test_five_methods_of_one_file_each_train_with_no_yaml_in_their_defaults(one_
     assert full / 3 < bitfit < full * 0.9
 
 
+def test_the_pages_test_of_a_mode_on_its_own_passes(tmp_path):
+    """The page's test of V-REx, run by pytest in a fresh process beside the page's package."""
+    for name, text in FILES.items():
+        if name.startswith(("my_methods/", "tests_of_my_methods/")):
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_text(text)
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "KEDRO_DISABLE_TELEMETRY": "1"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               "tests_of_my_methods/test_vrex.py"]  # fmt: skip
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert "1 passed" in result.stdout
+
+
 def test_the_pages_line_counts_are_the_benchmarks_and_the_files_own():
     spec = importlib.util.spec_from_file_location("extension_lines", BENCHMARK)
     counting = importlib.util.module_from_spec(spec)

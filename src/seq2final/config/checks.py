@@ -284,6 +284,16 @@ def check_mode_configs(
     return ModeBlocks(checked["historical_modes"], checked["final_modes"], step0)
 
 
+def mode_block(group: str, name: str, written: Mapping[str, Any] | None = None) -> ModeBlock:
+    """Registered mode ``name``'s block (``group``: ``historical_modes`` or ``final_modes``)
+    checked as a run checks it, from ``written`` (its YAML values) or its defaults: what the
+    mode is handed as ``config``, to run it outside a run (docs/extending.md)."""
+    registries = {"historical_modes": HISTORICAL_MODES, "final_modes": FINAL_MODES}
+    if group not in registries:
+        raise Seq2FinalError(f"mode group '{group}'; valid: {', '.join(registries)}")
+    return _mode_block(registries[group][name], written, f"{group}.{name}")
+
+
 def _mode_block(mode: HistoricalMode | FinalMode, block: Any, where: str) -> ModeBlock:
     """A mode's block checked: only its keys, each search space usable (the mode's default for
     one the YAML does not give), its settings valid against its schema, then its own check. A

@@ -131,6 +131,31 @@ class Context:
     # a growing chain's previous state's, a warm-started job's previous job's (known_winner)
     earlier: list[FitRecord] = field(default_factory=list)
 
+    @classmethod
+    def standalone(
+        cls,
+        sequence: ShiftSequence,
+        root: Path,
+        *,
+        arch: str = "convnet_1",
+        seed: int = 0,
+        budget: Budget | None = None,
+        engine: Engine | None = None,
+        optimizer: str = "adam",
+    ) -> Context:
+        """A context outside any run, to try or test a mode on its own (docs/extending.md,
+        "Testing a mode on its own"): its studies and checkpoints under ``root`` (a journal
+        file), the grid at 3 epochs a trial on the CPU unless ``budget`` and ``engine`` say
+        otherwise, keyed as one owner named ``standalone``."""
+        budget = budget or Budget(sampler="grid", max_epochs=3)
+        engine = engine or Engine(device="cpu")
+        return cls(
+            sequence=sequence, arch=arch, seed=seed, engine=engine, budget=budget,
+            budget_name="standalone", tuner=Tuner(budget, None, Path(root), seed),
+            owner_key="standalone", seed_key="standalone", device=engine.torch_device(),
+            optimizer=optimizer,
+        )  # fmt: skip
+
     @property
     def num_classes(self) -> int:
         return len(self.sequence.class_names)
