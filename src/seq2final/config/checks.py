@@ -288,10 +288,14 @@ def mode_block(group: str, name: str, written: Mapping[str, Any] | None = None) 
     """Registered mode ``name``'s block (``group``: ``historical_modes`` or ``final_modes``)
     checked as a run checks it, from ``written`` (its YAML values) or its defaults: what the
     mode is handed as ``config``, to run it outside a run (docs/extending.md)."""
-    registries = {"historical_modes": HISTORICAL_MODES, "final_modes": FINAL_MODES}
-    if group not in registries:
-        raise Seq2FinalError(f"mode group '{group}'; valid: {', '.join(registries)}")
-    return _mode_block(registries[group][name], written, f"{group}.{name}")
+    mode: HistoricalMode | FinalMode
+    if group == "historical_modes":
+        mode = HISTORICAL_MODES[name]
+    elif group == "final_modes":
+        mode = FINAL_MODES[name]
+    else:
+        raise Seq2FinalError(f"mode group '{group}'; valid: historical_modes, final_modes")
+    return _mode_block(mode, written, f"{group}.{name}")
 
 
 def _mode_block(mode: HistoricalMode | FinalMode, block: Any, where: str) -> ModeBlock:
