@@ -191,15 +191,17 @@ def _run_members(kwargs: dict[str, Any]) -> Any:
     whole family)."""
     family = _family(kwargs)
     asked = kwargs["pipelines"]
+    run = kedro_run.callback
+    assert run is not None  # click's Command.callback is optional; Kedro's run has one
     each = [name for name in asked if name != "robustness"]
     if not family or (asked and not each):
-        return kedro_run.callback(pipeline=None, **kwargs)
+        return run(pipeline=None, **kwargs)
     for member in family:
         logging.getLogger(__name__).info("family member %g: %s", member.intensity, member.sequence)
         params = {**kwargs["params"], "sequence": member.sequence, "intensities": None}
-        kedro_run.callback(pipeline=None, **{**kwargs, "params": params, "pipelines": each})
+        run(pipeline=None, **{**kwargs, "params": params, "pipelines": each})
     if not asked or "evaluate" in asked or "robustness" in asked:
-        return kedro_run.callback(pipeline=None, **{**kwargs, "pipelines": ["robustness"]})
+        return run(pipeline=None, **{**kwargs, "pipelines": ["robustness"]})
     return None
 
 

@@ -138,7 +138,8 @@ def bench(options: BenchOptions, say: Callable[[str], None]) -> None:
     project = Path.cwd()
     bootstrap_once(project)
     with KedroSession.create(project_path=project, env=options.env) as session:
-        params = session.load_context().config_loader["parameters"]  # raw, as the hooks read them
+        context = session.load_context()  # type: ignore[attr-defined]  # Kedro types create() as returning its AbstractSession
+        params = context.config_loader["parameters"]  # raw, as the hooks read them
     engine = Engine.model_validate({**params["training"], "device": options.device})
     device = engine.torch_device()
     budgets = {}
@@ -225,7 +226,7 @@ def _projection(
     run, sequence = _rcl(params, options, engine)
     on_gpu = engine.torch_device().type == "cuda"
     width, images = (16, 1000) if on_gpu else (8, 200)  # the CPU: minutes, not hours
-    rows = []
+    rows: list[dict[str, Any]] = []
     for arch in ARCHITECTURES:
         fits = count_fits(run, sequence, arch)
         sizes = {width} | {size for f in fits for size in stack_sizes(f.trials, width)}

@@ -113,6 +113,12 @@ class ClassifierHead(nn.Sequential):
         parts["linear"] = nn.Linear(in_features, num_classes)
         super().__init__(parts)
 
+    def linear_layer(self) -> nn.Linear:
+        """The last, linear layer (``self.linear``, typed: a module's attributes are not)."""
+        linear = self.linear
+        assert isinstance(linear, nn.Linear)
+        return linear
+
 
 class BlockModel(nn.Module):
     """``conv1`` -> ``layer1`` ... ``layerK`` -> ``fc``, with dropout after every layer but ``fc``.
@@ -157,17 +163,16 @@ class BlockModel(nn.Module):
         """The penultimate features (what the head's last linear layer sees: after the pool,
         and DenseNet's norm) and the logits, from one pass: the same operations as
         :meth:`forward`, so a loss term reads features without a hook or a second pass."""
-        if not isinstance(self.fc, ClassifierHead):
+        head = self.fc
+        if not isinstance(head, ClassifierHead):
             raise Seq2FinalError(
-                f"{self.arch}: features need a ClassifierHead as fc, not {type(self.fc).__name__}"
+                f"{self.arch}: features need a ClassifierHead as fc, not {type(head).__name__}"
             )
         for name in self.layer_names[:-1]:
             x = apply_dropout(getattr(self, name)(x), self.dropout, self.training)
-        for part in list(self.fc)[
-            :-1
-        ]:  # the head up to its linear layer (a slice would rebuild it)
+        for part in list(head)[:-1]:  # the head up to its linear layer (a slice would rebuild it)
             x = part(x)
-        return x, self.fc.linear(x)
+        return x, head.linear_layer()(x)
 
 
 def set_dropout(model: nn.Module, rate: float | torch.Tensor) -> None:
@@ -378,10 +383,10 @@ def foreach_sum_of_squares(
 ) -> torch.Tensor:
     """:func:`sum_of_squares` in ``torch._foreach_*`` calls (the per-tensor sums are L1 norms,
     the terms being non-negative)."""
-    terms = list(tensors) if minus is None else torch._foreach_sub(tensors, minus)
+    terms = list(tensors) if minus is None else torch._foreach_sub(list(tensors), list(minus))
     terms = torch._foreach_mul(terms, terms)
     if weights is not None:
-        torch._foreach_mul_(terms, weights)
+        torch._foreach_mul_(terms, list(weights))
     return torch.stack(torch._foreach_norm(terms, 1)).sum()
 
 

@@ -79,12 +79,19 @@ class JointModel(nn.Module):
                     module = build_side_module(base, name, side_module)
                 else:
                     module = fresh_copy(getattr(base, name))
-                self.layers[name].append(module)
+                self.modules_of(name).append(module)
                 path[name] += 1
             self.module_path.append(path)
         self.module_scales: dict[str, list[float]] = {
-            name: [1.0] * len(modules) for name, modules in self.layers.items()
+            name: [1.0] * len(self.modules_of(name)) for name in self.layer_names
         }
+
+    def modules_of(self, name: str) -> nn.ModuleList:
+        """Layer ``name``'s modules: the original's first, then each new one in step order (the
+        ``ModuleList`` at ``layers[name]``, typed as one)."""
+        modules = self.layers[name]
+        assert isinstance(modules, nn.ModuleList)
+        return modules
 
     def is_summed(self, layer: str) -> bool:
         """Whether a step uses the sum of this layer's modules so far rather than its latest one."""
@@ -102,7 +109,7 @@ class JointModel(nn.Module):
 
     def layer_output(self, name: str, x: torch.Tensor, t: int) -> torch.Tensor:
         """The output of layer ``name`` at time ``t`` for input ``x`` (side modules summed)."""
-        modules = self.layers[name]
+        modules = self.modules_of(name)
         index = self.module_path[t][name]
         if not self._summed[name]:
             return modules[index](x)
@@ -130,7 +137,7 @@ class JointModel(nn.Module):
         """
         if isinstance(previous, JointModel):
             previous_steps = previous.num_steps
-            previous_layers = {name: list(previous.layers[name]) for name in self.layer_names}
+            previous_layers = {name: list(previous.modules_of(name)) for name in self.layer_names}
             previous_scales = previous.module_scales
             if previous_steps > 1 and previous._summed != self._summed:
                 raise Seq2FinalError(
@@ -160,7 +167,7 @@ class JointModel(nn.Module):
                 )
         for name, sources in previous_layers.items():
             for index, source in enumerate(sources):
-                target = self.layers[name][index]
+                target = self.modules_of(name)[index]
                 try:
                     target.load_state_dict(source.state_dict())
                 except RuntimeError as error:
@@ -180,7 +187,7 @@ class JointModel(nn.Module):
             parameter
             for path in self.module_path
             for name, index in path.items()
-            for parameter in decayed_parameters(self.layers[name][index])
+            for parameter in decayed_parameters(self.modules_of(name)[index])
         ])  # fmt: skip
 
     def adjacency_norm(self) -> torch.Tensor:
@@ -192,7 +199,7 @@ class JointModel(nn.Module):
         """
         names = self.layer_names if self.mode == "separate" else ("conv1", "fc")
         changes = [
-            (self.layers[name][before[name]], self.layers[name][after[name]])
+            (self.modules_of(name)[before[name]], self.modules_of(name)[after[name]])
             for before, after in zip(self.module_path, self.module_path[1:], strict=False)
             for name in names
             if before[name] != after[name]

@@ -32,8 +32,9 @@ def fresh_copy(module: nn.Module) -> nn.Module:
     """
     clone = copy.deepcopy(module)
     for sub in clone.modules():
-        if hasattr(sub, "reset_parameters"):
-            sub.reset_parameters()
+        reset = getattr(sub, "reset_parameters", None)
+        if callable(reset):
+            reset()
         elif next(sub.parameters(recurse=False), None) is not None:
             raise TypeError(f"{type(sub).__name__} owns parameters but cannot reset them")
     clone.requires_grad_(True)

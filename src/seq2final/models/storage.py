@@ -14,14 +14,19 @@ import torch
 from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.models.architectures import BlockModel, build_model
+from seq2final.models.architectures import BlockModel, ClassifierHead, build_model
 from seq2final.models.joint import JointModel
 
 
 def num_classes_of(model: nn.Module) -> int:
     """The class count of a block or joint model (its head's output size)."""
-    head = model.layers["fc"][0] if isinstance(model, JointModel) else model.fc
-    return int(head.linear.out_features)
+    head = model.modules_of("fc")[0] if isinstance(model, JointModel) else model.fc
+    if isinstance(head, nn.Linear):
+        return head.out_features
+    if not isinstance(head, ClassifierHead):
+        raise Seq2FinalError(f"{type(model).__name__}'s fc is no ClassifierHead or Linear layer: "
+                             "its class count is unknown")  # fmt: skip
+    return head.linear_layer().out_features
 
 
 def model_spec(model: nn.Module) -> dict[str, Any]:

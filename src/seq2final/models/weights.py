@@ -78,7 +78,7 @@ def scale_side_modules(joint: JointModel, step: int, s: float) -> JointModel:
             for index in range(before[name] + 1, after[name] + 1):
                 scaled.module_scales[name][index] *= s
         else:
-            old = joint.layers[name][before[name]].state_dict()
-            new = joint.layers[name][after[name]].state_dict()
-            scaled.layers[name][after[name]].load_state_dict(_blend(old, new, s))
+            old = joint.modules_of(name)[before[name]].state_dict()
+            new = joint.modules_of(name)[after[name]].state_dict()
+            scaled.modules_of(name)[after[name]].load_state_dict(_blend(old, new, s))
     return scaled

@@ -40,7 +40,7 @@ class PathEnds:
     def at(self, s: float) -> nn.Module:
         """The model a fraction ``s`` of the way along the path."""
         if self.scaled_side_modules:
-            assert self.step is not None
+            assert self.step is not None and isinstance(self.end, JointModel)
             return scale_side_modules(self.end, self.step, s)
         return interpolate(self.start, self.end, s)
 

@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 from torch import nn
 
+from seq2final.models import layer_names
+
 WHOLE_MODEL = "model"
 
 
@@ -20,7 +22,7 @@ def layer_weights(model: nn.Module) -> dict[str, np.ndarray]:
         name: np.concatenate(
             [p.detach().cpu().double().numpy().ravel() for p in getattr(model, name).parameters()]
         )
-        for name in model.layer_names
+        for name in layer_names(model)
     }
     vectors[WHOLE_MODEL] = np.concatenate(list(vectors.values()))
     return vectors

@@ -11,7 +11,7 @@ import torch
 from threadpoolctl import threadpool_limits
 from torch import nn
 
-from seq2final.models import JointModel
+from seq2final.models import JointModel, layer_names
 from seq2final.reporting.projection import WHOLE_MODEL
 from seq2final.training.engine import Engine, scale_images
 from seq2final.training.tensors import TensorSplit
@@ -36,7 +36,7 @@ def layer_activations(
     x = scale_images(data.x.to(device), engine)
     outputs: dict[str, torch.Tensor] = {}
     try:
-        for name in model.layer_names:
+        for name in layer_names(model):
             if isinstance(model, JointModel):
                 assert step is not None
                 x = model.layer_output(name, x, step)

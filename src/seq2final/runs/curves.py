@@ -14,6 +14,7 @@ freshly initialised model: what the final step's images buy without history.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -46,6 +47,11 @@ from seq2final.training.records import StepView
 from seq2final.training.tensors import TensorSplit
 
 log = logging.getLogger(__name__)
+
+
+def _same(model: nn.Module) -> nn.Module:
+    """A chain's last model, handed back when its curve is drawn (a source's ``make``)."""
+    return model
 
 
 @dataclass(frozen=True)
@@ -108,7 +114,7 @@ def _sources(
             label = state.mode if len(state.chains) == 1 else f"{state.mode}/{chain_name}"
             users = ", ".join(j.name for j in plan.jobs if j.state_key == job.state_key)
             sources.append(CurveSource(label, job.state_key, chain_name, view, history, users,
-                                       lambda chain=chain: chain.last))  # fmt: skip
+                                       functools.partial(_same, chain.last)))  # fmt: skip
     by_view = {view: sources for view, sources in by_view.items() if sources}  # states drawn
     if options.scratch:
         classes = len(sequence.class_names)

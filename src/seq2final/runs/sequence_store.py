@@ -102,7 +102,8 @@ class SequenceStoreDataset(AbstractDataset[Mapping[str, ShiftSequence], Sequence
             names = [str(i) for i in range(sequence.num_steps)]
             names += ["oracle"] if sequence.manifest["has_oracle"] else []
             for name in names:
-                np.savez(partial / f"step_{name}.npz", **sequence.step(name).arrays)
+                arrays: dict[str, Any] = dict(sequence.step(name).arrays)
+                np.savez(partial / f"step_{name}.npz", **arrays)
             (partial / MANIFEST).write_text(json.dumps(sequence.manifest, indent=1))
             sequence.counts().to_csv(partial / COUNTS)
             replace_folder(partial, final)

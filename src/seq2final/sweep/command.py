@@ -94,7 +94,8 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
     # with the families they belong to (below), not with that sequence
     own = {k: v for k, v in base.items() if k != "intensities" or options.sequences is None}
     with KedroSession.create(project_path=project, env=options.env, runtime_params=own) as session:
-        context = session.load_context()  # the project's hooks check the parameters and MLflow
+        # the project's hooks check the parameters and MLflow
+        context = session.load_context()  # type: ignore[attr-defined]  # Kedro types create() as returning its AbstractSession
         params = context.config_loader["parameters"]  # raw: the workers get them as --params
         settings = _settings(context.config_loader)
         catalog = context.catalog

@@ -54,7 +54,7 @@ def run_task(project: str, env: str | None, task: PipelineRun, *after: Any) -> d
                 project_path=Path(project), env=env, runtime_params=task.params
             ) as session,
         ):
-            session.run(pipeline_names=[task.pipeline])
+            session.run(pipeline_names=[task.pipeline])  # type: ignore[call-arg]  # Kedro types create() as returning its AbstractSession
     except Exception as error:
         raise TaskFailed(root_cause(error)) from None  # the full traceback is in the task's log
     return {"name": task.name, "seconds": time.perf_counter() - started}

@@ -175,7 +175,7 @@ def _server_settings(context: KedroContext) -> KedroMlflowConfig:
     """``mlflow.yml`` as kedro-mlflow reads it (its file pattern and schema; all defaults without
     one), so the file keeps kedro-mlflow's format and ``kedro mlflow ui`` reads the same one. A
     file that does not fit is one line, before any work."""
-    patterns = context.config_loader.config_patterns
+    patterns = context.config_loader.config_patterns  # type: ignore[attr-defined]  # OmegaConfigLoader's
     patterns.setdefault("mlflow", ["mlflow*", "mlflow*/**", "**/mlflow*"])
     try:
         config = context.config_loader["mlflow"]

@@ -11,6 +11,7 @@ import mlflow.pyfunc
 import numpy as np
 import torch
 from mlflow.models import Model, ModelSignature
+from mlflow.pyfunc.model import PythonModel
 from mlflow.types import Schema, TensorSpec
 
 from seq2final.core.errors import Seq2FinalError
@@ -21,7 +22,7 @@ from seq2final.training.engine import Engine, predict_logits
 from seq2final.training.tensors import TensorSplit
 
 
-class ImageClassifier(mlflow.pyfunc.PythonModel):
+class ImageClassifier(PythonModel):
     """The pyfunc face of an adapted model: uint8 images in, class probabilities out.
 
     Users hold images as N×H×W×C (NumPy, PIL) or N×C×H×W (PyTorch) uint8 arrays; both are taken,
@@ -109,5 +110,6 @@ def predict_probabilities(
     """Class probabilities of uint8 N×C×H×W images, as the test evaluation computes logits."""
     data = TensorSplit.from_arrays(images, np.zeros(len(images), dtype=np.int64))
     device = next(model.parameters()).device
-    logits = predict_logits(model, data, Engine(input_scale=input_scale, device=str(device)), step)
+    engine = Engine.model_validate({"input_scale": input_scale, "device": str(device)})
+    logits = predict_logits(model, data, engine, step)
     return torch.softmax(logits, dim=1).numpy()
