@@ -69,7 +69,7 @@ def interpolation_recipes(
     """One path per job that has one (see :mod:`seq2final.reporting.interpolation`), computed only if missing."""
     models = JobModels(results, states, sequences)
     points = options.interpolation_points
-    recipes = {}
+    recipes: dict[str, Callable[[], pd.DataFrame | None]] = {}
     for record in records:
         if record.view is not None:  # a temporal protocol's view: no path of the paper's figures
             continue
@@ -264,7 +264,7 @@ def plot_adjacency_sweep(records: list[ResultRecord], spec: SequenceSpec) -> dic
             ],
             columns=["adjacency", "valid_accuracy", "state"],
         )  # fmt: skip
-        references = {
+        references: dict[str, float] = {
             name: group[name].valid_accuracy for name in ("baseline", "erm") if name in group
         }
         figures[f"{_folder(spec)}/{budget}-{arch}-seed{seed}-adjacency"] = plots.adjacency_sweep(
@@ -338,7 +338,7 @@ def plot_learning_curves(
         view = f"-steps{record.view.name}" if record.view is not None else ""
         group = f"{record.budget}-{record.arch}-seed{record.seed}"
         curves = results.learning_curves(record.job_key)
-        panel = f"{name} · steps {record.view.name}" if view else name
+        panel = f"{name} · steps {record.view.name}" if record.view is not None else name
         overviews[(record.budget, record.arch, record.seed, bool(view))].append((panel, curves))
         if curves.empty:  # trained no epoch on the final step (NCM, as_is): the overview says so
             continue

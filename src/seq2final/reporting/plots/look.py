@@ -8,7 +8,9 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, Literal
 
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -42,14 +44,16 @@ class _LaidOutOnce(ConstrainedLayoutEngine):
             self._done = True  # after it: a layout that raised is tried again at the next draw
 
 
-def _figure(width: float, height: float, layout: str | None = "constrained") -> Figure:
+def _figure(
+    width: float, height: float, layout: Literal["constrained"] | None = "constrained"
+) -> Figure:
     """A figure pyplot does not know: nothing has to close it (pyplot keeps every figure it made
     until ``close``, and warns past 20), it is freed with its last reference, and its Agg canvas
     draws, measures text and saves to any format (PNG, PDF) as a pyplot figure would. Constrained
     layout keeps titles, tick labels and outside legends inside the saved image, computed once
     (:class:`_LaidOutOnce`; ``layout=None`` for a figure that sets its own margins)."""
     figure = Figure(
-        figsize=(width, height), layout=_LaidOutOnce() if layout == "constrained" else layout
+        figsize=(width, height), layout=_LaidOutOnce() if layout == "constrained" else None
     )
     FigureCanvasAgg(figure)
     return figure
@@ -84,7 +88,7 @@ class MethodStyle:
     marker: str
     linestyle: str
 
-    def line(self) -> dict[str, str]:
+    def line(self) -> dict[str, Any]:
         """Keyword arguments for ``Axes.plot``."""
         return {"color": self.colour, "marker": self.marker, "linestyle": self.linestyle}
 
@@ -190,7 +194,7 @@ def _panels(
 
 
 def _legend_outside(
-    figure: Figure, handles: Sequence[Line2D], labels: Sequence[str]
+    figure: Figure, handles: Sequence[Artist], labels: Sequence[str]
 ) -> Legend | None:
     """A figure legend right of the panels, in as many columns as it needs to fit the figure's
     height (a 26-method legend in one column would run off a short figure and be cut). The
