@@ -252,6 +252,10 @@ class _Silent:
 _CURRENT: ContextVar[Progress | None] = ContextVar("seq2final_progress", default=None)
 
 
-def current() -> Progress | _Silent:
+Reporter = Progress | _Silent
+"""What :func:`current` gives: the phase's progress, or a reporter that shows nothing."""
+
+
+def current() -> Reporter:
     """The progress of the phase running now, or a reporter that shows nothing."""
     return _CURRENT.get() or _Silent()

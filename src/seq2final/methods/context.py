@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.core.progress import current
+from seq2final.core.progress import Reporter, current
 from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.models import build_model, set_dropout
@@ -40,7 +40,7 @@ from seq2final.training.objectives import Task
 from seq2final.training.records import FitRecord
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tensors import TensorSplit
-from seq2final.training.tuner import TrialRun, Tuner
+from seq2final.training.tuner import TrainStack, TrainTrial, TrialRun, Tuned, Tuner
 
 log = logging.getLogger(__name__)
 
@@ -221,8 +221,41 @@ class Context:
                 f"fit '{stage}': its task names optimizer '{named}' but its mode declares "
                 f"'{self.optimizer}'; valid: the mode's optimizer= and the task's optimizer= alike"
             )
+        progress = current()
+        train_trial, train_stack = self._trainers(make_model, task, progress)
+        width = fuse_width(self.engine, task)
+        cached = setup_refusal(task, self.engine) is None  # a model is built to check only then
+        if width > 1 and cached and cache_refusal(make_model(), task, None, self.engine) is None:
+            width = 1  # a head on cached features costs less than a stack of whole networks
+        # a context made without a sequence (a fit on given data) has no test split
+        scored = self.record_test and self.sequence is not None
+        with progress.fit(stage):
+            tuned = self.tuner.tune(
+                f"{self.owner_key}/{stage}", space, train_trial, train_stack, width,
+                seed_name=f"{self.seed_key}/{stage}",
+                fits=GridFits(make_model, task, self.engine, self.budget.max_epochs),
+                known=self.known_winner(stage) if self.budget.keep_known else None,
+                test_score=self._test_score(stage, make_model, task) if scored else None,
+            )  # fmt: skip
+        model = make_model()
+        cost = fit_cost(
+            model, task, HyperParameters(tuned.params), self.engine, self.budget.max_epochs
+        )
+        model.load_state_dict(tuned.state_dict)
+        set_dropout(model, float(tuned.params.get("dropout", 0.0)))
+        model.eval()
+        self._record(stage, tuned, cost.of_trials(tuned.trials), progress.label)
+        return model, tuned.fit
 
-        def train_trial(params, seed, report):
+    def _trainers(
+        self, make_model: Callable[[], M], task: Task, progress: Reporter
+    ) -> tuple[TrainTrial, TrainStack]:
+        """How a trial trains alone (to its end, with the fit cache where it applies) and how
+        a stack of trials trains fused."""
+
+        def train_trial(
+            params: dict[str, float], seed: int, report: Callable[[int, float], None]
+        ) -> tuple[FitResult, dict[str, torch.Tensor]]:
             model = make_model()
             hp = HyperParameters(params)  # checked and completed by the fit
             epochs = self.budget.max_epochs
@@ -239,14 +272,18 @@ class Context:
             models = [make_model() for _ in runs]
             fit_fused(models, task, trials, self.engine, self.budget.max_epochs)
 
-        fits = GridFits(make_model, task, self.engine, self.budget.max_epochs)
+        return train_trial, train_stack
+
+    def _test_score(
+        self, stage: str, make_model: Callable[[], M], task: Task
+    ) -> Callable[[dict[str, torch.Tensor]], float | None]:
+        """A finished trial's model on the final step's test split, at the step the fit
+        validates at: recorded with the trial for the search measurement, never selected on.
+        Its own random state (building the model seeds and draws), so a fused stack's other
+        members draw what they would without it; a failure costs the record, not the fit."""
         test: list[TensorSplit] = []
 
-        def test_score(weights: dict[str, torch.Tensor]) -> float | None:
-            """A finished trial's model on the final step's test split, at the step the fit
-            validates at: recorded with the trial for the search measurement, never selected on.
-            Its own random state (building the model seeds and draws), so a fused stack's other
-            members draw what they would without it; a failure costs the record, not the fit."""
+        def score(weights: dict[str, torch.Tensor]) -> float | None:
             devices = [self.device] if self.device.type == "cuda" else []
             try:
                 with torch.random.fork_rng(devices=devices):
@@ -259,27 +296,12 @@ class Context:
                 log.warning("%s: a trial's test accuracy not recorded (%s)", stage, error)
                 return None
 
-        width = fuse_width(self.engine, task)
-        cached = setup_refusal(task, self.engine) is None  # a model is built to check only then
-        if width > 1 and cached and cache_refusal(make_model(), task, None, self.engine) is None:
-            width = 1  # a head on cached features costs less than a stack of whole networks
-        progress = current()
-        with progress.fit(stage):
-            tuned = self.tuner.tune(
-                f"{self.owner_key}/{stage}", space, train_trial, train_stack, width,
-                seed_name=f"{self.seed_key}/{stage}", fits=fits,
-                known=self.known_winner(stage) if self.budget.keep_known else None,
-                # a context made without a sequence (a fit on given data) has no test split
-                test_score=test_score if self.record_test and self.sequence is not None else None,
-            )  # fmt: skip
-        model = make_model()
-        cost = fit_cost(
-            model, task, HyperParameters(tuned.params), self.engine, self.budget.max_epochs
-        )
-        model.load_state_dict(tuned.state_dict)
-        set_dropout(model, float(tuned.params.get("dropout", 0.0)))
-        model.eval()
-        train_flops, eval_flops = cost.of_trials(tuned.trials)  # pruned trials' epochs too
+        return score
+
+    def _record(self, stage: str, tuned: Tuned, flops: tuple[int, int], label: str) -> None:
+        """The tuned fit's record (its FLOPs counting pruned trials' epochs too), its learning
+        curve, and one log line."""
+        train_flops, eval_flops = flops
         self.fits.append(
             FitRecord(
                 stage=stage,
@@ -296,7 +318,7 @@ class Context:
         self.learning_curves.extend({"stage": stage, **row} for row in tuned.fit.history)
         log.info(
             "%s%s: valid %.3f (epoch %d of %d, %d trial(s)) with %s",
-            f"{progress.label} · " if progress.label not in ("", stage) else "",
+            f"{label} · " if label not in ("", stage) else "",
             stage,
             tuned.fit.valid_accuracy,
             tuned.fit.best_epoch,
@@ -304,7 +326,6 @@ class Context:
             tuned.finished_trials,
             ", ".join(f"{k}={v:.3g}" for k, v in tuned.params.items()),
         )
-        return model, tuned.fit
 
     def closed_form_fit(
         self, stage: str, model: nn.Module, valid: TensorSplit, forward_images: int
