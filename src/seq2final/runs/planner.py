@@ -76,33 +76,73 @@ def _plan(
     budget_name: str,
 ) -> RunPlan:
     """:func:`plan_run`'s states and jobs, keyed with ``budget_key`` under ``budget_name``."""
-    params, spec, blocks = run.parameters, run.spec, run.mode_blocks()
-    arch, name = params.arch, params.protocol
-    engine = params.training
-    step0_space = blocks.step0.raw["space"]
-    only = params.protocol_view
-    problems = _problems(spec, name, run.protocol_options, only)
-    if run.protocol_options.warm_start and only is not None:  # the earlier pooled jobs too
-        every = _problems(spec, name, run.protocol_options)
-        problems = every[: [v.name for _, v in every if v].index(only) + 1]
-    wanted = list(run.jobs)
-    if problems[0][1] is not None or spec.natural:
-        wanted = runnable(wanted, name, params.method or params.final,
-                          spec.dataset if spec.natural else None)  # fmt: skip
-    states: dict[str, StatePlan] = {}
-    jobs: dict[str, JobPlan] = {}
-    requested = []
-    whole = key_base(spec, arch, budget_key, engine.results_key(), data)
-    previous: dict[str, str] = {}  # each requested job's key at the previous time (warm starts)
-    for problem, view in problems:
-        base = key_base(problem, arch, budget_key, engine.results_key(), data)
+    return _Planning(run, data, history, budget_key, budget_name).plan()
+
+
+class _Planning:
+    """One planning of a checked run, as steps a reader follows: the problems (the sequence, or
+    the protocol's views), the jobs wanted on them, then per problem and job its historical
+    state (step-0 model first) and its job; the states and jobs collect here, each once."""
+
+    def __init__(
+        self, run: CheckedRun, data: str, history: str | None, budget_key: Mapping[str, Any],
+        budget_name: str,
+    ) -> None:  # fmt: skip
+        self.run, self.data, self.history = run, data, history
+        self.budget_key, self.budget_name = budget_key, budget_name
+        self.blocks = run.mode_blocks()
+        self.states: dict[str, StatePlan] = {}
+        self.jobs: dict[str, JobPlan] = {}
+        self.requested: list[tuple[str, str]] = []
+        self.previous: dict[str, str] = {}  # each requested job's key at the previous time
+        self.whole = self._base(run.spec)
+
+    def _base(self, problem: SequenceSpec) -> dict[str, Any]:
+        params = self.run.parameters
+        return key_base(problem, params.arch, self.budget_key, params.training.results_key(),
+                        self.data)  # fmt: skip
+
+    def plan(self) -> RunPlan:
+        problems = self._problems()
+        wanted = self._wanted(problems[0][1])
+        for problem, view in problems:
+            self._plan_problem(problem, view, wanted)
+        return self._run_plan()
+
+    def _problems(self) -> list[tuple[SequenceSpec, StepView | None]]:
+        """The sequence, or the protocol's views (one only under ``protocol_view``, with the
+        earlier ones a warm start continues)."""
+        run, only = self.run, self.run.parameters.protocol_view
+        name = run.parameters.protocol
+        problems = _problems(run.spec, name, run.protocol_options, only)
+        if run.protocol_options.warm_start and only is not None:  # the earlier pooled jobs too
+            every = _problems(run.spec, name, run.protocol_options)
+            problems = every[: [v.name for _, v in every if v].index(only) + 1]
+        return problems
+
+    def _wanted(self, first_view: StepView | None) -> list[RequestedJob]:
+        """The jobs asked for, less those the protocol or a natural sequence cannot run."""
+        params, spec = self.run.parameters, self.run.spec
+        wanted = list(self.run.jobs)
+        if first_view is not None or spec.natural:
+            wanted = runnable(wanted, params.protocol, params.method or params.final,
+                              spec.dataset if spec.natural else None)  # fmt: skip
+        return wanted
+
+    def _plan_problem(
+        self, problem: SequenceSpec, view: StepView | None, wanted: list[RequestedJob]
+    ) -> None:
+        """Every wanted job on one problem, with the state each continues."""
+        only = self.run.parameters.protocol_view
+        base = self._base(problem)
         # what a state is keyed by: the sequence, or its history alone (the final step unseen)
-        held = base if history is None else {**base, "sequence": None, "data": history}
+        held = base if self.history is None else {**base, "sequence": None, "data": self.history}
         # step 0 of a view is the sequence's own unless the view mixes its training images
         step0_view = view if view is not None and view.mixed_seed is not None else None
         shared_step0 = step0_key(
-            held if step0_view or history is not None else whole, budget_name, step0_space
-        )
+            held if step0_view or self.history is not None else self.whole, self.budget_name,
+            self.blocks.step0.raw["space"],
+        )  # fmt: skip
         for job in wanted:
             if view is not None and len(view.steps) == 1:  # time 0: one model for every method
                 job = RequestedJob(job.requested, *FIRST_MODEL)
@@ -114,63 +154,76 @@ def _plan(
                 and not (warm or len(view.steps) == 1)
             ):
                 continue  # an earlier time, planned only for what a warm start continues
-            warm_start = (
-                previous.get(job.requested) if warm and run.protocol_options.warm_start else None
-            )
-            state = None
-            if job.historical != "none":
-                config = blocks.historical[job.historical]
-                mode = HISTORICAL_MODES[job.historical]
-                depends = shared_step0 if mode.uses_step0 else None
-                if depends and depends not in states:
-                    states[depends] = StatePlan(depends, STEP0, blocks.step0, view=step0_view)
-                if (
-                    mode.grow is not None
-                    and view is not None
-                    and view.mixed_seed is None
-                    and (
-                        view.steps == tuple(range(len(view.steps)))  # a prefix 0..t of the stream
-                    )
-                ):
-                    state = _grown(states, whole, budget_name, job.historical, config, depends,
-                                   view.steps[-1] - 1)  # fmt: skip
-                else:
-                    state = state_key(held, budget_name, job.historical, config, depends)
-                    states.setdefault(
-                        state, StatePlan(state, job.historical, config, depends, view)
-                    )
-            final_config = blocks.final[job.final]
-            key = job_key(problem, base, budget_name, job.historical, job.final, state,
-                          final_config, warm_start)  # fmt: skip
-            previous[job.requested] = key
-            if key in jobs:
-                jobs[key] = replace(jobs[key], requested=(*jobs[key].requested, job.requested))
-            else:
-                jobs[key] = JobPlan(key, job.method, (job.requested,), job.historical, job.final,
-                                    state, final_config, view, warm_start)  # fmt: skip
-            if view is None or only is None or view.name == only:
-                requested.append((job.requested, key))
-    return RunPlan(
-        sequence_key=spec.key,
-        sequence_name=spec.name,
-        dataset=spec.dataset,
-        data_path=spec.data_path,
-        data_options=spec.data_options,
-        arch=arch,
-        seed=spec.seed,
-        budget_name=budget_name,
-        budget=run.budget,
-        engine=engine,
-        tuning=params.tuning,
-        mlflow=params.mlflow,
-        plugins=tuple(params.plugins),
-        force=params.force,
-        states=list(states.values()),
-        jobs=list(jobs.values()),
-        requested=requested,
-        protocol=name,
-        protocol_options=run.protocol_options,
-    )
+            warm_start = None
+            if warm and self.run.protocol_options.warm_start:
+                warm_start = self.previous.get(job.requested)
+            state = self._state(job, view, held, shared_step0, step0_view)
+            self._add_job(job, problem, base, view, state, warm_start)
+
+    def _state(
+        self, job: RequestedJob, view: StepView | None, held: Mapping[str, Any],
+        shared_step0: str, step0_view: StepView | None,
+    ) -> str | None:  # fmt: skip
+        """The key of the historical state ``job`` continues (None: it continues none), planned
+        with the step-0 model it starts from; a growing chain's on a stream's prefix grows the
+        previous prefix's state."""
+        if job.historical == "none":
+            return None
+        config = self.blocks.historical[job.historical]
+        mode = HISTORICAL_MODES[job.historical]
+        depends = shared_step0 if mode.uses_step0 else None
+        if depends and depends not in self.states:
+            self.states[depends] = StatePlan(depends, STEP0, self.blocks.step0, view=step0_view)
+        prefix = view is not None and view.steps == tuple(range(len(view.steps)))  # 0..t
+        if mode.grow is not None and view is not None and view.mixed_seed is None and prefix:
+            return _grown(self.states, self.whole, self.budget_name, job.historical, config,
+                          depends, view.steps[-1] - 1)  # fmt: skip
+        state = state_key(held, self.budget_name, job.historical, config, depends)
+        self.states.setdefault(state, StatePlan(state, job.historical, config, depends, view))
+        return state
+
+    def _add_job(
+        self, job: RequestedJob, problem: SequenceSpec, base: Mapping[str, Any],
+        view: StepView | None, state: str | None, warm_start: str | None,
+    ) -> None:  # fmt: skip
+        """The job's plan (a job two requests share is planned once, asked by both)."""
+        only = self.run.parameters.protocol_view
+        final_config = self.blocks.final[job.final]
+        key = job_key(problem, base, self.budget_name, job.historical, job.final, state,
+                      final_config, warm_start)  # fmt: skip
+        self.previous[job.requested] = key
+        if key in self.jobs:
+            known = self.jobs[key]
+            self.jobs[key] = replace(known, requested=(*known.requested, job.requested))
+        else:
+            self.jobs[key] = JobPlan(key, job.method, (job.requested,), job.historical,
+                                     job.final, state, final_config, view, warm_start)  # fmt: skip
+        if view is None or only is None or view.name == only:
+            self.requested.append((job.requested, key))
+
+    def _run_plan(self) -> RunPlan:
+        params, spec = self.run.parameters, self.run.spec
+        return RunPlan(
+            sequence_key=spec.key,
+            sequence_name=spec.name,
+            dataset=spec.dataset,
+            data_path=spec.data_path,
+            data_options=spec.data_options,
+            arch=params.arch,
+            seed=spec.seed,
+            budget_name=self.budget_name,
+            budget=self.run.budget,
+            engine=params.training,
+            tuning=params.tuning,
+            mlflow=params.mlflow,
+            plugins=tuple(params.plugins),
+            force=params.force,
+            states=list(self.states.values()),
+            jobs=list(self.jobs.values()),
+            requested=self.requested,
+            protocol=params.protocol,
+            protocol_options=self.run.protocol_options,
+        )
 
 
 def _grown(
