@@ -229,11 +229,33 @@ def fit_job(
     metrics = _test_metrics(outcome.model, test, ctx.engine, outcome.step)
     chains = chain_accuracies(outcome, test, ctx.engine)
     wall = time.perf_counter() - started
+    fields = _record_fields(plan, job, ctx, outcome, test, metrics, chains, wall)
+    fields["historical_flops"] = {"shared": True, "states": dict(costs)} if costs else None
+    fields["detection_auroc"] = shared_detection(
+        state, job.state_key, outcome.chosen, problem, ctx.engine, detections
+    )
+    if job.view is not None:  # scored by a temporal protocol: every step's accuracy
+        fields["view"] = job.view.model_dump()
+        fields["step_accuracies"] = step_accuracies(
+            outcome.model, sequence, ctx.engine, outcome.step
+        )
+    record = ResultRecord.model_validate(json_safe(fields))  # the engine and fits as they are
+    return JobOutcome(record, outcome.model, ctx.learning_curves), ctx
+
+
+def _record_fields(
+    plan: RunPlan, job: JobPlan, ctx: Context, outcome: FinalOutcome, test: TensorSplit,
+    metrics: Mapping[str, float], chains: Any, wall: float,
+) -> dict[str, Any]:  # fmt: skip
+    """A job's result record as fields: what ran, what it scored on the final test set, what
+    it trained and chose, and its compute (its own fits, every trial included; the historical
+    state and step-0 model it continues are shared by the methods that continue them, so they
+    are charged to themselves and added by the caller)."""
     valid_accuracy = outcome.valid_accuracy
     if valid_accuracy is None:
         valid_accuracy = ctx.fits[-1].valid_accuracy
     method = METHODS.get(job.method)
-    fields: dict[str, Any] = {
+    return {
         "format": RECORD_FORMAT,
         "job_key": job.key,
         "sequence": plan.sequence_name,
@@ -266,24 +288,10 @@ def fit_job(
         "eval_step": outcome.step,
         "engine": plan.engine,
         "fits": ctx.fits,
-        # compute: this job's own fits, every trial included; the historical state and the
-        # step-0 model it continues are shared by the methods that continue them, so they are
-        # charged to themselves, by key, and shown here
         "train_flops": sum(f.train_flops or 0 for f in ctx.fits),
         "eval_flops": sum(f.eval_flops or 0 for f in ctx.fits),
         "inference_flops_per_image": image_flops(outcome.model, test, ctx.engine, outcome.step),
-        "historical_flops": {"shared": True, "states": dict(costs)} if costs else None,
-        "detection_auroc": shared_detection(
-            state, job.state_key, outcome.chosen, problem, ctx.engine, detections
-        ),
     }
-    if job.view is not None:  # scored by a temporal protocol: every step's accuracy
-        fields["view"] = job.view.model_dump()
-        fields["step_accuracies"] = step_accuracies(
-            outcome.model, sequence, ctx.engine, outcome.step
-        )
-    record = ResultRecord.model_validate(json_safe(fields))  # the engine and fits as they are
-    return JobOutcome(record, outcome.model, ctx.learning_curves), ctx
 
 
 class Tracker(Protocol):
