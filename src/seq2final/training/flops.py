@@ -81,6 +81,21 @@ class FitCost:
         return sum(self.train_flops(e) for e in epochs), self.valid_pass * sum(passes)
 
 
+def _counted_batches(task: Task, engine: Engine, device: torch.device) -> list[Batch]:
+    """The batches a counted step trains on: the first images of each domain, at most a batch
+    and :data:`COUNTED_BATCH` of them, as the loop hands them to the loss."""
+    batches = []
+    for index, domain in enumerate(task.domains):
+        size = min(COUNTED_BATCH, engine.batch_size, len(domain))
+        batches.append(Batch(
+            scale_images(domain.x[:size].to(device), engine), domain.y[:size].to(device),
+            None if domain.weight is None else domain.weight[:size].to(device),
+            None if task.steps is None else task.steps[index],
+            1.0 if task.step_weights is None else task.step_weights[index],
+        ))  # fmt: skip
+    return batches
+
+
 def fit_cost(
     model: nn.Module,
     task: Task,
@@ -101,17 +116,8 @@ def fit_cost(
     if task.trainable is not None:
         choose_trainable(model, task.trainable)  # frozen layers' weight gradients are not computed
     device = next(model.parameters()).device
-    batches = []
-    drawn = 0
-    for index, domain in enumerate(task.domains):
-        size = min(COUNTED_BATCH, engine.batch_size, len(domain))
-        drawn += size
-        batches.append(Batch(
-            scale_images(domain.x[:size].to(device), engine), domain.y[:size].to(device),
-            None if domain.weight is None else domain.weight[:size].to(device),
-            None if task.steps is None else task.steps[index],
-            1.0 if task.step_weights is None else task.step_weights[index],
-        ))  # fmt: skip
+    batches = _counted_batches(task, engine, device)
+    drawn = sum(len(batch.y) for batch in batches)
     generator = torch.Generator(device).manual_seed(0)
     parameters, optimizer = build_optimizer(task.optimizer_recipe, model, hp)
     state = FitState(
