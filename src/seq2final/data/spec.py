@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.data.presets import NATURAL, PRESETS
+from seq2final.core.schema import StrictModel
+from seq2final.data.presets import NATURAL, PRESETS, SequencePreset
 from seq2final.data.shifts import SHIFTS, check_block, split_block
 from seq2final.data.sizes import PAPER_SIZES, DefaultSizes
 from seq2final.data.sources import SOURCES, checked_options
@@ -182,6 +183,42 @@ def parse_spec(text: str, sizes: DefaultSizes) -> tuple[StepSpec, ...]:
     return tuple(steps)
 
 
+def _known_sequence(sequence: str, dataset: str | None) -> tuple[str, SequencePreset | None]:
+    """The sequence asked for and its preset: ``natural`` for a dataset that is a sequence by
+    itself (a user's own folder) named with a preset of shifts; an unknown name is one line."""
+    preset = PRESETS.get(sequence)
+    if (
+        dataset is not None
+        and SOURCES[dataset].natural
+        and (sequence == NATURAL or (preset is not None and preset.spec != NATURAL))
+    ):  # its periods in place of the preset's shifts
+        return NATURAL, None
+    if (
+        preset is None
+        and sequence != NATURAL
+        and ":" not in sequence
+        and not {split_block(b)[0] for b in re.split(r"[,+]", sequence)} <= set(SHIFTS)
+    ):
+        raise Seq2FinalError(
+            f"unknown sequence '{sequence}'; valid: a preset ({', '.join(PRESETS)}) "
+            f"or a spec of shift blocks ({', '.join(SHIFTS)}) such as 'rotation:corruption'"
+        )
+    return sequence, preset
+
+
+def _period_steps(
+    dataset: str, data_path: str | None, checked: StrictModel | None
+) -> tuple[StepSpec, ...]:
+    """A natural source's steps, one whole period each. One that insists on every period has a
+    known number, which the temporal protocols' views need before it is loaded; a user's own
+    data is counted from its table, where a bad one is found before any work."""
+    source = SOURCES[dataset]
+    periods = source.periods or 0
+    if source.count is not None and checked is not None:
+        periods = source.count(dataset, Path(data_path) if data_path else None, checked)
+    return tuple(StepSpec((NATURAL,), 0) for _ in range(periods))
+
+
 def resolve_spec(
     sequence: str,
     dataset: str | None = None,
@@ -204,23 +241,7 @@ def resolve_spec(
         raise Seq2FinalError(
             f"train_fraction {train_fraction}: valid: a share strictly between 0 and 1"
         )
-    preset = PRESETS.get(sequence)
-    if (
-        dataset is not None
-        and SOURCES[dataset].natural
-        and (sequence == NATURAL or (preset is not None and preset.spec != NATURAL))
-    ):  # a sequence by itself (a user's own folder) in place of a preset of shifts: its periods
-        sequence, preset = NATURAL, None
-    if (
-        preset is None
-        and sequence != NATURAL
-        and ":" not in sequence
-        and not {split_block(b)[0] for b in re.split(r"[,+]", sequence)} <= set(SHIFTS)
-    ):
-        raise Seq2FinalError(
-            f"unknown sequence '{sequence}'; valid: a preset ({', '.join(PRESETS)}) "
-            f"or a spec of shift blocks ({', '.join(SHIFTS)}) such as 'rotation:corruption'"
-        )
+    sequence, preset = _known_sequence(sequence, dataset)
     dataset = dataset or (preset.dataset if preset else "digits")
     source = SOURCES[dataset]  # unknown names are answered with the valid list
     sizes = source.default_sizes
@@ -242,16 +263,7 @@ def resolve_spec(
             f"{', '.join(naturals)} with sequence:{NATURAL} or a preset of theirs, any other "
             "dataset with shift sequences"
         )
-    if natural:
-        # a natural source that insists on every period has a known number of steps, which the
-        # temporal protocols' views need before it is loaded; each step is a whole period
-        # (a user's own data: counted from its table, where a bad one is found before any work)
-        periods = source.periods or 0
-        if source.count is not None and checked is not None:
-            periods = source.count(dataset, Path(data_path) if data_path else None, checked)
-        steps = tuple(StepSpec((NATURAL,), 0) for _ in range(periods))
-    else:
-        steps = parse_spec(spec_text, sizes)
+    steps = _period_steps(dataset, data_path, checked) if natural else parse_spec(spec_text, sizes)
     return SequenceSpec(
         name=sequence,
         dataset=dataset,
