@@ -25,6 +25,7 @@ def plot_curves_node() -> Node:
 
 
 def create_pipeline(**kwargs) -> Pipeline:
+    """The sequence's results gathered, then one node per family of figures."""
     return in_namespace(
         NAMESPACE,
         [
@@ -44,10 +45,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "params:visualize",
                     "params:budget",
                 ],
-                outputs=[
-                    "interpolation_figures",
-                    "interpolation_plotly",
-                ],
+                outputs=["interpolation_figures", "interpolation_plotly"],
                 name="plot_interpolation",
             ),  # fmt: skip
             Node(
@@ -96,7 +94,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                 ],
                 outputs="protocol_figures",
                 name="plot_protocol",
-            ),
+            ),  # fmt: skip
             Node(
                 nodes.plot_learning_curves,
                 inputs=["sequence_results", "adapt_results", "sequence_spec"],
