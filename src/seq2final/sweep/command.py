@@ -46,7 +46,7 @@ from seq2final.sweep.cluster import (
     tracking_server,
 )
 from seq2final.sweep.driver import Sweep, SweepReport
-from seq2final.sweep.graph import Stores, SweepGraph, expand, parse_request
+from seq2final.sweep.graph import Stores, SweepGraph, SweepRequest, expand, parse_request
 from seq2final.sweep.work import PipelineRun, run_task
 from seq2final.tracking.names import (
     MlflowNames,
@@ -90,32 +90,8 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
     project = Path.cwd()
     bootstrap_once(project)
     base = options.run_params()
-    # --sequences replaces the run parameter's sequence, so a family's intensities are checked
-    # with the families they belong to (below), not with that sequence
-    own = {k: v for k, v in base.items() if k != "intensities" or options.sequences is None}
-    with KedroSession.create(project_path=project, env=options.env, runtime_params=own) as session:
-        # the project's hooks check the parameters and MLflow
-        context = session.load_context()  # type: ignore[attr-defined]  # Kedro types create() as returning its AbstractSession
-        params = context.config_loader["parameters"]  # raw: the workers get them as --params
-        settings = _settings(context.config_loader)
-        catalog = context.catalog
-        stores = Stores(
-            catalog.load("sequences"),
-            catalog.load("historical_states"),
-            catalog.load("adapt_results"),
-        )
-        measured = catalog.load("measured_distances")  # the shift a family.s slopes read
-    request = parse_request(
-        options.sequences or str(params["sequence"]), options.archs or params["arch"],
-        options.methods, options.pairs, options.seeds,
-    )  # fmt: skip
-    if options.sequences is None:  # the one sequence, whole: a spec string may hold commas
-        request = dataclasses.replace(request, sequences=(str(params["sequence"]),))
-        dataset = params.get("dataset")
-        if dataset in SOURCES and SOURCES[dataset].natural:  # its periods, whatever the preset
-            say(f"Sequence: {NATURAL} (the periods of dataset {dataset})")
-        else:
-            say(f"Sequence: {params['sequence']} (the run parameter; --sequences to choose)")
+    params, settings, stores, measured = _project(project, options, base)
+    request = _request(options, params, say)
     intensities = base.get("intensities", params.get("intensities"))
     sequences, families = expand_sequences(request.sequences, intensities)
     if families:  # each member is a sequence of its own; the family is read by `robustness`
@@ -134,11 +110,68 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
         say("Nothing to train: every sequence, state and job of the sweep is finished.")
         for folder in evaluate_stale(graph, stores, project, options.env, base):
             say(f"Tables: {folder}")
-        for folder in read_families(
-            families, intensities, request.seeds, params, measured, project, options.env, base
-        ):
-            say(f"Robustness: {folder}")
-        return 0
+    else:
+        report = _run_on_cluster(options, settings, params, base, request, stores, graph, say)
+        report.driver_seconds += planning
+        say(summary(report))
+        if report.failures or report.lost_jobs:
+            return 1
+    for folder in read_families(
+        families, intensities, request.seeds, params, measured, project, options.env, base
+    ):
+        say(f"Robustness: {folder}")
+    return 0
+
+
+def _project(
+    project: Path, options: SweepOptions, base: dict[str, Any]
+) -> tuple[dict[str, Any], SweepSettings, Stores, Any]:
+    """The project's parameters (raw: the workers get them as --params), checked by its hooks
+    with MLflow, its sweep settings, stores and measured distances (a family's slopes read
+    them)."""
+    # --sequences replaces the run parameter's sequence, so a family's intensities are checked
+    # with the families they belong to (below), not with that sequence
+    own = {k: v for k, v in base.items() if k != "intensities" or options.sequences is None}
+    with KedroSession.create(project_path=project, env=options.env, runtime_params=own) as session:
+        context = session.load_context()  # type: ignore[attr-defined]  # Kedro types create() as returning its AbstractSession
+        params = context.config_loader["parameters"]
+        settings = _settings(context.config_loader)
+        catalog = context.catalog
+        stores = Stores(
+            catalog.load("sequences"),
+            catalog.load("historical_states"),
+            catalog.load("adapt_results"),
+        )
+        return params, settings, stores, catalog.load("measured_distances")
+
+
+def _request(
+    options: SweepOptions, params: dict[str, Any], say: Callable[[str], None]
+) -> SweepRequest:
+    """The sweep's lists; without --sequences, the run parameter's sequence, whole (a spec
+    string may hold commas), said so."""
+    request = parse_request(
+        options.sequences or str(params["sequence"]), options.archs or params["arch"],
+        options.methods, options.pairs, options.seeds,
+    )  # fmt: skip
+    if options.sequences is not None:
+        return request
+    dataset = params.get("dataset")
+    if isinstance(dataset, str) and dataset in SOURCES and SOURCES[dataset].natural:  # periods
+        say(f"Sequence: {NATURAL} (the periods of dataset {dataset})")
+    else:
+        say(f"Sequence: {params['sequence']} (the run parameter; --sequences to choose)")
+    return dataclasses.replace(request, sequences=(str(params["sequence"]),))
+
+
+def _run_on_cluster(
+    options: SweepOptions, settings: SweepSettings, params: dict[str, Any],
+    base: dict[str, Any], request: SweepRequest, stores: Stores, graph: SweepGraph,
+    say: Callable[[str], None],
+) -> SweepReport:  # fmt: skip
+    """Start the cluster and, where runs are tracked locally, one MLflow server beside it (each
+    takes seconds), then run the graph on it."""
+    project = Path.cwd()
     threads = options.threads or settings.threads
     logging.getLogger("distributed").setLevel(logging.WARNING)  # the sweep reports progress
     tracking = params["mlflow"]["enabled"] and not params["mlflow"]["tracking_uri"]
@@ -150,7 +183,6 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
                 dask.config.set({"distributed.deploy.lost-worker-timeout": LOST_JOB_GRACE})
             )
         watch = stack.enter_context(submit_errors(say))  # a refused sbatch, said once
-        # The cluster and the MLflow server start side by side (each takes seconds).
         asked = time.perf_counter()
         connecting = pool.submit(connect, options.scheduler, options.workers, settings, threads)
         stack.callback(_disconnect, connecting)
@@ -170,16 +202,7 @@ def sweep(options: SweepOptions, say: Callable[[str], None]) -> int:
             has_gpus(client, settings), say, asked=asked, stall_seconds=settings.stall_minutes * 60,
             idle_word=lambda: idle_word(cluster, settings.cluster, watch.last),
         )  # fmt: skip
-        report = run.run(graph)
-        report.driver_seconds += planning
-    say(summary(report))
-    if report.failures or report.lost_jobs:
-        return 1
-    for folder in read_families(
-        families, intensities, request.seeds, params, measured, project, options.env, base
-    ):
-        say(f"Robustness: {folder}")
-    return 0
+        return run.run(graph)
 
 
 def _disconnect(connecting: Future) -> None:
