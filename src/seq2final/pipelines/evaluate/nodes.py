@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from seq2final.config.checks import CheckedRun
 from seq2final.config.parameters import EvaluateOptions
 from seq2final.core.errors import Seq2FinalError
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import ORACLE, paper_columns
-from seq2final.protocols import PROTOCOLS, ProtocolOptions
+from seq2final.protocols import PROTOCOLS
 from seq2final.reporting.comparisons import paired_comparison
 from seq2final.reporting.curves import curve_table, p_rep_table, sequence_curves
 from seq2final.reporting.protocols import protocol_scores, protocol_tables
@@ -100,22 +101,20 @@ def sequence_records(spec: SequenceSpec, results: Mapping[str, ResultRecord]) ->
 
 
 def tabulate_results(
-    records: list[ResultRecord],
-    spec: SequenceSpec,
-    options: EvaluateOptions,
-    protocol: str = "final",
-    protocol_options: Mapping[str, Any] | None = None,
+    records: list[ResultRecord], spec: SequenceSpec, options: EvaluateOptions, run: CheckedRun
 ) -> tuple[dict[str, pd.DataFrame], dict[str, str], dict[str, str]]:
     """Per budget: Tables 8–13 (per architecture), the Table 2 summary and the paired
-    comparisons, as CSV and Markdown (the tables also as LaTeX); under a temporal protocol, its
-    numbers as tables of the same layout instead.
+    comparisons, as CSV and Markdown (the tables also as LaTeX); under a temporal protocol (the
+    checked run's, with the options its check completed), its numbers as tables of the same
+    layout instead.
 
     Budgets are never mixed in one table: a ``quick`` and a ``default`` result are different
     experiments.
     """
     folder = report_folder(spec.name, spec.dataset)
+    protocol = run.parameters.protocol
     if PROTOCOLS[protocol].temporal:
-        rows = protocol_scores(records, protocol, ProtocolOptions(**(protocol_options or {})))
+        rows = protocol_scores(records, protocol, run.protocol_options)
         return protocol_tables(rows, protocol, f"{spec.name} ({spec.dataset})", folder)
     csv: dict[str, pd.DataFrame] = {}
     markdown: dict[str, str] = {}

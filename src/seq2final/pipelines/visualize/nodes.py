@@ -17,13 +17,14 @@ import plotly.graph_objects as go
 from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 
+from seq2final.config.checks import CheckedRun
 from seq2final.config.parameters import VisualizeOptions
 from seq2final.data.spec import SequenceSpec
 from seq2final.methods import METHODS, ORACLE, HistoricalState, paper_columns
 from seq2final.methods.requests import canonical_modes
 from seq2final.models import ARCHITECTURES, JointModel
 from seq2final.pipelines.visualize.finished_jobs import JobModels
-from seq2final.protocols import PROTOCOLS, ProtocolOptions
+from seq2final.protocols import PROTOCOLS
 from seq2final.reporting import plots
 from seq2final.reporting.curves import curve_table, p_rep_table, sequence_curves
 from seq2final.reporting.interpolation import interpolation_path, path_ends, path_key
@@ -377,19 +378,16 @@ def plot_compute(records: list[ResultRecord], spec: SequenceSpec) -> dict[str, F
 
 
 def plot_protocol(
-    records: list[ResultRecord],
-    spec: SequenceSpec,
-    protocol: str,
-    protocol_options: Mapping[str, Any],
+    records: list[ResultRecord], spec: SequenceSpec, run: CheckedRun
 ) -> dict[str, Figure]:
     """Under a temporal protocol, per budget and architecture: every method's accuracy over
     time (the stream figure; under ``eval_stream`` also its P_CL and P_forget over time), and
     its headline score against the training FLOPs of every view
     it trained (the protocol's accuracy-for-compute Pareto figure); nothing under ``final``."""
-    chosen = PROTOCOLS[protocol]
-    if not chosen.temporal:
+    protocol = run.parameters.protocol
+    if not PROTOCOLS[protocol].temporal:
         return {}
-    rows = protocol_scores(records, protocol, ProtocolOptions(**protocol_options))
+    rows = protocol_scores(records, protocol, run.protocol_options)
     figures = {}
     for budget, arch in sorted({(r["budget"], r["arch"]) for r in rows}):
         mine = [r for r in rows if (r["budget"], r["arch"]) == (budget, arch)]
@@ -401,7 +399,7 @@ def plot_protocol(
             figures[f"{_folder(spec)}/{protocol}/{budget}-{arch}-forgetting"] = (
                 plots.forgetting_figure(mine, f"{title}: what each time keeps of the steps seen")
             )
-        score = chosen.headline_report
+        score = PROTOCOLS[protocol].headline_report
         points = (
             pd.DataFrame(mine)
             .groupby("method", as_index=False)[["train_flops", score]]

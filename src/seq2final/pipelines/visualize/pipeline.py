@@ -86,15 +86,10 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 nodes.plot_protocol,
-                inputs=[
-                    "sequence_results",
-                    "sequence_spec",
-                    "params:protocol",
-                    "params:protocol_options",
-                ],
+                inputs=["sequence_results", "sequence_spec", "checked_run"],
                 outputs="protocol_figures",
                 name="plot_protocol",
-            ),  # fmt: skip
+            ),
             Node(
                 nodes.plot_learning_curves,
                 inputs=["sequence_results", "adapt_results", "sequence_spec"],
