@@ -11,7 +11,6 @@ import pytest
 from click.testing import CliRunner
 
 from seq2final.cli import cli
-from seq2final.config.parameters import BuildOptions
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.startup import bootstrap_once
 from seq2final.pipelines.robustness.nodes import gather_family, resolve_family
@@ -116,11 +115,14 @@ def test_a_session_runs_a_family_through_robustness_only(run_kedro):
         run_kedro(["robustness"], **runtime)
 
 
-def test_each_seeds_points_read_that_seeds_own_distances(caplog):
+def test_each_seeds_points_read_that_seeds_own_distances(caplog, checked_run):
     """Each seed draws its own images, so a member's x at a seed is measured at that seed; a
     seed without distances is named with the command that measures it."""
-    family = resolve_family("source60:rotation@*/60", [0, 90], "digits", None, 1007,
-                            BuildOptions(test_size=40, oracle_size=None), "final")  # fmt: skip
+    run = checked_run(sequence="source60:rotation@*/60", intensities=[0, 90], dataset="digits",
+                      seed=1007, budget="smoke",
+                      build_sequences={"test_size": 40, "oracle_size": None})  # fmt: skip
+    family = resolve_family(run)
+    assert [member.intensity for member, _ in family] == [0, 90]
     records, distances = {}, {}
     for member, spec in family:
         for seed in (1007, 1011):
@@ -132,7 +134,7 @@ def test_each_seeds_points_read_that_seeds_own_distances(caplog):
             if (member.intensity, seed) != (90, 1011):
                 distances[key] = pd.DataFrame([{"comparison": "history_to_final",
                     "nn1": 1000.0 * seed + member.intensity, "w2_covariate": 1.0}])  # fmt: skip
-    points = gather_family(family, records, distances, "smoke")
+    points = gather_family(family, records, distances, run)
     measured = points.dropna(subset=["nn1"])
     assert (measured["nn1"] == 1000.0 * measured["seed"] + measured["intensity"]).all()
     assert len(measured) == 3

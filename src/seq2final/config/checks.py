@@ -18,7 +18,7 @@ from seq2final.config.parameters import RunParameters
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.plugins import load_plugins, plugin_paths
 from seq2final.core.schema import one_line
-from seq2final.data.family import is_family, members
+from seq2final.data.family import Member, is_family, members
 from seq2final.data.sources import SOURCES
 from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
@@ -65,6 +65,8 @@ class CheckedRun:
     jobs: tuple[RequestedJob, ...]
     protocol_options: ProtocolOptions
     blocks: ModeBlocks | None
+    # a family's members and each one's checked specification, in the family's order
+    members: tuple[tuple[Member, SequenceSpec], ...] = ()
 
     def mode_blocks(self) -> ModeBlocks:
         """The modes' blocks, which planning a training run needs."""
@@ -110,14 +112,16 @@ def validate_parameters(parameters: Mapping[str, Any]) -> CheckedRun:
             "dataset such as digits"
         )
     if is_family(run.sequence, run.intensities):
+        family = members(run.sequence, run.intensities)
         checked = [  # each as its own run checks it
             validate_parameters({**parameters, "sequence": member.sequence, "intensities": None})
-            for member in members(run.sequence, run.intensities)
+            for member in family
         ]
         first = checked[0]
         return dataclasses.replace(
-            first, parameters=run, spec=dataclasses.replace(first.spec, name=run.sequence)
-        )
+            first, parameters=run, spec=dataclasses.replace(first.spec, name=run.sequence),
+            members=tuple((m, c.spec) for m, c in zip(family, checked, strict=True)),
+        )  # fmt: skip
     spec = _sequence_spec(run)
     try:
         budget = get_budget(run.budgets, run.budget)

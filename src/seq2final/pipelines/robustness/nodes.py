@@ -9,12 +9,11 @@ from dataclasses import replace
 import pandas as pd
 from matplotlib.figure import Figure
 
-from seq2final.config.parameters import BuildOptions, RobustnessOptions
+from seq2final.config.checks import CheckedRun
 from seq2final.core.errors import Seq2FinalError
-from seq2final.data.family import Member, intensity_label, is_family, members
-from seq2final.data.spec import SequenceSpec, resolve_spec
+from seq2final.data.family import Member, intensity_label
+from seq2final.data.spec import SequenceSpec
 from seq2final.pipelines.evaluate.nodes import sequence_records
-from seq2final.protocols import sequence_options
 from seq2final.reporting import plots
 from seq2final.reporting.robustness import (
     accuracy_deltas,
@@ -30,49 +29,28 @@ log = logging.getLogger(__name__)
 Family = list[tuple[Member, SequenceSpec]]
 
 
-def resolve_family(
-    sequence: str,
-    intensities: list[float] | None,
-    dataset: str | None,
-    data_path: str | None,
-    seed: int | None,
-    options: BuildOptions,
-    protocol: str,
-) -> Family:
-    """Every member's full specification, in the family's order."""
-    if not is_family(sequence, intensities):
+def resolve_family(run: CheckedRun) -> Family:
+    """Every member's full specification, in the family's order, as the check resolved it."""
+    if not run.members:
         raise Seq2FinalError(
-            f"the robustness pipeline reads a family, and sequence '{sequence}' is one sequence; "
-            "valid: a spec with '@*' and intensities, e.g. "
+            f"the robustness pipeline reads a family, and sequence '{run.parameters.sequence}' "
+            "is one sequence; valid: a spec with '@*' and intensities, e.g. "
             "--params 'sequence:source600:rotation@*/300,intensities:[0,15,30]'"
         )
-    return [
-        (
-            member,
-            resolve_spec(
-                member.sequence,
-                dataset,
-                data_path,
-                seed,
-                options.test_size,
-                options.oracle_size,
-                **sequence_options(protocol),
-            ),
-        )
-        for member in members(sequence, intensities)
-    ]
+    return list(run.members)
 
 
 def gather_family(
     family: Family,
     results: Mapping[str, ResultRecord],
     distances: Mapping[str, pd.DataFrame],
-    budget: str,
+    run: CheckedRun,
 ) -> pd.DataFrame:
     """One row per member, job and seed of the run's budget: the final step's test accuracy
     and the shift measures of the member drawn at that record's seed (each seed draws its own
     images, so its own distances). A member with no results, or a seed of it with no measured
     distances, is named in the log with the command that makes them."""
+    budget = run.parameters.budget
     rows = []
     for member, spec in family:
         records = [r for r in sequence_records(spec, results) if r.budget == budget]
@@ -100,16 +78,17 @@ def gather_family(
 
 
 def fit_robustness(
-    points: pd.DataFrame,
-    family: Family,
-    sequence: str,
-    options: RobustnessOptions,
-    budget: str,
+    points: pd.DataFrame, family: Family, run: CheckedRun
 ) -> tuple[dict[str, pd.DataFrame], dict[str, str], dict[str, Figure]]:
     """The robustness slopes of every method and architecture on each shift measure, history's
     value at every intensity and the points behind them, as CSV and Markdown, and the figures:
     Δ-accuracies with their lines per architecture, slopes against clean accuracy, history's
     value."""
+    sequence, options, budget = (
+        run.parameters.sequence,
+        run.parameters.robustness,
+        run.parameters.budget,
+    )
     dataset = family[0][1].dataset
     if points.empty:
         raise Seq2FinalError(

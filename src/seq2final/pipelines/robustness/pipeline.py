@@ -21,33 +21,19 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             Node(
                 nodes.resolve_family,
-                inputs=[
-                    "params:sequence",
-                    "params:intensities",
-                    "params:dataset",
-                    "params:data_path",
-                    "params:seed",
-                    "params:build_sequences",
-                    "params:protocol",
-                ],
+                inputs="checked_run",
                 outputs="family",
                 name="resolve_family",
             ),
             Node(
                 nodes.gather_family,
-                inputs=["family", "adapt_results", "measured_distances", "params:budget"],
+                inputs=["family", "adapt_results", "measured_distances", "checked_run"],
                 outputs="family_points",
                 name="gather_family",
             ),
             Node(
                 nodes.fit_robustness,
-                inputs=[
-                    "family_points",
-                    "family",
-                    "params:sequence",
-                    "params:robustness",
-                    "params:budget",
-                ],
+                inputs=["family_points", "family", "checked_run"],
                 outputs=["robustness_tables", "robustness_reports", "robustness_figures"],
                 name="fit_robustness_slopes",
             ),
