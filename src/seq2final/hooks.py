@@ -20,6 +20,7 @@ from seq2final.pipelines.robustness.pipeline import NAMESPACE as ROBUSTNESS
 from seq2final.pipelines.visualize import create_pipeline as visualize_pipeline
 from seq2final.reporting.tables import report_folder
 from seq2final.tracking.display import ui_url
+from seq2final.tracking.kedro_hook import TrackingHook
 from seq2final.tracking.names import sequence_names
 from seq2final.training.tuner import check_storage
 
@@ -152,3 +153,10 @@ class RunSummaryHook:
         if lines:
             lines.append("Log of every step: logs/info.log")
         return lines
+
+
+def project_hooks() -> tuple[ValidateParametersHook, TrackingHook, RunSummaryHook]:
+    """The project's hooks (``settings.HOOKS``), sharing one :class:`CheckedParameters` that
+    only they hold: the first checks the run, the others read what it kept."""
+    checked = CheckedParameters()
+    return ValidateParametersHook(checked), TrackingHook(checked), RunSummaryHook(checked)

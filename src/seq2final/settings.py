@@ -16,13 +16,10 @@ silence_known_warnings()  # before the imports below, which set some of them off
 plain_when_piped()  # Kedro has configured logging by now: one line per record in a log file
 exit_without_collecting()
 
-from seq2final.config.checks import CheckedParameters  # noqa: E402
 from seq2final.config.loader import CachedConfigLoader  # noqa: E402
-from seq2final.hooks import RunSummaryHook, ValidateParametersHook  # noqa: E402
-from seq2final.tracking.kedro_hook import TrackingHook  # noqa: E402
+from seq2final.hooks import project_hooks  # noqa: E402
 
-_checked = CheckedParameters()  # validated by the first hook, read by the others
-HOOKS = (ValidateParametersHook(_checked), TrackingHook(_checked), RunSummaryHook(_checked))
+HOOKS = project_hooks()
 # kedro-mlflow's own hook (and its pipeline run) is replaced by TrackingHook, which reads the same
 # mlflow.yml, checks it before any work and files the summary run; a parameter switches it off.
 DISABLE_HOOKS_FOR_PLUGINS = (
