@@ -59,7 +59,7 @@ def _answer(make, conf: Path, strategy: str | None, runtime: dict) -> tuple[str,
         return "error", type(error).__name__
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     base=st.lists(FILES, min_size=1, max_size=2),
     local=st.lists(FILES, max_size=2),
