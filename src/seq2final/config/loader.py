@@ -72,7 +72,8 @@ class CachedConfigLoader(OmegaConfigLoader):
             lambda: self._address(key, "merged", self.runtime_params or {}),
             lambda: super(CachedConfigLoader, self).__getitem__(key),
         )
-        return value
+        merged: dict[str, Any] = value  # what Kedro's __getitem__ gives, cached
+        return merged
 
     def _merged_with_runtime(self, key: str) -> dict[str, Any]:
         """``key``'s configuration with the runtime parameters merged in as Kedro merges them,

@@ -23,6 +23,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     PrivateAttr,
     SerializerFunctionWrapHandler,
     field_serializer,
@@ -202,7 +203,9 @@ class ResultRecord(_Record):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _engine_as_written(cls, data: Any, handler: Any) -> ResultRecord:
+    def _engine_as_written(
+        cls, data: Any, handler: ModelWrapValidatorHandler[ResultRecord]
+    ) -> ResultRecord:
         """A record read from a file keeps its engine block's keys as the file had them (one
         written before an option existed lacks it; some wrote ``augment: none``), so written
         again it is the same JSON."""
