@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from pydantic import Field
@@ -55,7 +55,7 @@ from seq2final.methods.base import (
 from seq2final.methods.blocks import settings_of, space_of
 from seq2final.methods.context import Context
 from seq2final.methods.final import chain_space, continue_chains, stage_name
-from seq2final.models import BasicBlock, ConvBN, DenseBlock, Stem
+from seq2final.models import BasicBlock, ConvBN, DenseBlock, Stem, layer_names
 from seq2final.training import ModelWrapper, SearchSpace, Task, clone_model
 from seq2final.training.wrappers import Phase
 
@@ -119,6 +119,19 @@ def gates_of(model: nn.Module) -> list[Gate]:
     return list(getattr(model, GATES, []))
 
 
+P = TypeVar("P", bound=nn.Module)
+
+
+def _part(module: nn.Module, name: str, kind: type[P]) -> P:
+    """``module``'s child ``name``, of the kind a gate needs there (a module's attributes are
+    typed as tensors or modules, so each one a gate reads is checked once here)."""
+    part = getattr(module, name)
+    if not isinstance(part, kind):
+        raise Seq2FinalError(f"{type(module).__name__}.{name} is {type(part).__name__}; "
+                             f"gates need a {kind.__name__} there")  # fmt: skip
+    return part
+
+
 def add_gates(model: nn.Module, tau: float, scale: float = 10.0) -> nn.Module:
     """``model`` with an open gate after each layer's normalisation and non-linearity (the
     module docstring says where), in place. Refuses, in one line, a threshold outside (0, 1)
@@ -129,33 +142,38 @@ def add_gates(model: nn.Module, tau: float, scale: float = 10.0) -> nn.Module:
         raise Seq2FinalError(f"gate_scale {scale!r}: valid: a positive number")
     if GATES in model._modules:
         raise Seq2FinalError("the model already has gates; remove_gates first")
-    if not isinstance(getattr(model, "conv1", None), Stem):
+    stem = getattr(model, "conv1", None)
+    if not isinstance(stem, Stem):
         raise Seq2FinalError(
             f"gates need a block model with the zoo's stem; got {type(model).__name__}"
         )
-    places: list[tuple[nn.Module, nn.BatchNorm2d, bool]] = [
-        (model.conv1.relu, model.conv1.bn, False)
-    ]
-    for name in model.layer_names[1:-1]:
+    places = [(_part(stem, "relu", nn.Module), _part(stem, "bn", nn.BatchNorm2d), False)]
+    for name in layer_names(model)[1:-1]:
         layer = getattr(model, name)
         if isinstance(layer, ConvBN):
-            places.append((layer.bn, layer.bn, False))
+            bn = _part(layer, "bn", nn.BatchNorm2d)
+            places.append((bn, bn, False))
         elif isinstance(layer, nn.Sequential) and all(isinstance(b, BasicBlock) for b in layer):
             for block in layer:
-                places += [(block.conv2, block.bn1, True), (block.bn2, block.bn2, False)]
+                bn2 = _part(block, "bn2", nn.BatchNorm2d)
+                places += [(_part(block, "conv2", nn.Module), _part(block, "bn1", nn.BatchNorm2d),
+                            True), (bn2, bn2, False)]  # fmt: skip
         elif isinstance(getattr(layer, "dense", None), DenseBlock):
             for dense in layer.dense.values():
-                places += [(dense.conv1, dense.norm1, True), (dense.conv2, dense.norm2, True)]
+                places += [(dense.conv1, _part(dense, "norm1", nn.BatchNorm2d), True),
+                           (dense.conv2, _part(dense, "norm2", nn.BatchNorm2d), True)]  # fmt: skip
             if "transition" in layer._modules:
-                places.append((layer.transition.conv, layer.transition.norm, True))
+                transition = layer.transition
+                places.append((transition.conv, _part(transition, "norm", nn.BatchNorm2d), True))
         else:
             raise Seq2FinalError(
                 f"gates need every block to be the zoo's ConvNet, ResNet or DenseNet block, which "
                 f"{getattr(model, 'arch', type(model).__name__)}'s {name} is not; valid: the "
                 "registered convnet_*, resnet_* and densenet_* architectures"
             )
-    gates = nn.ModuleList(Gate(bn.num_features, tau, scale) for _, bn, _ in places)
-    for gate, (module, bn, on_input) in zip(gates, places, strict=True):
+    made = [Gate(bn.num_features, tau, scale) for _, bn, _ in places]
+    gates = nn.ModuleList(made)
+    for gate, (module, bn, on_input) in zip(made, places, strict=True):
         hook = _GateHook(gate, bn)
         if on_input:
             module.register_forward_pre_hook(hook)
