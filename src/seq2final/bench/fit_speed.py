@@ -51,9 +51,9 @@ def bare_fit(
     and run under the engine's precision as a fit does."""
     device = engine.torch_device()
     torch.manual_seed(0)
-    model = build_model(arch, 10, dropout=HP.dropout).to(device)
+    model = build_model(arch, 10, dropout=float(HP.dropout)).to(device)
     if engine.channels_last:
-        model = model.to(memory_format=torch.channels_last)
+        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # not in torch's stubs
     optimizer = torch.optim.Adam(model.parameters(), lr=HP.lr)
     generator = torch.Generator(device).manual_seed(0)
     synchronize(device)
@@ -144,7 +144,7 @@ def measure_fit_speed(
         )  # fmt: skip
         speed = {name: images * epochs / median for name, median in medians.items()}
         ratio = speed["ours"] / speed["bare"]
-        row = {"arch": arch, "bare_images_per_s": round(speed["bare"], 1),
+        row: dict[str, float | str] = {"arch": arch, "bare_images_per_s": round(speed["bare"], 1),
                "fit_images_per_s": round(speed["ours"], 1), "ratio": round(ratio, 3)}  # fmt: skip
         say(f"fit vs same-work bare loop ratio {arch}: {ratio:.3f} "
             f"({speed['ours']:.0f} vs {speed['bare']:.0f} images/s)")  # fmt: skip

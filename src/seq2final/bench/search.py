@@ -54,7 +54,7 @@ adding one does not orphan hours of results."""
 def history_key(hp: HyperParameters = HISTORY_HP) -> dict[str, float]:
     """The history fit's hyper-parameters as the study keys hold them."""
     own = {"lr", "weight_decay", "dropout", *KEYED_PENALTIES}
-    return {**KEYED_PENALTIES, **{k: v for k, v in hp.items() if k in own or v != 0.0}}
+    return {**KEYED_PENALTIES, **{k: float(v) for k, v in hp.items() if k in own or v != 0.0}}
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def epochs_to_target(trials: list[TrialRecord], target: float) -> tuple[int, int
         spent += max(0, len(trial.valid_curve) - 1)  # epoch 0 is the initial model
         value = trial.value
         finished = trial.state == "COMPLETE" and value is not None
-        if reached is None and finished and value >= target:
+        if reached is None and finished and value is not None and value >= target:
             reached = spent
     return spent, reached
 
@@ -248,10 +248,10 @@ def _study_folder(store: Path | None, key: str) -> Iterator[Path]:
         with tempfile.TemporaryDirectory() as folder:
             yield Path(folder)
         return
-    folder = store / "studies" / key
-    folder.mkdir(parents=True, exist_ok=True)
-    yield folder
-    shutil.rmtree(folder)
+    kept = store / "studies" / key
+    kept.mkdir(parents=True, exist_ok=True)
+    yield kept
+    shutil.rmtree(kept)
 
 
 def summarize(runs: list[SearchRun], grids: list[dict[str, Any]]) -> list[dict[str, Any]]:
