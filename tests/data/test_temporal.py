@@ -283,3 +283,55 @@ def test_options_are_checked_when_the_spec_is_made_and_only_for_datasets_that_ta
                      data_options={"final_labelled": 4})  # fmt: skip
     with pytest.raises(Seq2FinalError, match="dataset 'digits' takes no data_options"):
         resolve_spec("source100:rotation60", "digits", data_options={"periods": "year"})
+
+
+def test_blank_cells_are_refused_or_empty_as_their_column_means(tmp_path):
+    """A Parquet null or an empty field: no path or label is one line; no split is the seeded
+    hold-out; an infinite time names no period."""
+    root = tmp_path / "photos"
+    paths = write_images(root)
+    table = pd.read_csv(manifest_of(root, paths)).astype({"time": str})
+
+    def parquet(changed):
+        changed.to_parquet(root / "blank.parquet")
+        return root / "blank.parquet"
+
+    for column in ("path", "label"):
+        blank = table.copy().astype({column: object})
+        blank.loc[1, column] = None
+        _refused(tmp_path, "manifest", parquet(blank),
+                 rf"^manifest '.*blank.parquet': missing {column}\(s\) \(row 3\); valid: a "
+                 rf"{column} for every image$")  # fmt: skip
+    endless = table.copy()
+    endless.loc[0, "time"] = "inf"
+    _refused(tmp_path, "manifest", parquet(endless), r"unparseable time\(s\) \(row 2: 'inf'\)")
+    split = table.assign(split=[None if i % 2 else "train" for i in range(len(table))])
+    data = load_source("manifest", parquet(split), tmp_path / "raw")
+    assert data.split_train.tolist() == [0 if i % 2 else 1 for i in range(len(table))]
+
+
+def test_two_periods_may_link_one_folder_and_each_reads_it(tmp_path):
+    write_images(tmp_path / "store", periods=("x",))
+    root = tmp_path / "photos"
+    write_images(root, periods=("2001",))
+    for period in ("2002", "2003"):
+        (root / period).symlink_to(tmp_path / "store" / "x", target_is_directory=True)
+    data = load_source("folder", root, tmp_path / "raw")
+    assert data.time_names == ("2001", "2002", "2003") and len(data.y_train) == 24
+
+
+def test_a_split_column_cannot_take_the_final_period_past_its_labels_or_its_test(tmp_path):
+    paths = write_images(tmp_path / "photos", per_class=5)
+    final = [i for i, (_, _, period) in enumerate(paths) if period == "2000"]
+    for told, options, message in (
+        (final[:6], {"final_labelled": 5}, r"its split column sends 6 images of the final "
+                                           r"period 2000 to train or valid, more than "
+                                           r"data_options.final_labelled 5; valid: at most"),
+        (final, None, r"the final period 2000 has no image left to test on"),
+    ):  # fmt: skip
+        split = ["train" if i in told else "" for i in range(len(paths))]
+        target = manifest_of(tmp_path / "photos", paths, f"split{len(told)}.csv", split=split)
+        spec = resolve_spec("natural", "manifest", str(target), data_options=options)
+        data = load_source("manifest", target, tmp_path / "raw", options)
+        with pytest.raises(Seq2FinalError, match=message):
+            build_sequence(spec, data)

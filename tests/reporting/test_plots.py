@@ -473,7 +473,8 @@ def test_sequence_examples_show_a_row_per_step_and_a_column_per_class_any_step_h
 def test_sequence_examples_of_three_classes_keep_the_whole_title_inside_the_image():
     """A user's folder of three classes: a narrow montage still shows the run's title whole."""
     title = "natural on folder, seed 1007: the first training image of each class, per step"
-    for names in (["broken", "ok", "worn"], ["checks", "diagonal", "horizontal", "rings"]):
+    long = ["a class named in a whole sentence, fifty characters", "another long name, also long"]
+    for names in (["broken", "ok", "worn"], ["checks", "diagonal", "horizontal", "rings"], long):
         images = np.zeros((len(names), 3, 8, 8), np.uint8)
         steps = [(str(year), images, np.arange(len(names))) for year in (2019, 2020, 2021)]
         figure = _saved(plots.sequence_examples(steps, names, title,
@@ -485,6 +486,8 @@ def test_sequence_examples_of_three_classes_keep_the_whole_title_inside_the_imag
             box = text.get_window_extent(renderer)
             assert page.contains(box.x0, box.y0) and page.contains(box.x1, box.y1), text.get_text()
         assert figure.get_suptitle().replace("\n", " ") == title
+        # a row no taller for long names (wrapped at 10 characters: at most 6 lines here)
+        assert figure.get_size_inches()[1] <= 0.9 + 0.12 * 6 + 0.8 * 3 + 1e-9
         assert axis.get_xticks().tolist() == [4 + 10 * c for c in range(len(names))]  # centres
         boxes = [t.get_window_extent(renderer) for t in axis.get_xticklabels()]
         assert all(a.x1 < b.x0 or a.y1 < b.y0 for a, b in itertools.pairwise(boxes)), names

@@ -290,7 +290,14 @@ def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
             kept = n - int(NATURAL_STEP_TEST * n)
             cuts = [int(spec.train_fraction * kept), kept, n]
         elif final and source.final_labelled is not None:
-            labelled = min(source.final_labelled, n)  # the scarce final data, the rest tests
+            told = 0 if given is None else int(np.isin(given[order], (1, 2)).sum())
+            if told > source.final_labelled:  # a split column's train and valid images count
+                raise Seq2FinalError(
+                    f"dataset '{source.name}': its split column sends {told} images of the final "
+                    f"period {source.time_names[period]} to train or valid, more than "
+                    f"data_options.final_labelled {source.final_labelled}; valid: at most that many"
+                )
+            labelled = min(source.final_labelled - told, n)  # the scarce final data, the rest tests
             cuts = [int(spec.train_fraction * labelled), labelled, n]
         elif not final:
             cuts = [int(spec.train_fraction * n), n]
@@ -323,6 +330,12 @@ def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
             arrays[f"y_{split}"] = source.y_train[chosen]
             arrays[f"idx_{split}"] = chosen.astype(np.int64)
             start = stop
+        if final and not len(arrays.get("y_test", ())):
+            raise Seq2FinalError(
+                f"dataset '{source.name}': the final period {source.time_names[period]} has no "
+                "image left to test on (its split column sends every one to train or valid); "
+                "valid: leave some of the final period's images to test"
+            )
         steps.append(Step(source.time_names[period], arrays))
     if len(steps) < 2:
         raise Seq2FinalError(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import re
 import threading
@@ -100,14 +101,17 @@ def folder_table(root: Path) -> pd.DataFrame:
         raise Seq2FinalError(f"data_path '{root}' is no folder; dataset 'folder' needs "
                              "root/<period>/<class>/<image>")  # fmt: skip
     rows, misplaced, empty = [], [], []
-    seen = {os.path.realpath(root)}
     # strings: a walk of 50,000 files in a blink; linked folders followed (a period gathered from
-    # elsewhere), each real folder once, so a link back up cannot loop
+    # elsewhere), but never one that is the folder itself or holds it, so a link back up cannot
+    # loop (two periods may link the same folder: each reads it)
     for folder, folders, files in os.walk(root, followlinks=True):
-        real = {name: os.path.realpath(os.path.join(folder, name)) for name in folders}
-        folders[:] = sorted(name for name in folders
-                            if not name.startswith(".") and real[name] not in seen)  # fmt: skip
-        seen.update(real[name] for name in folders)
+        here = os.path.realpath(folder)
+
+        def around(real: str, here: str = here) -> bool:
+            return here == real or here.startswith(real.rstrip(os.sep) + os.sep)
+
+        folders[:] = sorted(name for name in folders if not name.startswith(".")
+                            and not around(os.path.realpath(os.path.join(folder, name))))  # fmt: skip
         parts = Path(folder).relative_to(root).parts
         images = sorted(name for name in files if not name.startswith(".")
                         and os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES)  # fmt: skip
@@ -164,7 +168,12 @@ def manifest_table(path: Path) -> tuple[pd.DataFrame, Path]:
         )
     columns = [c for c in ("path", "label", "time", "group", "split") if c in table.columns]
     table = table[columns].copy()
-    table["path"] = [os.path.normpath(p) for p in table["path"].astype(str)]  # ./a, x/../a: a
+    for column in ("path", "label"):  # a blank cell (a Parquet null, an empty CSV field)
+        blank = [f"row {row + 2}" for row, value in enumerate(table[column]) if _blank(value)]
+        if blank:
+            raise Seq2FinalError(f"manifest '{path}': missing {column}(s) ({_offenders(blank)}); "
+                                 f"valid: a {column} for every image")  # fmt: skip
+    table["path"] = [os.path.normpath(str(p)) for p in table["path"]]  # ./a, x/../a: a
     table["label"] = table["label"].astype(str)
     root = path.parent.resolve()
     outside = [f"row {row + 2}: {value}" for row, value in enumerate(table["path"])
@@ -184,7 +193,8 @@ def manifest_table(path: Path) -> tuple[pd.DataFrame, Path]:
         raise Seq2FinalError(f"manifest '{path}': duplicate path(s) ({_offenders(repeated)}); "
                              "valid: each image once")  # fmt: skip
     if "split" in table.columns:
-        split = table["split"].astype(str).str.strip().replace({"nan": "", "None": ""})
+        split = pd.Series(["" if _blank(v) else str(v).strip() for v in table["split"]],
+                          index=table.index)  # fmt: skip
         bad = [f"row {row + 2}: {value!r}" for row, value in enumerate(split)
                if value not in ("", *SPLITS)]  # fmt: skip
         if bad:
@@ -199,10 +209,20 @@ def manifest_table(path: Path) -> tuple[pd.DataFrame, Path]:
 _INTEGER = re.compile(r"^[+-]?\d+$")
 
 
+def _blank(value: object) -> bool:
+    """An empty cell: a null (pandas reads a Parquet null as None or NaN) or blank text."""
+    return (
+        value is None
+        or (isinstance(value, float) and math.isnan(value))
+        or (isinstance(value, str) and not value.strip())
+    )
+
+
 def _time_of(value: object) -> float | pd.Timestamp | None:
-    """One time value as a number or a timestamp; None where it does not parse."""
-    if isinstance(value, int | np.integer | float | np.floating) and not pd.isna(value):
-        return float(value)
+    """One time value as a number or a timestamp; None where it does not parse (or is not a
+    finite number: ``inf`` names no period)."""
+    if isinstance(value, int | np.integer | float | np.floating):
+        return float(value) if math.isfinite(float(value)) else None
     if isinstance(value, pd.Timestamp | np.datetime64):
         return pd.Timestamp(value)
     text = str(value).strip()
@@ -211,7 +231,8 @@ def _time_of(value: object) -> float | pd.Timestamp | None:
     if _INTEGER.match(text):
         return float(int(text))
     try:
-        return float(text)
+        number = float(text)
+        return number if math.isfinite(number) else None
     except ValueError:
         pass
     try:

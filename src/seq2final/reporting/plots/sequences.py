@@ -3,6 +3,7 @@ distances."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 import numpy as np
@@ -49,12 +50,14 @@ def sequence_examples(
             image = image / 255.0 if images.dtype == np.uint8 else image
             top, left = row * (height + gap), column * (width + gap)
             montage[top : top + height, left : left + width] = image  # (H, W, 1) broadcasts
-    names = [class_names[c] for c in shown]
-    # a column as wide as its longest name (a user's class names are words: about 0.07 inch a
-    # character at the label size); a few classes still leave the title its room
-    cell = max(0.55, 0.07 * max(len(name) for name in names) + 0.1)
+    # a user's class names are words: each wrapped at 10 characters a line, and a column as wide
+    # as its longest line (about 0.07 inch a character at the label size), so a cell is at most
+    # 0.8 inch a side however long a name; a few classes still leave the title its room
+    names = [textwrap.fill(str(class_names[c]), 10) for c in shown]
+    cell = max(0.55, 0.07 * max(len(line) for name in names for line in name.split("\n")) + 0.1)
     inches = max(3.2, 0.5 + cell * len(shown))
-    figure = _figure(inches, 0.9 + cell * len(steps))  # square cells of that width
+    lines = max(name.count("\n") + 1 for name in names)  # the names' own height, above
+    figure = _figure(inches, 0.9 + 0.12 * lines + cell * len(steps))  # square cells
     axis = figure.add_subplot()
     axis.imshow(montage, interpolation="nearest")
     axis.set_xticks([c * (width + gap) + width / 2 for c in range(len(shown))])
