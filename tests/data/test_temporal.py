@@ -114,23 +114,26 @@ def test_a_group_column_keeps_each_group_within_one_split_of_its_period(tmp_path
 
 
 def test_groups_never_take_the_final_period_over_the_labelled_images_asked(tmp_path):
-    """Groups of 3: a cut at 5 labelled images moves back to 3, never on to 6."""
+    """Groups of 3: a cut at 7 labelled images moves back to 6, never on to 9, and the train
+    cut leaves a group to validate; one group alone cannot be split, and says so."""
     paths = write_images(tmp_path / "photos", per_class=9)
     groups = [f"{period}-{i // 3}" for i, (_, _, period) in enumerate(paths)]
     target = manifest_of(tmp_path / "photos", paths, group=groups)
-    data = load_source("manifest", target, tmp_path / "raw", {"final_labelled": 5})
-    spec = resolve_spec("natural", "manifest", str(target), data_options={"final_labelled": 5})
+    data = load_source("manifest", target, tmp_path / "raw", {"final_labelled": 7})
+    spec = resolve_spec("natural", "manifest", str(target), data_options={"final_labelled": 7})
     final = build_sequence(spec, data).step(-1)
-    labelled = [*final.arrays["idx_train"].tolist(), *final.arrays["idx_valid"].tolist()]
-    assert len(labelled) == 3 and len(final.arrays["idx_test"]) == 15
-    assert len({groups[row] for row in labelled}) == 1
-    two = load_source("manifest", target, tmp_path / "raw", {"final_labelled": 2})
-    spec = resolve_spec("natural", "manifest", str(target), data_options={"final_labelled": 2})
-    with pytest.raises(Seq2FinalError, match=r"^dataset 'manifest': the final period 2000's first "
-                                             r"group \(seeded order\) holds 3 images, more than "
-                                             r"data_options.final_labelled 2; valid: final_labelled "
-                                             r"at least 3, or smaller groups$"):  # fmt: skip
-        build_sequence(spec, two)
+    train, valid = final.arrays["idx_train"].tolist(), final.arrays["idx_valid"].tolist()
+    assert (len(train), len(valid), len(final.arrays["idx_test"])) == (3, 3, 12)
+    assert {groups[r] for r in train}.isdisjoint({groups[r] for r in valid})
+    for labelled, message in ((5, r"period 2000 has no valid images once split \(18 to split, "
+                                  r"in whole groups\)"),
+                              (2, r"the final period 2000's first group \(seeded order\) holds "
+                                  r"3 images, more than data_options.final_labelled 2")):  # fmt: skip
+        data = load_source("manifest", target, tmp_path / "raw", {"final_labelled": labelled})
+        spec = resolve_spec("natural", "manifest", str(target),
+                            data_options={"final_labelled": labelled})  # fmt: skip
+        with pytest.raises(Seq2FinalError, match=message):
+            build_sequence(spec, data)
 
 
 def test_a_second_read_takes_the_decoded_cache_and_a_changed_image_is_decoded_again(

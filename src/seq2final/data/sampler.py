@@ -254,11 +254,15 @@ def _group_cuts(groups: np.ndarray, cuts: list[int], labelled: int | None = None
     over what adaptation may use goes to the test split whole."""
     ends = np.flatnonzero(np.r_[groups[1:] != groups[:-1], True]) + 1
     moved = [int(ends[np.searchsorted(ends, cut)]) if cut else 0 for cut in cuts]
-    if labelled is None:
-        return moved
-    within = ends[ends <= labelled]
-    last = int(within[-1]) if len(within) else 0
-    return [min(moved[0], last), last, *moved[2:]]
+    if labelled is not None:
+        within = ends[ends <= labelled]
+        last = int(within[-1]) if len(within) else 0
+        moved = [min(moved[0], last), last, *moved[2:]]
+    if len(moved) > 1 and moved[0] >= moved[1]:  # the train cut took every group: one goes back
+        before = ends[ends < moved[1]]  # to validate, where there is a group to spare
+        if len(before) and before[-1] > 0:
+            moved[0] = int(before[-1])
+    return moved
 
 
 def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
@@ -335,6 +339,15 @@ def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
                 f"dataset '{source.name}': the final period {source.time_names[period]} has no "
                 "image left to test on (its split column sends every one to train or valid); "
                 "valid: leave some of the final period's images to test"
+            )
+        empty = [split for split in ("train", "valid") if not len(arrays.get(f"y_{split}", ()))]
+        if empty:  # a fit needs both: said here, before anything trains
+            raise Seq2FinalError(
+                f"dataset '{source.name}': period {source.time_names[period]} has no "
+                f"{' and no '.join(empty)} images once split ({n} to split"
+                + (", in whole groups" if source.group_train is not None else "")
+                + "); valid: more images in the period, smaller groups, or a larger "
+                "data_options.final_labelled"
             )
         steps.append(Step(source.time_names[period], arrays))
     if len(steps) < 2:
