@@ -338,3 +338,12 @@ def test_a_split_column_cannot_take_the_final_period_past_its_labels_or_its_test
         data = load_source("manifest", target, tmp_path / "raw", options)
         with pytest.raises(Seq2FinalError, match=message):
             build_sequence(spec, data)
+
+
+def test_two_folders_naming_one_time_are_refused_not_merged(tmp_path):
+    for periods, named in ((("01", "1", "2"), "01 and 1"),
+                           (("2004-06", "2004-06-01", "2005"), "2004-06 and 2004-06-01")):  # fmt: skip
+        root = tmp_path / periods[0]
+        write_images(root, periods=periods, per_class=1)
+        _refused(tmp_path, "folder", root, rf"period folders {named} name the same time; valid: "
+                                           r"one folder per period$")  # fmt: skip

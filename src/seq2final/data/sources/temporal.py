@@ -139,6 +139,13 @@ def folder_table(root: Path) -> pd.DataFrame:
             f"data_path '{root}': period folder name(s) {_offenders(sorted(bad))} do not parse; "
             "valid: integers or ISO dates (1995, 2004-06, 2004-06-30)"
         )
+    spelled: dict[object, list[str]] = {}  # 01 and 1, 2004-06 and 2004-06-01: one time
+    for name in sorted(table["time"].unique()):
+        spelled.setdefault(_time_of(name), []).append(name)
+    twice = [" and ".join(names) for names in spelled.values() if len(names) > 1]
+    if twice:
+        raise Seq2FinalError(f"data_path '{root}': period folders {_offenders(twice)} name the "
+                             "same time; valid: one folder per period")  # fmt: skip
     return table
 
 
