@@ -265,6 +265,93 @@ def _group_cuts(groups: np.ndarray, cuts: list[int], labelled: int | None = None
     return moved
 
 
+def _period_cuts(
+    spec: SequenceSpec, source: SourceData, period: int, order: np.ndarray, free: np.ndarray,
+    final: bool,
+) -> list[int]:  # fmt: skip
+    """Where the seeded rule cuts a period's ``free`` images (those no split column places)
+    into train, valid and test (:func:`_build_natural` says the shares), at group ends."""
+    assert source.time_names is not None
+    given, n, name = source.split_train, len(free), source.time_names[period]
+    if spec.step_tests:
+        kept = n - int(NATURAL_STEP_TEST * n)
+        cuts = [int(spec.train_fraction * kept), kept, n]
+    elif final and source.final_labelled is not None:
+        told = 0 if given is None else int(np.isin(given[order], (1, 2)).sum())
+        if told > source.final_labelled:  # a split column's train and valid images count
+            raise Seq2FinalError(
+                f"dataset '{source.name}': its split column sends {told} images of the final "
+                f"period {name} to train or valid, more than "
+                f"data_options.final_labelled {source.final_labelled}; valid: at most that many"
+            )
+        labelled = min(source.final_labelled - told, n)  # the scarce final data, the rest tests
+        cuts = [int(spec.train_fraction * labelled), labelled, n]
+    elif not final:
+        cuts = [int(spec.train_fraction * n), n]
+    else:
+        cuts = [int(PORTRAITS_FINAL_SPLIT[0] * n), int(PORTRAITS_FINAL_SPLIT[1] * n), n]
+    if source.group_train is None:
+        return cuts
+    scarce = final and not spec.step_tests and source.final_labelled is not None
+    cuts = _group_cuts(source.group_train[free], cuts, source.final_labelled if scarce else None)
+    if scarce and not cuts[1]:
+        first = int(np.sum(source.group_train[free] == source.group_train[free[0]]))
+        raise Seq2FinalError(
+            f"dataset '{source.name}': the final period {name}'s first group (seeded order) "
+            f"holds {first} images, more than data_options.final_labelled "
+            f"{source.final_labelled}; valid: final_labelled at least {first}, or smaller groups"
+        )
+    return cuts
+
+
+def _period_arrays(
+    source: SourceData, order: np.ndarray, free: np.ndarray, cuts: list[int]
+) -> dict[str, np.ndarray]:
+    """A period's splits: the free images between the cuts, with those a split column sends to
+    each (an earlier period's test images too: never trained on)."""
+    given = source.split_train
+    arrays, start = {}, 0
+    for code, split in enumerate(("train", "valid", "test")):
+        stop = cuts[code] if code < len(cuts) else start
+        chosen = free[start:stop]
+        if given is not None:
+            told = order[given[order] == code + 1]
+            if code >= len(cuts) and not len(told):
+                continue
+            chosen = np.sort(np.concatenate([chosen, told]))
+        elif code >= len(cuts):
+            continue
+        arrays[f"x_{split}"] = source.x_train[chosen]
+        arrays[f"y_{split}"] = source.y_train[chosen]
+        arrays[f"idx_{split}"] = chosen.astype(np.int64)
+        start = stop
+    return arrays
+
+
+def _check_period(
+    source: SourceData, period: int, arrays: dict[str, np.ndarray], final: bool, n: int
+) -> None:
+    """A period a fit can use: the final one keeps images to test, every one train and valid
+    images (said here, before anything trains)."""
+    assert source.time_names is not None
+    name = source.time_names[period]
+    if final and not len(arrays.get("y_test", ())):
+        raise Seq2FinalError(
+            f"dataset '{source.name}': the final period {name} has no image left to test on "
+            "(its split column sends every one to train or valid); valid: leave some of the "
+            "final period's images to test"
+        )
+    empty = [split for split in ("train", "valid") if not len(arrays.get(f"y_{split}", ()))]
+    if empty:
+        raise Seq2FinalError(
+            f"dataset '{source.name}': period {name} has no {' and no '.join(empty)} images "
+            f"once split ({n} to split"
+            + (", in whole groups" if source.group_train is not None else "")
+            + "); valid: more images in the period, smaller groups, or a larger "
+            "data_options.final_labelled"
+        )
+
+
 def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
     """Split a source that is a sequence by itself (Portraits) per natural time step.
 
@@ -288,67 +375,10 @@ def _build_natural(spec: SequenceSpec, source: SourceData) -> ShiftSequence:
         free = order if given is None else order[given[order] == 0]
         if source.group_train is not None:  # whole groups, in a seeded order, never split
             free = _by_group(free, source.group_train, rng)
-        n = len(free)
         final = position == len(periods) - 1
-        if spec.step_tests:
-            kept = n - int(NATURAL_STEP_TEST * n)
-            cuts = [int(spec.train_fraction * kept), kept, n]
-        elif final and source.final_labelled is not None:
-            told = 0 if given is None else int(np.isin(given[order], (1, 2)).sum())
-            if told > source.final_labelled:  # a split column's train and valid images count
-                raise Seq2FinalError(
-                    f"dataset '{source.name}': its split column sends {told} images of the final "
-                    f"period {source.time_names[period]} to train or valid, more than "
-                    f"data_options.final_labelled {source.final_labelled}; valid: at most that many"
-                )
-            labelled = min(source.final_labelled - told, n)  # the scarce final data, the rest tests
-            cuts = [int(spec.train_fraction * labelled), labelled, n]
-        elif not final:
-            cuts = [int(spec.train_fraction * n), n]
-        else:
-            cuts = [int(PORTRAITS_FINAL_SPLIT[0] * n), int(PORTRAITS_FINAL_SPLIT[1] * n), n]
-        if source.group_train is not None:  # each cut moves on to the end of the group it is in
-            scarce = final and not spec.step_tests and source.final_labelled is not None
-            cuts = _group_cuts(source.group_train[free], cuts,
-                               source.final_labelled if scarce else None)  # fmt: skip
-            if scarce and not cuts[1]:
-                first = int(np.sum(source.group_train[free] == source.group_train[free[0]]))
-                raise Seq2FinalError(
-                    f"dataset '{source.name}': the final period {source.time_names[period]}'s "
-                    f"first group (seeded order) holds {first} images, more than "
-                    f"data_options.final_labelled {source.final_labelled}; valid: "
-                    f"final_labelled at least {first}, or smaller groups"
-                )
-        arrays, start = {}, 0
-        for code, split in enumerate(("train", "valid", "test")):
-            stop = cuts[code] if code < len(cuts) else start
-            chosen = free[start:stop]
-            if given is not None:  # the images a split column sends here (an earlier period's
-                told = order[given[order] == code + 1]  # test images too: never trained on)
-                if code >= len(cuts) and not len(told):
-                    continue
-                chosen = np.sort(np.concatenate([chosen, told]))
-            elif code >= len(cuts):
-                continue
-            arrays[f"x_{split}"] = source.x_train[chosen]
-            arrays[f"y_{split}"] = source.y_train[chosen]
-            arrays[f"idx_{split}"] = chosen.astype(np.int64)
-            start = stop
-        if final and not len(arrays.get("y_test", ())):
-            raise Seq2FinalError(
-                f"dataset '{source.name}': the final period {source.time_names[period]} has no "
-                "image left to test on (its split column sends every one to train or valid); "
-                "valid: leave some of the final period's images to test"
-            )
-        empty = [split for split in ("train", "valid") if not len(arrays.get(f"y_{split}", ()))]
-        if empty:  # a fit needs both: said here, before anything trains
-            raise Seq2FinalError(
-                f"dataset '{source.name}': period {source.time_names[period]} has no "
-                f"{' and no '.join(empty)} images once split ({n} to split"
-                + (", in whole groups" if source.group_train is not None else "")
-                + "); valid: more images in the period, smaller groups, or a larger "
-                "data_options.final_labelled"
-            )
+        cuts = _period_cuts(spec, source, period, order, free, final)
+        arrays = _period_arrays(source, order, free, cuts)
+        _check_period(source, period, arrays, final, len(free))
         steps.append(Step(source.time_names[period], arrays))
     if len(steps) < 2:
         raise Seq2FinalError(
