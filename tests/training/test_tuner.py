@@ -341,7 +341,7 @@ def test_a_checkpoint_written_before_fit_extras_loads_with_si_path_integral_as_a
     """Checkpoints of SI's studies from before callbacks kept ``path_integral`` on the fit."""
     import torch
 
-    from seq2final.training.tuner import _load_checkpoint
+    from seq2final.training.trials import load_checkpoint
 
     omega = {"fc.weight": torch.ones(2)}
     for stored, extras in ((omega, {"path_integral": omega}), (None, {})):
@@ -350,7 +350,7 @@ def test_a_checkpoint_written_before_fit_extras_loads_with_si_path_integral_as_a
         path = tmp_path / "old.pt"
         torch.save({"value": 0.5, "order": 0, "params": {"lr": 0.1}, "fit": fit,
                     "state_dict": {}}, path)  # fmt: skip
-        loaded = _load_checkpoint(path)["fit"]
+        loaded = load_checkpoint(path)["fit"]
         assert (loaded.best_epoch, loaded.epochs) == (1, 2)
         assert loaded.extras.keys() == extras.keys()
         for name, value in extras.items():

@@ -37,7 +37,8 @@ from seq2final.training.objectives import Task
 from seq2final.training.records import TrialRecord
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tensors import TensorSplit
-from seq2final.training.tuner import Tuned, Tuner
+from seq2final.training.trials import Tuned
+from seq2final.training.tuner import Tuner
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,8 @@ from seq2final.training.objectives import Task
 from seq2final.training.records import FitRecord
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tensors import TensorSplit
-from seq2final.training.tuner import TrainStack, TrainTrial, TrialRun, Tuned, Tuner
+from seq2final.training.trials import Tuned
+from seq2final.training.tuner import TrainStack, TrainTrial, TrialRun, Tuner
 
 log = logging.getLogger(__name__)
 
