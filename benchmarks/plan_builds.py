@@ -3,7 +3,7 @@ budget, the ``Engine`` and the search spaces (the measure of a typed plan built 
 
 Runs the default pipeline with ``method:st_b`` (or ``--params``) in a copy of the project under a
 temporary folder, with each builder wrapped by a counter wherever the package imported it, and
-prints the counts. A search space is counted at every parse, the up-front check of every
+prints the counts; also how many times the run is planned (``plan_run``). A search space is counted at every parse, the up-front check of every
 registered mode's YAML block included; an ``Engine`` at every constructor call (validating a
 whole ``RunParameters`` builds one without that call, and is not counted).
 
@@ -29,6 +29,7 @@ import seq2final.settings  # noqa: F401  (imports every module a run uses, so al
 from seq2final.core.startup import bootstrap_once
 from seq2final.data import spec as spec_module
 from seq2final.methods import requests as request_module
+from seq2final.runs import planner as planner_module
 from seq2final.training import search as search_module
 from seq2final.training.engine import Engine
 
@@ -58,6 +59,7 @@ def instrument() -> None:
     wrap_everywhere("sequence spec resolved (resolve_spec)", spec_module.resolve_spec)
     wrap_everywhere("job list expanded (requested_jobs)", request_module.requested_jobs)
     wrap_everywhere("budget parsed (get_budget)", search_module.get_budget)
+    wrap_everywhere("run planned (plan_run)", planner_module.plan_run)
     parse = search_module.SearchSpace.parse.__func__  # type: ignore[attr-defined]
     search_module.SearchSpace.parse = classmethod(  # type: ignore[method-assign,assignment]
         counted("search space parsed (SearchSpace.parse)", parse)

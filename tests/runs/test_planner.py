@@ -2,8 +2,8 @@
 
 from unittest import mock
 
-from seq2final.methods import space_of
-from seq2final.runs.planner import plan_run
+from seq2final.methods import JobNames, space_of
+from seq2final.runs.planner import plan_run, planned_names
 from seq2final.training import search
 
 
@@ -45,3 +45,25 @@ def test_every_state_and_job_is_seeded_by_its_key_under_any_budget(checked_run):
     assert [j.seed_key for j in smoke.jobs] == [j.seed_key for j in paper.jobs]
     seeds = [x.seed_key for x in (*smoke.states, *smoke.jobs)]
     assert len(set(seeds)) == len(seeds) and "smoke" not in "".join(seeds)
+
+
+def test_the_names_read_without_planning_are_the_plans_names(checked_run):
+    """The tracking hook checks names before any work from ``planned_names``, which makes no
+    key: the names and views it gives are exactly those of the plan the pipeline makes, for
+    merged requests (``st_1`` and ``st_b`` on a ConvNet), a temporal protocol's views (time 0's
+    one model) and one view of a warm-started stream."""
+    stream = {"sequence": "source100:rotation60:corruption100:label_flip60", "dataset": "digits",
+              "build_sequences": {"test_size": 50}, "protocol_options": {"window": 1}}  # fmt: skip
+    runs = [
+        checked_run(sequence="digits_clr", method=["st_1", "st_b", "ft"], arch="convnet_1"),
+        checked_run(**stream, protocol="eval_stream", method=["erm", "ft"], arch="convnet_1"),
+        checked_run(**{**stream, "protocol_options": {"window": 1, "warm_start": True}},
+                    protocol="eval_stream", protocol_view="0-2", method="ft", arch="convnet_1"),
+        checked_run(sequence="digits_clr", arch="convnet_1"),  # every method
+    ]  # fmt: skip
+    for run in runs:
+        plan = plan_run(run, "content")
+        planned = {(job.names, job.view.name if job.view else None) for job in plan.jobs}
+        assert set(planned_names(run)) == planned
+    merged = {names for names, _ in planned_names(runs[0])}
+    assert JobNames("st_1", ("st_b",)) in merged

@@ -22,7 +22,7 @@ from store_opener import open_store
 from seq2final.config.parameters import MlflowOptions, TuningOptions
 from seq2final.core.errors import Seq2FinalError
 from seq2final.methods import ModeBlock
-from seq2final.runs import training
+from seq2final.runs import planner, training
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.sequence_store import SequenceStore
 from seq2final.tracking.display import COMPARISON_FILTER, metric_value
@@ -218,10 +218,24 @@ def test_a_job_that_trains_no_epoch_says_why_it_has_no_learning_curves(project, 
     assert "learning_curves.png" not in artifacts
 
 
-def test_a_job_asked_for_under_two_names_is_one_run_named_as_in_the_tables(project, run_kedro):
+def test_a_job_asked_for_under_two_names_is_one_run_named_as_in_the_tables(
+    project, run_kedro, monkeypatch
+):
     """On a ConvNet ``st_1`` and ``st_b`` are one job, which the tables call ``st_1``: so do its
-    run's tag, name and registered model, and a search for ``tags.kind = 'job'`` finds it once."""
+    run's tag, name and registered model, and a search for ``tags.kind = 'job'`` finds it once.
+    The run is planned once (by the pipeline), the tracking hook's check before work included."""
+    plans = []
+    original = planner.plan_run
+
+    def counted(*args, **kwargs):
+        plans.append(args[1])
+        return original(*args, **kwargs)
+
+    for module in [m for n, m in list(sys.modules.items()) if n.startswith("seq2final")]:
+        if getattr(module, "plan_run", None) is original:
+            monkeypatch.setattr(module, "plan_run", counted)
     _run(run_kedro, method=["st_b", "st_1"])
+    assert len(plans) == 1
     client = _client(project)
     (job,) = _job_runs(client)
     assert (job.data.tags["method"], job.data.tags["aliases"]) == ("st_1", "st_b")

@@ -19,6 +19,7 @@ from seq2final.methods import (
     FINAL_MODES,
     HISTORICAL_MODES,
     HistoricalState,
+    JobNames,
     ModeBlock,
     RequestedJob,
 )
@@ -103,37 +104,16 @@ class _Planning:
                         self.data)  # fmt: skip
 
     def plan(self) -> RunPlan:
-        problems = self._problems()
-        wanted = self._wanted(problems[0][1])
+        problems = run_problems(self.run)
+        wanted = wanted_jobs(self.run, problems[0][1])
         for problem, view in problems:
             self._plan_problem(problem, view, wanted)
         return self._run_plan()
-
-    def _problems(self) -> list[tuple[SequenceSpec, StepView | None]]:
-        """The sequence, or the protocol's views (one only under ``protocol_view``, with the
-        earlier ones a warm start continues)."""
-        run, only = self.run, self.run.parameters.protocol_view
-        name = run.parameters.protocol
-        problems = _problems(run.spec, name, run.protocol_options, only)
-        if run.protocol_options.warm_start and only is not None:  # the earlier pooled jobs too
-            every = _problems(run.spec, name, run.protocol_options)
-            problems = every[: [v.name for _, v in every if v].index(only) + 1]
-        return problems
-
-    def _wanted(self, first_view: StepView | None) -> list[RequestedJob]:
-        """The jobs asked for, less those the protocol or a natural sequence cannot run."""
-        params, spec = self.run.parameters, self.run.spec
-        wanted = list(self.run.jobs)
-        if first_view is not None or spec.natural:
-            wanted = runnable(wanted, params.protocol, params.method or params.final,
-                              spec.dataset if spec.natural else None)  # fmt: skip
-        return wanted
 
     def _plan_problem(
         self, problem: SequenceSpec, view: StepView | None, wanted: list[RequestedJob]
     ) -> None:
         """Every wanted job on one problem, with the state each continues."""
-        only = self.run.parameters.protocol_view
         base = self._base(problem)
         # what a state is keyed by: the sequence, or its history alone (the final step unseen)
         held = base if self.history is None else {**base, "sequence": None, "data": self.history}
@@ -143,19 +123,9 @@ class _Planning:
             held if step0_view or self.history is not None else self.whole, self.budget_name,
             self.blocks.step0.raw["space"],
         )  # fmt: skip
-        for job in wanted:
-            if view is not None and len(view.steps) == 1:  # time 0: one model for every method
-                job = RequestedJob(job.requested, *FIRST_MODEL)
-            warm = job.historical == "none" and FINAL_MODES[job.final].pooled
-            if (
-                only is not None
-                and view is not None
-                and view.name != only
-                and not (warm or len(view.steps) == 1)
-            ):
-                continue  # an earlier time, planned only for what a warm start continues
+        for job in view_jobs(self.run, view, wanted):
             warm_start = None
-            if warm and self.run.protocol_options.warm_start:
+            if _warm(job) and self.run.protocol_options.warm_start:
                 warm_start = self.previous.get(job.requested)
             state = self._state(job, view, held, shared_step0, step0_view)
             self._add_job(job, problem, base, view, state, warm_start)
@@ -224,6 +194,69 @@ class _Planning:
             protocol=params.protocol,
             protocol_options=self.run.protocol_options,
         )
+
+
+def run_problems(run: CheckedRun) -> list[tuple[SequenceSpec, StepView | None]]:
+    """The problems a run trains: the sequence, or the protocol's views (one only under
+    ``protocol_view``, with the earlier ones a warm start continues)."""
+    only, name = run.parameters.protocol_view, run.parameters.protocol
+    problems = _problems(run.spec, name, run.protocol_options, only)
+    if run.protocol_options.warm_start and only is not None:  # the earlier pooled jobs too
+        every = _problems(run.spec, name, run.protocol_options)
+        problems = every[: [v.name for _, v in every if v].index(only) + 1]
+    return problems
+
+
+def wanted_jobs(run: CheckedRun, first_view: StepView | None) -> list[RequestedJob]:
+    """The jobs asked for, less those the protocol or a natural sequence cannot run."""
+    params, spec = run.parameters, run.spec
+    wanted = list(run.jobs)
+    if first_view is not None or spec.natural:
+        wanted = runnable(wanted, params.protocol, params.method or params.final,
+                          spec.dataset if spec.natural else None)  # fmt: skip
+    return wanted
+
+
+def view_jobs(
+    run: CheckedRun, view: StepView | None, wanted: list[RequestedJob]
+) -> list[RequestedJob]:
+    """The wanted jobs as planned on one problem: at time 0 (a view of one step) every method's
+    is the one model :data:`~seq2final.protocols.FIRST_MODEL`; under ``protocol_view`` an earlier
+    view plans only what a warm start continues."""
+    only = run.parameters.protocol_view
+    jobs = []
+    for job in wanted:
+        if view is not None and len(view.steps) == 1:  # time 0: one model for every method
+            job = RequestedJob(job.requested, *FIRST_MODEL)
+        elif only is not None and view is not None and view.name != only and not _warm(job):
+            continue  # an earlier time, planned only for what a warm start continues
+        jobs.append(job)
+    return jobs
+
+
+def _warm(job: RequestedJob) -> bool:
+    """Whether ``job`` can start from its previous time's model: a pooled final mode with no
+    historical state."""
+    return job.historical == "none" and FINAL_MODES[job.final].pooled
+
+
+def planned_names(run: CheckedRun) -> list[tuple[JobNames, str | None]]:
+    """Each name a run's jobs will go by with each view it is trained in, read from the checked
+    run without planning it (no key is made: :func:`plan_run` runs once, in the pipeline's
+    ``plan_jobs`` node). A view of one step trains one model for every method
+    (:data:`~seq2final.protocols.FIRST_MODEL`); a job two requests share goes by its one name
+    (:meth:`~seq2final.methods.JobNames.of`). What the tracking hook checks before any work."""
+    problems = run_problems(run)
+    wanted = wanted_jobs(run, problems[0][1])
+    names: dict[tuple[str, str | None], JobNames] = {}
+    for _, view in problems:
+        by_method: dict[str, list[str]] = {}  # a job's modes make its key: one job per method
+        for job in view_jobs(run, view, wanted):
+            by_method.setdefault(job.method, []).append(job.requested)
+        for method, asked in by_method.items():
+            job_names = JobNames.of(method, asked)
+            names.setdefault((job_names.name, view.name if view else None), job_names)
+    return [(job_names, view) for (_, view), job_names in names.items()]
 
 
 def _grown(

@@ -21,8 +21,8 @@ from pydantic import ValidationError
 
 from seq2final.config.checks import CheckedParameters, CheckedRun
 from seq2final.core.errors import Seq2FinalError
-from seq2final.runs.planner import plan_run
-from seq2final.runs.plans import JobPlan
+from seq2final.methods import JobNames
+from seq2final.runs.planner import planned_names
 from seq2final.tracking.display import shown_csv
 from seq2final.tracking.mlflow_io import store_setup_lock, trash_empty_default_experiment
 from seq2final.tracking.names import (
@@ -30,7 +30,7 @@ from seq2final.tracking.names import (
     check_experiment_names,
     check_registry_names,
     fail_fast,
-    mlflow_names,
+    run_fields,
 )
 from seq2final.tracking.summary import SequenceSummary
 
@@ -229,18 +229,19 @@ def _as_uri(uri: str, project: Path) -> str:
 
 
 def _job_names(run: CheckedRun) -> list[MlflowNames]:
-    """The names this run's jobs will use, as the tracker will render them (templates checked):
-    the plan's jobs' own (:func:`~seq2final.tracking.names.mlflow_names`), planned here with a
-    placeholder for the sequence's content, which keys hold and names do not. One job per name
-    and one per view stand for the rest (a view's model is ``<name>.<view>``): every part a
-    name is made of is checked without asking the registry about each job of each view.
-    Empty without the modes' blocks, where the run can plan no job."""
+    """The names this run's jobs will use, as the tracker will render them (templates checked),
+    read from the checked run (:func:`~seq2final.runs.planner.planned_names`): the run is planned
+    once, by the pipeline. One job per name and one per view stand for the rest (a view's model
+    is ``<name>.<view>``): every part a name is made of is checked without asking the registry
+    about each job of each view. Empty without the modes' blocks, where the run can plan no job."""
     if run.blocks is None:
         return []
-    plan = plan_run(run, "names-only")
-    picked: dict[object, JobPlan] = {}
-    for job in plan.jobs:
-        picked.setdefault(("name", job.name), job)
-        picked.setdefault(("view", job.view.name if job.view else None), job)
-    chosen = {id(job): job for job in picked.values()}  # a plan's jobs are not hashable
-    return [mlflow_names(plan, job) for job in chosen.values()]
+    picked: dict[object, tuple[JobNames, str | None]] = {}
+    for names, view in planned_names(run):
+        picked.setdefault(("name", names.name), (names, view))
+        picked.setdefault(("view", view), (names, view))
+    fields = run_fields(run)
+    return [
+        MlflowNames.of(run.parameters.mlflow, **fields, method=names.model_name(view))
+        for names, view in dict.fromkeys(picked.values())
+    ]

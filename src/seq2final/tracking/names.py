@@ -16,6 +16,7 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from seq2final.config.checks import CheckedRun
 from seq2final.core.errors import Seq2FinalError
 from seq2final.methods import JobNames
 from seq2final.reporting.tables import names_of
@@ -153,6 +154,19 @@ def plan_fields(plan: RunPlan, method: str) -> dict[str, Any]:
         "method": method,
         "budget": plan.budget_name,
         "seed": plan.seed,
+    }
+
+
+def run_fields(run: CheckedRun) -> dict[str, Any]:
+    """The name-template fields every job of a checked run shares (all but its method): those
+    :func:`plan_fields` reads from the run's plan, which has them from the same checked run."""
+    spec = run.spec
+    return {
+        "sequence": spec.name,
+        "dataset": spec.dataset,
+        "arch": run.parameters.arch,
+        "budget": run.parameters.budget,
+        "seed": spec.seed,
     }
 
 
