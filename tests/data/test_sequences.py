@@ -109,7 +109,7 @@ def test_sampling_without_replacement_and_test_disjoint(source):
         x.tobytes() for s in sequence.steps() for x in source.x_train[s.arrays["idx_train"]]
     }
     assert not train_images & {x.tobytes() for x in source.x_test[final.arrays["idx_test"]]}
-    assert [s["sizes"] for s in sequence.manifest["steps"]][0] == {"train": 320, "valid": 80}
+    assert [s.sizes for s in sequence.manifest.steps][0] == {"train": 320, "valid": 80}
 
 
 def test_oracle_shares_the_final_test_images(source):
@@ -193,9 +193,9 @@ def test_digits_presets_build_on_the_embedded_source():
     digits = load_source("digits", None, "data/01_raw")
     for name in [p for p in PRESETS if p.startswith("digits_")]:
         sequence = build_sequence(resolve_spec(name), digits)
-        sizes = [sum(s["sizes"][k] for k in ("train", "valid")) for s in sequence.manifest["steps"]]
+        sizes = [sum(s.sizes[k] for k in ("train", "valid")) for s in sequence.manifest.steps]
         assert sizes == [500, 300, 500, 300]
-        assert sequence.manifest["steps"][-1]["sizes"]["test"] == 200
+        assert sequence.manifest.steps[-1].sizes["test"] == 200
 
 
 def test_portraits_split_per_decade_80_20_and_final_40_10_50():
@@ -215,7 +215,7 @@ def test_portraits_split_per_decade_80_20_and_final_40_10_50():
     )
     sequence = build_sequence(resolve_spec("portraits"), source)
     assert sequence.step_names == ["1930s", "1960s", "2000s"]
-    sizes = [s["sizes"] for s in sequence.manifest["steps"]]
+    sizes = [s.sizes for s in sequence.manifest.steps]
     assert sizes == [
         {"train": 8, "valid": 2},
         {"train": 16, "valid": 4},
@@ -289,7 +289,7 @@ def test_every_registered_block_shifts_a_sequence(block, source_factory):
     states = shift_states(spec, source)
     assert states[1] != states[0]
     sequence = build_sequence(spec, source)
-    assert sequence.manifest["steps"][1]["name"] == block
+    assert sequence.manifest.steps[1].name == block
     assert sequence.content_hash == build_sequence(spec, source).content_hash
 
 
@@ -313,7 +313,7 @@ def test_step_tests_draw_every_step_a_shifted_test_split_from_the_test_pool(sour
         "source100:label_flip100:rotation100", dataset="digits", test_size=50, step_tests=True
     )
     sequence = build_sequence(spec, source)
-    assert [s["sizes"]["test"] for s in sequence.manifest["steps"]] == [50, 50, 50]
+    assert [s.sizes["test"] for s in sequence.manifest.steps] == [50, 50, 50]
     step0, step1 = sequence.step(0), sequence.step(1)
     for step in (step0, step1):
         index = step.arrays["idx_test"]
@@ -332,7 +332,7 @@ def test_train_fraction_splits_each_step_and_bad_shares_are_one_line(source):
     spec = resolve_spec("source100:rotation100", dataset="digits", test_size=50,
                         train_fraction=0.9)  # fmt: skip
     sequence = build_sequence(spec, source)
-    assert sequence.manifest["steps"][0]["sizes"] == {"train": 90, "valid": 10}
+    assert sequence.manifest.steps[0].sizes == {"train": 90, "valid": 10}
     for bad in (0.0, 1.0, 1.5):
         with pytest.raises(Seq2FinalError, match=f"train_fraction {bad}: valid: a share"):
             resolve_spec("source100:rotation100", dataset="digits", train_fraction=bad)

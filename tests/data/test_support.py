@@ -92,16 +92,16 @@ def test_the_final_steps_I_against_its_history_is_noted_and_zero_when_the_histor
     for spec_text, covered in (("source40:overlap@60/40:overlap@0/40", True),
                                ("source40:overlap@60/40:overlap@60/40", False)):  # fmt: skip
         spec = resolve_spec(spec_text, dataset="digits", test_size=20, oracle_size=60)
-        final = build_sequence(spec, source).manifest["steps"][-1]
+        final = build_sequence(spec, source).manifest.steps[-1]
         space = support_space(spec, source)
         seen = [Support(), Support(turn=60.0)]
         turn = 60.0 if covered else 120.0
-        assert final["history_support_intensity"] == pytest.approx(
+        assert final.history_support_intensity == pytest.approx(
             space.intensity(Support(turn=turn), seen)
         )
-        assert final["support_intensity"] == pytest.approx(space.intensity(Support(turn=turn)))
-        assert final["support_intensity"] > 0.2
-        assert (final["history_support_intensity"] == 0.0) is covered
+        assert final.support_intensity == pytest.approx(space.intensity(Support(turn=turn)))
+        assert final.support_intensity > 0.2
+        assert (final.history_support_intensity == 0.0) is covered
 
 
 def test_support_sequences_draw_only_inside_each_steps_support(source_factory):
@@ -117,10 +117,10 @@ def test_support_sequences_draw_only_inside_each_steps_support(source_factory):
                 continue
             pool = "test" if split == "test" else "train"
             assert space.inside(pool, step.arrays[f"idx_{split}"], support).all()
-        noted = sequence.manifest["steps"][index]["support_intensity"]
+        noted = sequence.manifest.steps[index].support_intensity
         assert noted == pytest.approx(space.intensity(support))
-    assert sequence.manifest["steps"][0]["support_intensity"] == 0.0
-    assert 0.2 < sequence.manifest["steps"][-1]["support_intensity"] < 0.9
+    assert sequence.manifest.steps[0].support_intensity == 0.0
+    assert 0.2 < sequence.manifest.steps[-1].support_intensity < 0.9
     again = build_sequence(spec, source)
     assert again.content_hash == sequence.content_hash  # seeded: the same data
 
@@ -129,8 +129,8 @@ def test_a_sequence_without_support_blocks_keeps_its_pools_whole(source_factory)
     source = source_factory(per_class=200, per_class_test=60, classes=4)
     spec = resolve_spec("source40:rotation40", dataset="digits", test_size=20, oracle_size=60)
     assert support_space(spec, source) is None
-    steps = build_sequence(spec, source).manifest["steps"]
-    assert all("support_intensity" not in s and "support" not in s["state"] for s in steps)
+    steps = build_sequence(spec, source).manifest.steps
+    assert all("support_intensity" not in s and "support" not in s.state for s in steps)
 
 
 def test_a_support_too_narrow_for_a_step_says_how_many_it_found(source_factory):

@@ -162,7 +162,7 @@ def _chain_choice(valid_by_chain: dict[str, float]):
 
 def test_sft_keeps_the_best_schedule_on_validation_and_the_first_of_a_tie():
     outcome, models = _chain_choice({"none": 0.5, "linear": 0.7, "exponential": 0.7})
-    assert outcome.chosen == {"chain": "linear"} and outcome.model is models["linear"]
+    assert outcome.chosen.chain == "linear" and outcome.model is models["linear"]
     assert outcome.valid_accuracy == 0.7
     assert {name: valid for name, (_, valid) in outcome.candidates.items()} == {
         "none": 0.5,
@@ -174,7 +174,11 @@ def test_sft_keeps_the_best_schedule_on_validation_and_the_first_of_a_tie():
 
 def test_one_chain_is_no_choice():
     outcome, models = _chain_choice({"main": 0.4})
-    assert outcome.chosen == {} and outcome.candidates == {} and outcome.model is models["main"]
+    assert (
+        outcome.chosen.chain is None
+        and outcome.candidates == {}
+        and outcome.model is models["main"]
+    )
 
 
 def test_a_job_is_named_by_its_first_name_in_the_papers_order_wherever_it_is_shown():

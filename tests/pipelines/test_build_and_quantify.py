@@ -7,6 +7,7 @@ import sys
 import textwrap
 import threading
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,7 @@ from seq2final.config.parameters import QuantifyOptions
 from seq2final.core.errors import MissingPrerequisiteError, Seq2FinalError
 from seq2final.core.startup import bootstrap_once
 from seq2final.data.distances import Embedded, nearest_neighbour_distance, wasserstein2
+from seq2final.data.sequence import StepEntry
 from seq2final.pipelines.quantify_shift import nodes
 from seq2final.pipelines.quantify_shift.nodes import measure_distances
 
@@ -182,15 +184,13 @@ def test_a_support_shift_reports_its_counted_intensity_beside_the_distances(proj
 def test_a_sequence_whose_source_files_changed_names_the_folder_and_the_rebuild(monkeypatch):
     """The folder named is the build block's ``raw_dir`` (a typed block, read by attribute) where
     the run gives no ``data_path``."""
-    from types import SimpleNamespace
-
     from seq2final.config.parameters import BuildOptions
     from seq2final.data.spec import resolve_spec
     from seq2final.pipelines.build_sequences import nodes
 
     spec = resolve_spec("source100:rotation60")
     monkeypatch.setattr(nodes, "source_change", lambda *args: ("a1", "b2"))
-    stored = {spec.key: SimpleNamespace(manifest={})}
+    stored = {spec.key: SimpleNamespace(manifest=SimpleNamespace(source_fingerprint="a1"))}
     with pytest.raises(MissingPrerequisiteError) as error:
         nodes.select_sequence(stored, spec, BuildOptions(raw_dir="elsewhere/raw"))
     assert "than elsewhere/raw holds now (fingerprint a1, now b2); rebuild it with: kedro run" in (
@@ -270,11 +270,14 @@ def test_the_history_row_measures_the_pooled_historical_steps_and_a_one_step_his
 def test_a_sequence_built_before_the_history_note_has_its_I_only_for_a_one_step_history():
     """The note is new; a stored two-step sequence's history is its source, whose I against
     the final step is the final step's own noted I; a longer history's cannot be read back."""
-    source, final = {"support_intensity": 0.0}, {"support_intensity": 0.4}
+    def step(support: float, history: float | None = None) -> StepEntry:
+        return StepEntry(name="s", state=None, sizes={}, support_intensity=support,
+                         history_support_intensity=history)  # fmt: skip
+
+    source, final = step(0.0), step(0.4)
     assert nodes._history_intensity([source, final]) == 0.4
-    assert nodes._history_intensity([source, {"support_intensity": 0.2}, final]) is None
-    noted = {"support_intensity": 0.4, "history_support_intensity": 0.0}
-    assert nodes._history_intensity([source, {"support_intensity": 0.4}, noted]) == 0.0
+    assert nodes._history_intensity([source, step(0.2), final]) is None
+    assert nodes._history_intensity([source, step(0.4), step(0.4, 0.0)]) == 0.0
 
 
 def test_a_long_historys_row_reads_a_seeded_draw_of_history_images(monkeypatch):
@@ -296,7 +299,10 @@ def test_a_long_historys_row_reads_a_seeded_draw_of_history_images(monkeypatch):
 
     class Sequence:
         key = "k"
-        manifest = {"spec": {"seed": 5}, "steps": [{}, {}, {}]}
+        manifest = SimpleNamespace(
+            spec=SimpleNamespace(seed=5), steps=[StepEntry(name=str(t), state=None, sizes={})
+                                                 for t in range(3)]
+        )  # fmt: skip
 
         def steps(self):
             return [Step(steps[0]), Step(steps[1]), Step(steps[2], test)]

@@ -85,10 +85,10 @@ def test_all_methods_end_to_end(every_method_run, every_method_params, stores_of
         if record.historical_state is not None:
             state = states[record.historical_state]
             shared = {record.historical_state: sum(f.train_flops for f in state.fits)}
-            if state.info["step0"] is not None:  # a chain: the step-0 model it starts from
-                step0 = states[state.info["step0"]]
-                shared[state.info["step0"]] = sum(f.train_flops for f in step0.fits)
-                assert shared[state.info["step0"]] > 0
+            if state.info.step0 is not None:  # a chain: the step-0 model it starts from
+                step0 = states[state.info.step0]
+                shared[state.info.step0] = sum(f.train_flops for f in step0.fits)
+                assert shared[state.info.step0] > 0
             assert record.historical_flops == SharedFlops(shared=True, states=shared)
         if record.eval_step is None:  # a plain model: the zoo's count of its forward pass
             assert record.inference_flops_per_image == 2 * forward_macs(model)
@@ -108,7 +108,7 @@ def test_all_methods_end_to_end(every_method_run, every_method_params, stores_of
     # SFT: the schedule fixes each step's learning rate (smoke runs exponential 2e-4 x 0.5^t).
     sft = by_method["sft"]
     schedule = "exponential_2e-4_0.5"
-    assert sft.chosen == {"chain": schedule}
+    assert sft.chosen.chain == schedule
     assert sft.hyperparameters[f"{schedule}/final"]["lr"] == pytest.approx(2e-4 * 0.5**3)
     chain_fits = states[sft.historical_state].fits
     assert {f.stage: f.params["lr"] for f in chain_fits} == pytest.approx(
@@ -198,7 +198,7 @@ def test_sft_reports_every_schedule_and_keeps_the_best_on_validation(project, st
         n: fits[f"{n}/final"] for n in schedules
     }
     best = max(schedules, key=lambda n: (chains[n]["valid_accuracy"], -schedules.index(n)))
-    assert record.chosen == {"chain": best}
+    assert record.chosen.chain == best
     assert chains[best]["test_accuracy"] == record.test_accuracy
     assert record.valid_accuracy == chains[best]["valid_accuracy"]
     for chain in chains.values():  # each counted on the whole test set

@@ -37,10 +37,10 @@ def fits_seen(monkeypatch):
     tuned = Context.tuned
 
     def spy(self, stage, space, make_model, task):
-        view = self.sequence.manifest.get("view")
+        view = self.sequence.manifest.view
         images = {x.tobytes() for domain in task.domains for x in domain.x.numpy()}
         seen.append({"owner": self.owner_key, "stage": stage,
-                     "view": view["name"] if view else None, "images": images})  # fmt: skip
+                     "view": view.name if view else None, "images": images})  # fmt: skip
         return tuned(self, stage, space, make_model, task)
 
     monkeypatch.setattr(Context, "tuned", spy)
@@ -90,10 +90,10 @@ def test_eval_stream_trains_each_family_on_the_steps_it_should_see(project, fits
                 data = TensorSplit.from_arrays(*sequence.step(step).split(split))
                 logits = predict_logits(model, data, engine, record.eval_step)
                 accuracy = float((logits.argmax(1) == data.y).float().mean())
-                assert record.step_accuracies[str(step)][split] == accuracy
+                assert getattr(record.step_accuracies[str(step)], split) == accuracy
         # the view's own test accuracy is its last step's
         last = record.view.steps[-1]
-        assert record.test_accuracy == record.step_accuracies[str(last)]["test"]
+        assert record.test_accuracy == record.step_accuracies[str(last)].test
 
 
 def test_a_chain_grows_with_the_stream_each_step_fitted_once_over_every_view(
@@ -119,11 +119,11 @@ def test_a_chain_grows_with_the_stream_each_step_fitted_once_over_every_view(
         assert len(chain) + len(final) + len(step0) <= 2 * sequence.num_steps
         # the state of steps 0..k continues that of 0..k−1 as it is: its first models are those
         grown = [k for k in stores.states if k.startswith(owner)]
-        extended = {stores.states[k].info["extends"] for k in grown}
+        extended = {stores.states[k].info.extends for k in grown}
         (last,) = [k for k in grown if k not in extended]  # steps 0..3, extended by none
         seen = [stores.states[last]]
-        while seen[-1].info["extends"]:
-            seen.append(stores.states[seen[-1].info["extends"]])
+        while seen[-1].info.extends:
+            seen.append(stores.states[seen[-1].info.extends])
         assert len(seen) == 4  # steps 0..0, 0..1, 0..2 and 0..3
         for longer, shorter in zip(seen, seen[1:], strict=False):
             for name, chain_models in shorter.chains.items():
@@ -139,13 +139,13 @@ def test_a_chain_grows_with_the_stream_each_step_fitted_once_over_every_view(
 
     records = [stores.results[k] for k in stores.results]
     (row,) = [r for r in protocol_scores(records, "eval_stream", ProtocolOptions(window=1))
-              if r["method"] == "sft"]  # fmt: skip
+              if r.method == "sft"]  # fmt: skip
     jobs = [r for r in records if r.historical == "sequential" or r.view.name == "0-0"]
     states = [k for k in stores.states if k.startswith(("sequential-", "step0-"))]
     flops = sum(r.train_flops for r in jobs) + sum(
         fit.train_flops for k in states for fit in stores.states.summary(k).fits
     )
-    assert row["train_flops"] == flops and flops > 0
+    assert row.train_flops == flops and flops > 0
 
 
 def test_a_warm_started_stream_starts_each_pooled_fit_from_the_previous_times_model(
@@ -155,7 +155,7 @@ def test_a_warm_started_stream_starts_each_pooled_fit_from_the_previous_times_mo
     tuned = Context.tuned
 
     def spy(self, stage, space, make_model, task):
-        starts.append((self.sequence.manifest["view"]["name"], _bytes(make_model())))
+        starts.append((self.sequence.manifest.view.name, _bytes(make_model())))
         return tuned(self, stage, space, make_model, task)
 
     monkeypatch.setattr(Context, "tuned", spy)
@@ -295,7 +295,7 @@ def test_wild_times_yearbook_eval_fix_trains_on_1930_to_1970_and_tests_on_every_
     )
     frame = __import__("pandas").read_csv(table)
     cell = frame[frame["arch"] == "convnet_4"]
-    later = [record.step_accuracies[str(t)]["test"] for t in range(41, 84)]
+    later = [record.step_accuracies[str(t)].test for t in range(41, 84)]
     assert cell["mean"].item() == pytest.approx(sum(later) / len(later))  # 1971..2013, unweighted
 
 
@@ -324,7 +324,7 @@ def test_a_model_memorising_what_it_trained_on_scores_nothing_before_training_on
         records[view.name] = {
             int(step): row for step, row in step_accuracies(model, sequence, Engine(), None).items()
         }
-        assert records[view.name][view.last]["train"] == 1.0  # it knows what it trained on
+        assert records[view.name][view.last].train == 1.0  # it knows what it trained on
     score = protocol.score(records, sequence.num_steps, ProtocolOptions())
     assert score["curve"] == {2: 0.0, 3: 0.0} and score["stream_accuracy"] == 0.0
 
@@ -361,9 +361,9 @@ def test_evaluate_and_visualize_report_the_protocol_beside_the_final_protocols_r
     assert set(views) == {"0-0", "0-1", "0-2"}
     assert views["0-0"].method == "baseline" and views["0-0"].aliases == ["erm"]  # time 0's
     # the table's number is the protocol's score of the three views, by hand
-    expected = (views["0-0"].step_accuracies["1"]["test"]
-                + views["0-1"].step_accuracies["2"]["test"]
-                + views["0-2"].step_accuracies["3"]["test"]) / 3  # fmt: skip
+    expected = (views["0-0"].step_accuracies["1"].test
+                + views["0-1"].step_accuracies["2"].test
+                + views["0-2"].step_accuracies["3"].test) / 3  # fmt: skip
     (average,) = reports.glob("*_tables/*/eval_stream/smoke-average.csv")
     table = __import__("pandas").read_csv(average)
     cell = table[(table["arch"] == "convnet_4") & (table["method"] == "erm")]
@@ -375,7 +375,7 @@ def test_evaluate_and_visualize_report_the_protocol_beside_the_final_protocols_r
     # Feature Forgetting's P_CL of the last time: its mean accuracy on the steps it has seen
     (p_cl,) = reports.glob("*_tables/*/eval_stream/smoke-p_cl.csv")
     seen = views["0-2"].step_accuracies
-    expected_p_cl = sum(seen[str(s)]["test"] for s in range(3)) / 3
+    expected_p_cl = sum(seen[str(s)].test for s in range(3)) / 3
     p_cl_table = __import__("pandas").read_csv(p_cl)
     erm_p_cl = p_cl_table[(p_cl_table["arch"] == "convnet_4") & (p_cl_table["method"] == "erm")]
     assert erm_p_cl["mean"].item() == pytest.approx(expected_p_cl)
@@ -388,6 +388,6 @@ def test_evaluate_and_visualize_report_the_protocol_beside_the_final_protocols_r
     from seq2final.reporting.protocols import protocol_scores
 
     (row,) = protocol_scores(records, "eval_stream", ProtocolOptions(window=1))
-    assert row["train_flops"] == sum(r.train_flops for r in views.values()) > 0  # pooled: no state
+    assert row.train_flops == sum(r.train_flops for r in views.values()) > 0  # pooled: no state
     final_table = next(reports.glob("*_tables/*/smoke-per_arch.csv")).read_text()
     assert "baseline" in final_table and "erm" not in final_table

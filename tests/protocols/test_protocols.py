@@ -4,6 +4,7 @@ import pytest
 
 from seq2final.core.errors import Seq2FinalError, UnknownNameError
 from seq2final.protocols import PROTOCOLS, ProtocolOptions, View, prefix
+from seq2final.training.records import StepScore
 
 STEPS = 6  # steps 0..5
 
@@ -12,7 +13,7 @@ def scripted(view_accuracies: dict[int, tuple[float, float]], sizes=None):
     """Per step: (train accuracy, test accuracy), test sizes 100 unless given."""
     sizes = sizes or {}
     return {
-        step: {"train": train, "test": test, "test_size": sizes.get(step, 100)}
+        step: StepScore(train=train, test=test, test_size=sizes.get(step, 100))
         for step, (train, test) in view_accuracies.items()
     }
 

@@ -32,6 +32,7 @@ from seq2final.reporting.plots import (
     svcca_panels,
 )
 from seq2final.reporting.plots.look import _palette, _wrapped
+from seq2final.reporting.protocols import ProtocolScore
 
 METHODS = list(paper_columns())
 
@@ -173,7 +174,8 @@ def test_a_method_looks_the_same_in_every_figure():
     interpolation = interpolation_panels(paths, "t")
     compute = compute_pareto(_crowded_points(), "t")
     projection = projection_panels(_projection_frame(), "t")
-    rows = [{"method": m, "ood_per_step": {"3": 0.4, "4": 0.5}} for m in ("ft", "sft", "agem")]
+    rows = [ProtocolScore("smoke", "convnet_4", m, 1, 0, {"ood_per_step": {"3": 0.4, "4": 0.5}})
+            for m in ("ft", "sft", "agem")]  # fmt: skip
     protocol = protocol_figure(rows, "eval_fix", "t")
     for figure in (interpolation, compute, projection, protocol):
         for method, look in _looks(figure).items():

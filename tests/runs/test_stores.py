@@ -10,7 +10,7 @@ from seq2final.models import build_model
 from seq2final.runs.result_store import ResultStore, ResultStoreDataset
 from seq2final.runs.state_store import HistoricalStore, HistoricalStoreDataset
 from seq2final.runs.training import historical_costs
-from seq2final.training.records import FitRecord
+from seq2final.training.records import FitRecord, StateInfo
 
 
 def _fit(stage: str, train_flops: int) -> FitRecord:
@@ -18,8 +18,13 @@ def _fit(stage: str, train_flops: int) -> FitRecord:
                      train_flops=train_flops)  # fmt: skip
 
 
+def _info(key: str, extends: str | None) -> StateInfo:
+    return StateInfo(key=key, sequence_key="s", seed=1, budget="smoke", step0=None,
+                     extends=extends, wall_seconds=0.5, device="cpu")  # fmt: skip
+
+
 def _state(arch: str) -> HistoricalState:
-    return HistoricalState("erm", arch, {"main": ModelChain([build_model(arch, 2)])}, [], {})
+    return HistoricalState("erm", arch, {"main": ModelChain([build_model(arch, 2)])}, [])
 
 
 def test_saving_states_adds_the_missing_keys_only(tmp_path):
@@ -67,7 +72,7 @@ def test_a_grown_chain_state_stores_only_what_it_adds_to_the_state_it_extends(tm
     first = HistoricalState("sequential_ewc", "convnet_1", {
         "main": ModelChain(models[:1], {"lr": {"grid": [0.1]}}, [anchor]),
         "si": ModelChain(models[:1], None, [anchor], "si_c"),
-    }, [_fit("x", 5)], {"extends": None, "step0": None})  # fmt: skip
+    }, [_fit("x", 5)], _info("k0", None))  # fmt: skip
     store.put("k0", first)
     loaded = HistoricalStore(tmp_path / "states")["k0"]  # from the files, not the recent ones
     second_anchor = ({"w": torch.zeros(2)}, {"w": torch.ones(2)})
@@ -76,7 +81,7 @@ def test_a_grown_chain_state_stores_only_what_it_adds_to_the_state_it_extends(tm
         "main": ModelChain([*main.models, models[1]], main.final_space,
                            [*main.anchors, second_anchor]),
         "si": ModelChain([*si.models, models[1]], None, [second_anchor], "si_c"),
-    }, [_fit("y", 7)], {"extends": "k0", "step0": None}, loaded)  # fmt: skip
+    }, [_fit("y", 7)], _info("k1", "k0"), loaded)  # fmt: skip
     store.put("k1", second)
     payload = torch.load(tmp_path / "states/k1/state.pt", weights_only=True)
     saved = payload["chains"]
@@ -94,7 +99,12 @@ def test_a_grown_chain_state_stores_only_what_it_adds_to_the_state_it_extends(tm
     summary = tmp_path / "states/k0/state.json"
     stored = json.loads(summary.read_text())
     stored["fits"][0]["history"] = [{"epoch": 0, "valid_accuracy": 0.5}]
+    assert list(stored["info"]) == ["key", "sequence_key", "seed", "budget", "step0", "extends",
+                                    "wall_seconds", "device"]  # fmt: skip
+    del stored["info"]["extends"]  # written before chains grew: its info has no `extends`
     summary.write_text(json.dumps(stored))
-    assert store.summary("k0").fits == [_fit("x", 5)]
+    old = store.summary("k0")
+    assert old.fits == [_fit("x", 5)] and old.info == _info("k0", None)
+    assert list(old.info.to_json()) == list(stored["info"])  # written back as it was
     kept = store["k1"]  # the states just written or read are kept, without what they extend
     assert kept.chains["main"].models[1] is models[1] and kept.extends is None

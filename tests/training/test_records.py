@@ -39,15 +39,15 @@ def test_records_written_before_the_format_existed_load_as_format_1(tmp_path):
 def test_a_record_round_trips_through_the_store_at_the_current_format(tmp_path):
     store = _store(tmp_path)
     record = make_record(view={"name": "0-1", "steps": [0, 1]},
-                         step_accuracies={"0": {"test": 0.5, "test_size": 200}})  # fmt: skip
+                         step_accuracies={"0": {"train": 0.75, "test": 0.5, "test_size": 200}})  # fmt: skip
     model = build_model("convnet_1", 2)
     store.put(record.job_key, record, model, [{"epoch": 0, "valid_accuracy": 0.1}])
     loaded = store[record.job_key]
     assert loaded == record and loaded.format == RECORD_FORMAT
-    assert loaded.view.name == "0-1" and loaded.step_accuracies["0"]["test"] == 0.5
+    assert loaded.view.name == "0-1" and loaded.step_accuracies["0"].test == 0.5
     on_disk = json.loads(store.record_path(record.job_key).read_text())
     assert on_disk["format"] == RECORD_FORMAT
-    assert on_disk["step_accuracies"]["0"] == {"test": 0.5, "test_size": 200}  # a count stays one
+    assert on_disk["step_accuracies"]["0"] == {"train": 0.75, "test": 0.5, "test_size": 200}
     assert isinstance(on_disk["step_accuracies"]["0"]["test_size"], int)
     assert "view" not in make_record().to_json()  # only a protocol's views carry one
 

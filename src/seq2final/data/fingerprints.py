@@ -70,15 +70,15 @@ def source_fingerprint(
 
 
 def source_change(
-    manifest: Mapping[str, Any],
+    recorded: str | None,
     dataset: str,
     data_path: str | None,
     raw_dir: str | Path,
     options: Mapping[str, Any] | None = None,
 ) -> tuple[str, str] | None:
-    """``(recorded, current)`` when a stored sequence (its ``manifest``) was drawn from other
-    data than the source holds now; None when they agree or the sequence predates fingerprints."""
-    recorded = manifest.get("source_fingerprint")
+    """``(recorded, current)`` when a stored sequence (its manifest's ``recorded`` fingerprint)
+    was drawn from other data than the source holds now; None when they agree or the sequence
+    predates fingerprints."""
     if not recorded:
         return None
     current = source_fingerprint(dataset, data_path, raw_dir, options)

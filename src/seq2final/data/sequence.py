@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, field_serializer
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.data.effects import ShiftState
@@ -43,6 +44,63 @@ class Step:
         return digest.hexdigest()
 
 
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StepEntry(_Entry):
+    """One step as the manifest records it: its name, the shift state it was drawn in (every
+    effect's value, :meth:`~seq2final.data.effects.ShiftState.describe`; none for a natural
+    sequence's period), its splits' sizes and, under a support shift, its counted intensity
+    against the source's (and the final step's against every historical step's)."""
+
+    name: str
+    state: dict[str, Any] | None
+    sizes: dict[str, int]
+    support_intensity: float | None = None
+    history_support_intensity: float | None = None
+
+
+class ViewEntry(_Entry):
+    """What a protocol's view of a sequence is a view of: the sequence's key, the view's name,
+    its steps and the seed of its mixed draw (none: the steps' own images)."""
+
+    of: str
+    name: str
+    steps: list[int]
+    mixed_seed: int | None
+
+
+class SequenceManifest(_Entry):
+    """A built sequence's ``manifest.json``, typed to its leaves: layout ``format``, key, spec,
+    the source data's fingerprint (none in manifests written before fingerprints), class and
+    sub-class names, each step's entry, whether it holds an oracle-size final draw, each step's
+    content hash and the whole sequence's. A view (``view``) is never stored.
+
+    Written back with the fields it was made or read with (:meth:`to_json`), so every stored
+    manifest keeps its bytes, and the spec as :meth:`SequenceSpec.to_dict` gives it."""
+
+    format: int
+    key: str
+    spec: SequenceSpec
+    source_fingerprint: str | None = None
+    class_names: list[str]
+    subclass_names: list[list[str]] | None = None
+    steps: list[StepEntry]
+    has_oracle: bool
+    step_hashes: dict[str, str]
+    content_hash: str
+    view: ViewEntry | None = None
+
+    @field_serializer("spec")
+    def _spec(self, spec: SequenceSpec) -> dict[str, Any]:
+        return spec.to_dict()
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest as written: the fields it was made or read with, in the stored order."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
 @dataclass
 class ShiftSequence:
     """A built sequence: a manifest plus steps, held in memory or loaded lazily from a store.
@@ -51,7 +109,7 @@ class ShiftSequence:
     stored sequence loads a step only when :meth:`step` asks for it.
     """
 
-    manifest: dict[str, Any]
+    manifest: SequenceManifest
     _steps: dict[str, Step] = field(default_factory=dict)
     _loader: Callable[[str], Step] | None = None
 
@@ -71,66 +129,66 @@ class ShiftSequence:
         if oracle is not None:
             named["oracle"] = oracle
         step_hashes = {name: step.content_hash() for name, step in named.items()}
-        manifest = {
-            "format": 2,
-            "key": spec.key,
-            "spec": spec.to_dict(),
-            "source_fingerprint": source.fingerprint,
-            "class_names": list(source.class_names),
-            "subclass_names": [list(n) for n in source.subclass_names]
+        manifest = SequenceManifest(
+            format=2,
+            key=spec.key,
+            spec=spec,
+            source_fingerprint=source.fingerprint,
+            class_names=list(source.class_names),
+            subclass_names=[list(n) for n in source.subclass_names]
             if source.subclass_names
             else None,
-            "steps": [
-                {
-                    "name": step.name,
-                    "state": state.describe() if state is not None else None,
-                    "sizes": {s: int(len(step.arrays[f"y_{s}"])) for s in step.splits},
+            steps=[
+                StepEntry(
+                    name=step.name,
+                    state=state.describe() if state is not None else None,
+                    sizes={s: int(len(step.arrays[f"y_{s}"])) for s in step.splits},
                     **note,
-                }
+                )
                 for step, state, note in zip(steps, states, notes or [{}] * len(steps), strict=True)
             ],
-            "has_oracle": oracle is not None,
-            "step_hashes": step_hashes,
-            "content_hash": hashlib.sha256("".join(step_hashes.values()).encode()).hexdigest(),
-        }
+            has_oracle=oracle is not None,
+            step_hashes=step_hashes,
+            content_hash=hashlib.sha256("".join(step_hashes.values()).encode()).hexdigest(),
+        )
         return cls(manifest, named)
 
     @property
     def key(self) -> str:
-        return self.manifest["key"]
+        return self.manifest.key
 
     @property
     def content_hash(self) -> str:
-        return self.manifest["content_hash"]
+        return self.manifest.content_hash
 
     @property
     def history_hash(self) -> str:
         """The content hash of steps 0..T−1 and the class names: all a historical state is
         trained from, so sequences that differ only in their final step share it (the members of
         a family, with ``pretrain_historical.shared_history``; docs/intensity.md)."""
-        hashes = [self.manifest["step_hashes"][str(t)] for t in range(self.num_steps - 1)]
+        hashes = [self.manifest.step_hashes[str(t)] for t in range(self.num_steps - 1)]
         text = json.dumps([hashes, self.class_names])
         return hashlib.sha256(text.encode()).hexdigest()
 
     @property
     def num_steps(self) -> int:
-        return len(self.manifest["steps"])
+        return len(self.manifest.steps)
 
     @property
     def class_names(self) -> list[str]:
-        return self.manifest["class_names"]
+        return self.manifest.class_names
 
     @property
     def step_names(self) -> list[str]:
-        return [s["name"] for s in self.manifest["steps"]]
+        return [s.name for s in self.manifest.steps]
 
     def step(self, index: int | str) -> Step:
         """Step ``index`` (0 = source, -1 = final) or ``"oracle"`` (the final step, oracle size)."""
         name = str(index % self.num_steps if isinstance(index, int) else index)
-        if name not in self.manifest["step_hashes"]:
+        if name not in self.manifest.step_hashes:
             raise Seq2FinalError(
                 f"sequence '{self.key}' has no step '{index}'; valid: 0..{self.num_steps - 1}"
-                + (", oracle" if self.manifest["has_oracle"] else "")
+                + (", oracle" if self.manifest.has_oracle else "")
             )
         if name not in self._steps:
             assert self._loader is not None
@@ -177,16 +235,17 @@ class ShiftSequence:
             chosen = _mixed(list(self.steps()), chosen, np.random.RandomState(mixed_seed))
             hashes = {str(j): step.content_hash() for j, step in enumerate(chosen)}
         else:
-            hashes = {str(j): self.manifest["step_hashes"][str(s)] for j, s in enumerate(steps)}
-        manifest = {
-            **self.manifest,
-            "key": f"{self.key}~{name}",
-            "view": {"of": self.key, "name": name, "steps": list(steps), "mixed_seed": mixed_seed},
-            "steps": [self.manifest["steps"][s] for s in steps],
-            "has_oracle": False,
-            "step_hashes": hashes,
-            "content_hash": hashlib.sha256("".join(hashes.values()).encode()).hexdigest(),
-        }
+            hashes = {str(j): self.manifest.step_hashes[str(s)] for j, s in enumerate(steps)}
+        manifest = self.manifest.model_copy(
+            update={
+                "key": f"{self.key}~{name}",
+                "view": ViewEntry(of=self.key, name=name, steps=list(steps), mixed_seed=mixed_seed),
+                "steps": [self.manifest.steps[s] for s in steps],
+                "has_oracle": False,
+                "step_hashes": hashes,
+                "content_hash": hashlib.sha256("".join(hashes.values()).encode()).hexdigest(),
+            }
+        )
         if chosen:
             return ShiftSequence(manifest, {str(j): step for j, step in enumerate(chosen)})
         return ShiftSequence(manifest, _loader=lambda position: self.step(steps[int(position)]))

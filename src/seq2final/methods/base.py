@@ -35,7 +35,7 @@ from seq2final.training.hyperparameters import FitHyperParameters, declared
 from seq2final.training.hyperparameters import default_space as schema_space
 from seq2final.training.objectives import mode_schemas
 from seq2final.training.optimizers import OPTIMIZERS
-from seq2final.training.records import FitRecord
+from seq2final.training.records import ChosenChain, FitRecord, StateInfo
 from seq2final.training.terms import LOSS_TERMS, Anchor, AnchorPull, pull_towards
 from seq2final.training.wrappers import ModelWrapper
 
@@ -80,7 +80,7 @@ class HistoricalState:
     arch: str
     chains: dict[str, ModelChain]
     fits: list[FitRecord] = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)
+    info: StateInfo | None = None  # None: a state made outside a run (tests, notebooks)
     extends: HistoricalState | None = field(default=None, repr=False)
 
     def to(self, device: torch.device) -> HistoricalState:
@@ -108,7 +108,7 @@ class FinalOutcome:
 
     model: nn.Module
     step: int | None
-    chosen: dict[str, Any] = field(default_factory=dict)
+    chosen: ChosenChain = field(default_factory=ChosenChain)
     valid_accuracy: float | None = None
     candidates: dict[str, tuple[nn.Module, float]] = field(default_factory=dict)
 

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -37,7 +37,7 @@ from seq2final.training.halving import previous_step
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import FitResult, FitRun, clone_model
 from seq2final.training.objectives import Task
-from seq2final.training.records import FitRecord
+from seq2final.training.records import CurveRow, FitRecord
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.trials import Tuned
@@ -122,7 +122,7 @@ class Context:
     seed_key: str
     device: torch.device
     fits: list[FitRecord] = field(default_factory=list)
-    learning_curves: list[dict[str, Any]] = field(default_factory=list)
+    learning_curves: list[CurveRow] = field(default_factory=list)
     warm_start: nn.Module | None = None
     optimizer: str = "adam"
     # each finished trial's test accuracy recorded (TrialRecord.test_accuracy); off for a state
@@ -316,7 +316,7 @@ class Context:
                 trial_summaries=tuned.trials,
             )
         )
-        self.learning_curves.extend({"stage": stage, **row} for row in tuned.fit.history)
+        self.learning_curves.extend(CurveRow(stage=stage, **row) for row in tuned.fit.history)
         log.info(
             "%s%s: valid %.3f (epoch %d of %d, %d trial(s)) with %s",
             f"{label} · " if label not in ("", stage) else "",

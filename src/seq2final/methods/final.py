@@ -29,6 +29,7 @@ from seq2final.models import JointModel, build_model
 from seq2final.training.engine import accuracy
 from seq2final.training.loop import clone_model
 from seq2final.training.objectives import Task
+from seq2final.training.records import ChosenChain
 from seq2final.training.search import SearchSpace
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import Adjacency
@@ -67,7 +68,7 @@ def continue_chains(
             best = name
     assert best is not None
     model, accuracy = candidates[best]
-    chosen = {"chain": best} if len(candidates) > 1 or best != "main" else {}
+    chosen = ChosenChain(chain=best if len(candidates) > 1 or best != "main" else None)
     return FinalOutcome(model, step, chosen, accuracy, candidates if len(candidates) > 1 else {})
 
 

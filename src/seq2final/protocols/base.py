@@ -22,6 +22,7 @@ from seq2final.core.registry import Registry
 from seq2final.core.schema import StrictModel
 from seq2final.data.presets import PRESETS
 from seq2final.methods import FINAL_MODES, RequestedJob
+from seq2final.training.records import StepScore
 
 STEP_SPLITS = ("train", "test")
 """The splits of every step a view's model is evaluated on: ``test`` (the step's held-out
@@ -73,7 +74,7 @@ class ProtocolOptions(StrictModel):
     warm_start: bool | None = None  # None: off
 
 
-StepAccuracies = Mapping[int, Mapping[str, float]]
+StepAccuracies = Mapping[int, StepScore]
 """Per step of the sequence: accuracy on each of :data:`STEP_SPLITS`, and ``test_size``."""
 
 

@@ -46,13 +46,13 @@ def _final(
 
 def later_steps(accuracies: StepAccuracies, after: int, until: int) -> dict[int, float]:
     """Test accuracy on each step after ``after`` up to ``until`` (inclusive)."""
-    return {step: accuracies[step]["test"] for step in range(after + 1, until + 1)}
+    return {step: accuracies[step].test for step in range(after + 1, until + 1)}
 
 
 def pooled_accuracy(accuracies: StepAccuracies, steps: range) -> float:
     """One accuracy over the pooled test images of ``steps`` (each step weighted by its size)."""
-    sizes = [accuracies[s]["test_size"] for s in steps]
-    return sum(accuracies[s]["test"] * n for s, n in zip(steps, sizes, strict=True)) / sum(sizes)
+    sizes = [accuracies[s].test_size for s in steps]
+    return sum(accuracies[s].test * n for s, n in zip(steps, sizes, strict=True)) / sum(sizes)
 
 
 def _fix_views(num_steps: int, options: ProtocolOptions) -> list[View]:
@@ -128,9 +128,9 @@ def continual_scores(
     same steps of the best accuracy any time's model up to ``t`` (``t``'s own included) had on
     the step minus this one's: never negative, 0 at the first time."""
     now = accuracies[prefix(t).name]
-    seen = [now[j]["test"] for j in range(t + 1)]
+    seen = [now[j].test for j in range(t + 1)]
     models = [accuracies[prefix(u).name] for u in times if u <= t]
-    drops = [max(model[j]["test"] for model in models) - now[j]["test"] for j in range(t + 1)]
+    drops = [max(model[j].test for model in models) - now[j].test for j in range(t + 1)]
     return {"p_cl": statistics.mean(seen), "p_forget": statistics.mean(drops)}
 
 
@@ -148,7 +148,7 @@ def _test_then_train(
     accuracies: Mapping[str, StepAccuracies], num_steps: int, options: ProtocolOptions
 ) -> dict[str, Any]:
     # The stream starts once there is a model with history: step 2 is predicted by steps 0..1's.
-    curve = {t: accuracies[prefix(t - 1).name][t]["train"] for t in range(2, num_steps)}
+    curve = {t: accuracies[prefix(t - 1).name][t].train for t in range(2, num_steps)}
     return {"stream_accuracy": statistics.mean(curve.values()), "curve": curve}
 
 

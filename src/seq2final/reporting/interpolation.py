@@ -56,7 +56,7 @@ def path_ends(
         return PathEnds(scale_side_modules(model, step, 0.0), model, step, True)
     if state is None:
         return None
-    chain = state.chains[record.chosen.get("chain", "main")]
+    chain = state.chains[record.chosen.name]
     return PathEnds(chain.last, model, None, False)
 
 

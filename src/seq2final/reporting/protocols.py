@@ -10,7 +10,8 @@ methods × architectures like the paper's.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pandas as pd
@@ -40,6 +41,26 @@ LABELS = {
 }
 
 
+@dataclass(frozen=True)
+class ProtocolScore:
+    """One (budget, architecture, method, seed)'s score under a temporal protocol: the group's
+    keys, the training FLOPs of every view it trained (each historical state once) and the
+    protocol's own numbers (``numbers``: its ``reports`` and what its figures draw, such as
+    Eval-Stream's ``per_time``), as its ``score`` function returned them."""
+
+    budget: str
+    arch: str
+    method: str
+    seed: int
+    train_flops: int
+    numbers: Mapping[str, Any]
+
+    def flat(self) -> dict[str, Any]:
+        """The row as one mapping, the protocol's numbers beside the keys (a table's row)."""
+        keys = {k: v for k, v in asdict(self).items() if k != "numbers"}
+        return {**keys, **self.numbers}
+
+
 def step_table(record: ResultRecord) -> StepAccuracies:
     """A record's per-step accuracies with integer step keys (JSON keeps them as strings); none
     for a record made under the final protocol."""
@@ -48,7 +69,7 @@ def step_table(record: ResultRecord) -> StepAccuracies:
 
 def protocol_scores(
     records: Iterable[ResultRecord], protocol: str, options: ProtocolOptions
-) -> list[dict[str, Any]]:
+) -> list[ProtocolScore]:
     """One row per (budget, architecture, method, seed) whose records cover every view the
     protocol asks for: the keys of the group and the protocol's score. A group missing views is
     left out with a warning naming them (its runs are not finished)."""
@@ -90,24 +111,23 @@ def protocol_scores(
         # what the protocol cost: every view it trains, and each historical state they continue
         # once (views that start at step 0 share its model)
         flops = train_flops_once(group["records"][name] for name in wanted)
-        rows.append({"budget": budget, "arch": arch, "method": method, "aliases": [],
-                     "seed": seed, "train_flops": flops, **score})  # fmt: skip
+        rows.append(ProtocolScore(budget, arch, method, seed, flops, score))
     return rows
 
 
 def protocol_tables(
-    rows: list[dict[str, Any]], protocol: str, title: str, folder: str
+    rows: list[ProtocolScore], protocol: str, title: str, folder: str
 ) -> tuple[dict[str, pd.DataFrame], dict[str, str], dict[str, str]]:
     """Per budget and reported number: methods × architectures as CSV, Markdown and LaTeX, with
     the paper's emphasis (bold within 0.02 of the best method)."""
     csv: dict[str, pd.DataFrame] = {}
     markdown: dict[str, str] = {}
     latex: dict[str, str] = {}
-    for budget in sorted({row["budget"] for row in rows}):
-        group = [row for row in rows if row["budget"] == budget]
+    for budget in sorted({row.budget for row in rows}):
+        group = [row for row in rows if row.budget == budget]
         for metric in PROTOCOLS[protocol].reports:
             table = ResultTable.from_cells(
-                seed_cells((r["arch"], r["method"], r["seed"], r[metric]) for r in group)
+                seed_cells((r.arch, r.method, r.seed, r.numbers[metric]) for r in group)
             )
             name = f"{folder}/{protocol}/{budget}-{metric}"
             csv[name] = to_csv_frame(table)

@@ -3,27 +3,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import HistoricalState
 from seq2final.methods.heads import detection_auroc, has_linear_head
 from seq2final.training.engine import Engine
+from seq2final.training.records import ChosenChain
 from seq2final.training.tensors import TensorSplit
 
 # Scores by (historical state key, chain, sequence view key), shared by a run's jobs.
 Detections = dict[tuple[str, str, str], float | None]
 
 
-def detection_chain(state: HistoricalState, chosen: Mapping[str, Any]) -> str:
+def detection_chain(state: HistoricalState, chosen: ChosenChain) -> str:
     """The name of the chain whose historical model :func:`history_detection` reads."""
-    name = chosen.get("chain", "main")
+    name = chosen.name
     return name if name in state.chains else next(iter(state.chains))
 
 
 def history_detection(
-    state: HistoricalState | None, chosen: Mapping[str, Any], sequence: ShiftSequence,
+    state: HistoricalState | None, chosen: ChosenChain, sequence: ShiftSequence,
     engine: Engine,
 ) -> float | None:  # fmt: skip
     """NED's minimum-distance detection, as a model-based shift score of the job's final step
@@ -56,7 +54,7 @@ def _split(sequence: ShiftSequence, step: int, split: str) -> TensorSplit:
 def shared_detection(
     state: HistoricalState | None,
     state_key: str | None,
-    chosen: Mapping[str, Any],
+    chosen: ChosenChain,
     sequence: ShiftSequence,
     engine: Engine,
     detections: Detections | None,

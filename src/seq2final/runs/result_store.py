@@ -22,7 +22,7 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write, stored_files
 from seq2final.core.schema import one_line
 from seq2final.models.storage import pack, unpack
-from seq2final.training.records import ResultRecord
+from seq2final.training.records import CurveRow, ResultRecord
 
 
 class ResultStore(Mapping[str, ResultRecord]):
@@ -80,7 +80,7 @@ class ResultStore(Mapping[str, ResultRecord]):
             return pd.DataFrame()
 
     def put(
-        self, key: str, record: ResultRecord, model: torch.nn.Module, curves: list[dict[str, Any]]
+        self, key: str, record: ResultRecord, model: torch.nn.Module, curves: list[CurveRow]
     ) -> None:
         """Model and curves first, the record last: a record's presence means the job finished."""
         atomic_write(self.model_path(key), lambda p: torch.save(pack(model), p))

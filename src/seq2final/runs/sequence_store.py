@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 from kedro.io import AbstractDataset
+from pydantic import ValidationError
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import partial_path, replace_folder
-from seq2final.data.sequence import ShiftSequence, Step
+from seq2final.data.sequence import SequenceManifest, ShiftSequence, Step
 
 MANIFEST = "manifest.json"
 COUNTS = "counts.csv"  # images per step and class, for a person to read (ShiftSequence.counts)
@@ -40,14 +41,15 @@ class SequenceStore(Mapping[str, ShiftSequence]):
         if not manifest_path.exists():
             raise KeyError(key)
         try:
-            manifest = json.loads(manifest_path.read_text())
-        except (OSError, json.JSONDecodeError) as error:
+            manifest = SequenceManifest.model_validate_json(manifest_path.read_text())
+        except (OSError, ValidationError) as error:
+            first = str(error).splitlines()[0]
             raise Seq2FinalError(
-                f"stored sequence '{key}' has an unreadable manifest: {error}"
+                f"stored sequence '{key}' has an unreadable manifest: {first}"
             ) from None
         return ShiftSequence(manifest, _loader=lambda name: self._load_step(key, name, manifest))
 
-    def _load_step(self, key: str, name: str, manifest: dict[str, Any]) -> Step:
+    def _load_step(self, key: str, name: str, manifest: SequenceManifest) -> Step:
         path = self._folder(key) / f"step_{name}.npz"
         try:
             with np.load(path, allow_pickle=False) as archive:
@@ -57,8 +59,8 @@ class SequenceStore(Mapping[str, ShiftSequence]):
                 f"stored sequence step {path} is unreadable ({error}); rebuild it"
             ) from None
         index = None if name == "oracle" else int(name)
-        step = Step("oracle" if index is None else manifest["steps"][index]["name"], arrays)
-        if step.content_hash() != manifest["step_hashes"][name]:
+        step = Step("oracle" if index is None else manifest.steps[index].name, arrays)
+        if step.content_hash() != manifest.step_hashes[name]:
             raise Seq2FinalError(
                 f"stored sequence step {path} is corrupt (hash mismatch); rebuild it"
             )
@@ -100,11 +102,11 @@ class SequenceStoreDataset(AbstractDataset[Mapping[str, ShiftSequence], Sequence
         partial.mkdir()
         try:
             names = [str(i) for i in range(sequence.num_steps)]
-            names += ["oracle"] if sequence.manifest["has_oracle"] else []
+            names += ["oracle"] if sequence.manifest.has_oracle else []
             for name in names:
                 arrays: dict[str, Any] = dict(sequence.step(name).arrays)
                 np.savez(partial / f"step_{name}.npz", **arrays)
-            (partial / MANIFEST).write_text(json.dumps(sequence.manifest, indent=1))
+            (partial / MANIFEST).write_text(json.dumps(sequence.manifest.to_json(), indent=1))
             sequence.counts().to_csv(partial / COUNTS)
             replace_folder(partial, final)
         finally:

@@ -21,7 +21,7 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write, json_safe
 from seq2final.methods import HistoricalState, ModelChain
 from seq2final.models.storage import pack, unpack
-from seq2final.training.records import FitRecord
+from seq2final.training.records import FitRecord, StateInfo
 
 
 def _added(items: list[Any], earlier: list[Any] | None) -> tuple[int, list[Any]]:
@@ -61,7 +61,7 @@ def pack_state(state: HistoricalState) -> dict[str, Any]:
         "arch": state.arch,
         "chains": chains,
         "fits": [fit.to_json() for fit in state.fits],
-        "info": state.info,
+        "info": _info_json(state),
     }
 
 
@@ -79,8 +79,17 @@ def unpack_state(payload: dict[str, Any], base: HistoricalState | None = None) -
             chain.get("anchor_weight", "ewc_lambda"),  # states saved before SI existed
         )
     return HistoricalState(
-        payload["mode"], payload["arch"], chains, _fits(payload["fits"]), payload["info"]
+        payload["mode"], payload["arch"], chains, _fits(payload["fits"]), _info(payload["info"])
     )
+
+
+def _info(stored: dict[str, Any]) -> StateInfo | None:
+    """A state's info as stored (empty for a state made outside a run)."""
+    return StateInfo.model_validate(stored) if stored else None
+
+
+def _info_json(state: HistoricalState) -> dict[str, Any]:
+    return state.info.to_json() if state.info is not None else {}
 
 
 def _fits(stored: list[dict[str, Any]]) -> list[FitRecord]:
@@ -116,7 +125,8 @@ class HistoricalStore(Mapping[str, HistoricalState]):
         path = self._path(key)
         if not path.exists():
             raise KeyError(key)
-        extends = json.loads((path.parent / "state.json").read_text())["info"].get("extends")
+        info = _info(json.loads((path.parent / "state.json").read_text())["info"])
+        extends = info.extends if info is not None else None
         base = self[extends] if extends else None  # the previous time's, for a growing chain
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True)
@@ -140,7 +150,7 @@ class HistoricalStore(Mapping[str, HistoricalState]):
         what a job's cost needs, read without loading a stream's chain."""
         record = json.loads((self.root / key / "state.json").read_text())
         return HistoricalState(record["mode"], record["arch"], {}, _fits(record["fits"]),
-                               record["info"])  # fmt: skip
+                               _info(record["info"]))  # fmt: skip
 
     def __iter__(self) -> Iterator[str]:
         if not self.root.exists():
@@ -160,7 +170,7 @@ class HistoricalStore(Mapping[str, HistoricalState]):
                         {
                             "mode": state.mode,
                             "arch": state.arch,
-                            "info": state.info,
+                            "info": _info_json(state),
                             "fits": [fit.to_json() for fit in state.fits],
                         }
                     ),

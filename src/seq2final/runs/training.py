@@ -44,7 +44,15 @@ from seq2final.runs.state_store import HistoricalStore
 from seq2final.training.engine import Engine, predict_logits
 from seq2final.training.flops import image_flops
 from seq2final.training.metrics import classification_metrics
-from seq2final.training.records import RECORD_FORMAT, FitRecord, ResultRecord, StepView
+from seq2final.training.records import (
+    RECORD_FORMAT,
+    CurveRow,
+    FitRecord,
+    ResultRecord,
+    StateInfo,
+    StepScore,
+    StepView,
+)
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.tuner import Tuner
 
@@ -83,11 +91,11 @@ def problem_sequence(sequence: ShiftSequence, view: StepView | None) -> ShiftSeq
 
 def step_accuracies(
     model: nn.Module, sequence: ShiftSequence, engine: Engine, step: int | None
-) -> dict[str, dict[str, float]]:
+) -> dict[str, StepScore]:
     """The model's accuracy on every step of the whole sequence, on each of
     :data:`~seq2final.protocols.STEP_SPLITS`, with each test split's size: what every protocol
     scores a view's model by (keys are step indices as strings, as JSON keeps them)."""
-    table: dict[str, dict[str, float]] = {}
+    table: dict[str, StepScore] = {}
     for index in range(sequence.num_steps):
         row: dict[str, float] = {}
         for split in STEP_SPLITS:
@@ -95,7 +103,7 @@ def step_accuracies(
             row[split] = _test_metrics(model, data, engine, step)["accuracy"]
             if split == "test":
                 row["test_size"] = len(data)
-        table[str(index)] = row
+        table[str(index)] = StepScore.model_validate(row)
     return table
 
 
@@ -156,16 +164,16 @@ def train_state(
         plan.arch,
         chains,
         ctx.fits,
-        {
-            "key": state.key,
-            "sequence_key": plan.sequence_key,
-            "seed": plan.seed,
-            "budget": plan.budget_name,
-            "step0": state.step0_key,
-            "extends": state.extends,
-            "wall_seconds": time.perf_counter() - started,
-            "device": str(ctx.device),
-        },
+        StateInfo(
+            key=state.key,
+            sequence_key=plan.sequence_key,
+            seed=plan.seed,
+            budget=plan.budget_name,
+            step0=state.step0_key,
+            extends=state.extends,
+            wall_seconds=time.perf_counter() - started,
+            device=str(ctx.device),
+        ),
         extends,
     )
     return trained, ctx
@@ -177,7 +185,7 @@ class JobOutcome:
 
     record: ResultRecord
     model: nn.Module
-    curves: list[dict[str, Any]]
+    curves: list[CurveRow]
 
 
 def historical_costs(key: str | None, summary: Callable[[str], HistoricalState]) -> dict[str, int]:
@@ -193,7 +201,7 @@ def historical_costs(key: str | None, summary: Callable[[str], HistoricalState])
     while key is not None:
         state = summary(key)
         costs[key] = sum(fit.train_flops or 0 for fit in state.fits)
-        key = state.info.get("extends") or state.info.get("step0")
+        key = state.info.continues if state.info is not None else None
     return costs
 
 

@@ -201,8 +201,8 @@ def is_built(spec: SequenceSpec, sequences: SequenceStore, raw_dir: str) -> bool
     """Whether the stored sequence exists and was drawn from the source data as it is now."""
     if spec.key not in sequences:
         return False
-    manifest = sequences[spec.key].manifest
-    return source_change(manifest, spec.dataset, spec.data_path, raw_dir, spec.data_options) is None
+    recorded = sequences[spec.key].manifest.source_fingerprint
+    return source_change(recorded, spec.dataset, spec.data_path, raw_dir, spec.data_options) is None
 
 
 def plans_of(work: SequenceWork, request: SweepRequest, stores: Stores) -> list[RunPlan]:

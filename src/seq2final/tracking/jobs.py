@@ -297,7 +297,7 @@ class JobTracker:
             summary["historical_train_flops"] = sum(record.shared_train_flops().values())
         metrics = [Metric(k, metric_value(v), now, 0) for k, v in summary.items()]
         for step, row in (record.step_accuracies or {}).items():  # a protocol's view
-            metrics += [Metric(f"steps/{split}_accuracy", metric_value(row[split]), now, int(step))
+            metrics += [Metric(f"steps/{split}_accuracy", metric_value(getattr(row, split)), now, int(step))
                         for split in STEP_SPLITS]  # fmt: skip
         final_stage = _final_stage(record) if record.fits else None  # as_is trains nothing
         stages = list(dict.fromkeys(curves["stage"])) if len(curves) else []
@@ -318,7 +318,7 @@ class JobTracker:
             for stage, hp in record.hyperparameters.items()
             for k, v in hp.items()
         }
-        params.update({f"chosen.{k}": v for k, v in record.chosen.items()})
+        params.update({f"chosen.{k}": v for k, v in record.chosen.to_json().items()})
         tags = {"device": record.device}
         if not stages:  # the UI would show no curve and no reason
             tags[NOTE] = self._description(job, record, curves=False)
@@ -427,7 +427,7 @@ def _run_name(plan: RunPlan, job: JobPlan, method: str) -> str:
 def _final_stage(record: ResultRecord) -> str:
     """The fit that made the final model: the chosen chain's last fit, else the last fit."""
     stages = [fit.stage for fit in record.fits]
-    chain = record.chosen.get("chain")
+    chain = record.chosen.chain
     if chain and chain != "main":
         stages = [s for s in stages if s.startswith(f"{chain}/")] or stages
     return stages[-1]

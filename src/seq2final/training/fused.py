@@ -67,6 +67,7 @@ from seq2final.training.loop import (
     training_images,
 )
 from seq2final.training.objectives import Task, objective_loss
+from seq2final.training.records import EpochRow
 from seq2final.training.rules import Selection
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import Batch, LossTerm
@@ -100,7 +101,7 @@ class _Member:
     orders: list[BatchOrder]
     augmenter: Augmenter
     selection: Selection
-    history: list[dict[str, float]] = field(default_factory=list)
+    history: list[EpochRow] = field(default_factory=list)
     best_state: dict[str, torch.Tensor] = field(default_factory=dict)
     epochs: int = 0
     pruned: bool = False

@@ -55,6 +55,7 @@ from seq2final.training.engine import (
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.objectives import Task, objective_loss
 from seq2final.training.optimizers import build_optimizer
+from seq2final.training.records import EpochRow
 from seq2final.training.rules import Selection
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import Batch
@@ -68,7 +69,7 @@ class FitResult:
     valid_accuracy: float
     best_epoch: int
     epochs: int
-    history: list[dict[str, float]]
+    history: list[EpochRow]
     extras: dict[str, Any] = field(default_factory=dict)
 
 
@@ -207,7 +208,7 @@ class FitRun:
                               generator, self.domains)  # fmt: skip
         self.callbacks = task.callbacks
         self.epoch = 0
-        self.history: list[dict[str, float]] = []
+        self.history: list[EpochRow] = []
         self.selection = Selection(engine.patience)
         self.best_state: dict[str, torch.Tensor] | None = None
         self.best_extras: dict[str, Any] = {}
@@ -485,7 +486,7 @@ def _kept(state: FitState, callbacks: list) -> dict[str, Any]:
 
 def epoch_row(
     epoch: int, train_loss: float, train_acc: float, valid_loss: float, valid_acc: float
-) -> dict[str, float]:
+) -> EpochRow:
     """One epoch of a fit's history (epoch 0, before training, has no training metrics)."""
     return {
         "epoch": epoch,

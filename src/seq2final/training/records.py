@@ -17,7 +17,7 @@ of layout raises :data:`RECORD_FORMAT` and says here how the older formats read.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import (
     BaseModel,
@@ -35,6 +35,28 @@ from seq2final.training.engine import Engine
 
 RECORD_FORMAT = 2
 """The layout records are written in: 2 adds ``format`` to format 1's fields."""
+
+
+class EpochRow(TypedDict):
+    """One epoch of a fit's history: epoch 0, before training, has no training metrics (NaN)."""
+
+    epoch: int
+    train_loss: float
+    train_accuracy: float
+    valid_loss: float
+    valid_accuracy: float
+
+
+class CurveRow(TypedDict):
+    """One epoch of a job's learning curves (``<job>.curves.csv``): the fit's stage (``final``,
+    ``main/step3``, ...) and that fit's :class:`EpochRow`."""
+
+    stage: str
+    epoch: int
+    train_loss: float
+    train_accuracy: float
+    valid_loss: float
+    valid_accuracy: float
 
 
 class _Record(BaseModel):
@@ -132,6 +154,57 @@ class FitRecord(_Record):
         }
 
 
+class StateInfo(_Record):
+    """Where a historical state came from, kept with its fits (``state.json``'s ``info``): its
+    key, the sequence, seed and budget it was trained under, the step-0 state it starts from,
+    the previous time's state a growing chain's extends (written since chains grow; older
+    states read as None), its wall time and device."""
+
+    key: str
+    sequence_key: str
+    seed: int
+    budget: str
+    step0: str | None = None
+    extends: str | None = None
+    wall_seconds: float
+    device: str
+
+    @property
+    def continues(self) -> str | None:
+        """The state this one continues: the previous time's, else the step-0 model's."""
+        return self.extends or self.step0
+
+    def to_json(self) -> dict[str, Any]:
+        """The info as written: the fields it was made or read with (a state stored before
+        ``extends`` existed is written back without it)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class StepScore(_Record):
+    """A view's model on one step of the whole sequence: its accuracy on the step's train and
+    test splits (``protocols.STEP_SPLITS``) and the test split's size, all a protocol scores a
+    view by (docs/protocols.md)."""
+
+    train: float
+    test: float
+    test_size: int
+
+
+class ChosenChain(_Record):
+    """What a final mode chose among the chains it continued (SFT's schedules): the chain's
+    name, ``None`` where it had one chain, ``main`` (written as ``{}``, as before it was typed)."""
+
+    chain: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The chain the final model continues (``main`` where there was one)."""
+        return self.chain or "main"
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
 class SharedFlops(_Record):
     """The training FLOPs of the historical states a job continues, by state key: shared by the
     jobs that continue them, so a total over jobs charges each key once."""
@@ -176,7 +249,7 @@ class ResultRecord(_Record):
     parameters: int
     test_size: int
     hyperparameters: dict[str, dict[str, Any]]
-    chosen: dict[str, Any] = {}
+    chosen: ChosenChain = ChosenChain()
     chains: dict[str, dict[str, float]] = {}
     eval_step: int | None = None
     engine: Engine
@@ -186,7 +259,7 @@ class ResultRecord(_Record):
     inference_flops_per_image: int | None = None
     historical_flops: SharedFlops | None = None
     view: StepView | None = None
-    step_accuracies: dict[str, dict[str, float | int]] | None = None  # test_size is a count
+    step_accuracies: dict[str, StepScore] | None = None
     detection_auroc: float | None = None  # None: no historical model with a linear head
 
     @model_validator(mode="before")
@@ -221,6 +294,10 @@ class ResultRecord(_Record):
             return engine.recorded()
         values = engine.model_dump()
         return {key: values[key] for key in self._engine_keys}
+
+    @field_serializer("chosen")
+    def _chosen(self, chosen: ChosenChain) -> dict[str, Any]:
+        return chosen.to_json()
 
     @field_serializer("fits")
     def _fits(self, fits: list[FitRecord]) -> list[dict[str, Any]]:

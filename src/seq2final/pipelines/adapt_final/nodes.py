@@ -51,7 +51,7 @@ def train_final_jobs(
     costs = {key: historical_costs(key, states.summary) for key in loaded}
     tracker = JobTracker.connect(
         plan,
-        json.dumps(sequence.manifest["spec"], separators=(",", ":")),
+        json.dumps(sequence.manifest.spec.to_dict(), separators=(",", ":")),
         example=sequence.step(-1).split("test")[0][:2],
         num_classes=len(sequence.class_names),
         sequence_digest=sequence.content_hash,
@@ -132,7 +132,7 @@ def protocol_rows(
     seconds: dict[str, float] = {}
     for record in records:
         seconds[shown_name(record)] = seconds.get(shown_name(record), 0.0) + record.wall_seconds
-    by_name = {row["method"]: row for row in scores}
+    by_name = {row.method: row.numbers for row in scores}
     reference = _row_name(plan, reference)
     names, notes, best, shown_reference = _marks(
         {name: row[chosen.headline_report] for name, row in by_name.items()}, reference

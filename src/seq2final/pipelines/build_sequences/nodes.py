@@ -61,7 +61,7 @@ def select_sequence(
             f"sequence '{spec.key}' has not been built; make it with: {_command(spec)}"
         )
     sequence = sequences[spec.key]
-    changed = source_change(sequence.manifest, spec.dataset, spec.data_path, options.raw_dir,
+    changed = source_change(sequence.manifest.source_fingerprint, spec.dataset, spec.data_path, options.raw_dir,
                             spec.data_options)  # fmt: skip
     if changed:
         recorded, current = changed
@@ -76,9 +76,9 @@ def select_sequence(
 def plot_examples(sequence: ShiftSequence, options: BuildOptions) -> dict[str, Figure]:
     """The examples of every step in one figure, plus the sub-class membership figure for
     sub-population shifts."""
-    spec = sequence.manifest["spec"]
+    spec = sequence.manifest.spec
     title = (
-        f"{spec['name']} on {spec['dataset']}, seed {spec['seed']}: "
+        f"{spec.name} on {spec.dataset}, seed {spec.seed}: "
         "the first training image of each class, per step"
     )
     examples = [(step.name, *step.split("train")) for step in sequence.steps()]
@@ -87,7 +87,7 @@ def plot_examples(sequence: ShiftSequence, options: BuildOptions) -> dict[str, F
             examples, sequence.class_names, title, sequence.key, options.example_columns
         )
     }
-    subclass_names = sequence.manifest["subclass_names"]
+    subclass_names = sequence.manifest.subclass_names
     if subclass_names and "sub_train" in sequence.step(0).arrays:
         steps = [
             (s.name, s.arrays["x_train"], s.arrays["y_train"], s.arrays["sub_train"])

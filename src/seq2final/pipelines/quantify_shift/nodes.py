@@ -22,7 +22,7 @@ from seq2final.data.distances import (
     nearest_neighbour_distance,
     wasserstein2,
 )
-from seq2final.data.sequence import ShiftSequence
+from seq2final.data.sequence import ShiftSequence, StepEntry
 from seq2final.data.spec import SequenceSpec
 from seq2final.reporting import plots
 from seq2final.reporting.shift import consecutive_steps, relative_to_final
@@ -44,7 +44,7 @@ def embed_sequence(sequence: ShiftSequence, options: QuantifyOptions) -> dict[st
     steps = list(sequence.steps())
     train_sets = [step.split("train") for step in steps]
     test_set = steps[-1].split("test")
-    seed = sequence.manifest["spec"]["seed"]
+    seed = sequence.manifest.spec.seed
     train_features, test_features, k = fit_pca_features(
         train_sets, test_set, options.variance, options.max_components, seed
     )
@@ -73,8 +73,8 @@ def embed_sequence(sequence: ShiftSequence, options: QuantifyOptions) -> dict[st
     ]
     return {
         "key": sequence.key,
-        "support_intensity": [s.get("support_intensity") for s in sequence.manifest["steps"]],
-        "history_support_intensity": _history_intensity(sequence.manifest["steps"]),
+        "support_intensity": [s.support_intensity for s in sequence.manifest.steps],
+        "history_support_intensity": _history_intensity(sequence.manifest.steps),
         "components": k,
         "train": embedded,
         "test": Embedded(f"{len(steps) - 1}:test", test_features, test_set[1]),
@@ -83,13 +83,13 @@ def embed_sequence(sequence: ShiftSequence, options: QuantifyOptions) -> dict[st
     }
 
 
-def _history_intensity(steps: list[dict[str, Any]]) -> float | None:
+def _history_intensity(steps: list[StepEntry]) -> float | None:
     """The final step's support I against every historical step's support (the manifest's
     note); a sequence built before the note has it only where the history is step 0 alone."""
     final = steps[-1]
-    if "history_support_intensity" in final or len(steps) > 2:
-        return final.get("history_support_intensity")
-    return final.get("support_intensity")
+    if final.history_support_intensity is not None or len(steps) > 2:
+        return final.history_support_intensity
+    return final.support_intensity
 
 
 def _wasserstein_pair(

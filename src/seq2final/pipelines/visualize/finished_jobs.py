@@ -68,7 +68,7 @@ class JobModels:
         final, state = self.final(record), self.state(record)
         points: list[tuple[nn.Module, int | None]] = []
         if state is not None:
-            chain = state.chains[record.chosen.get("chain", "main")]
+            chain = state.chains[record.chosen.name]
             points = [
                 (m, m.num_steps - 1 if isinstance(m, JointModel) else None) for m in chain.models
             ]

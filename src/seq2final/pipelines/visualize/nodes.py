@@ -389,8 +389,8 @@ def plot_protocol(
         return {}
     rows = protocol_scores(records, protocol, run.protocol_options)
     figures = {}
-    for budget, arch in sorted({(r["budget"], r["arch"]) for r in rows}):
-        mine = [r for r in rows if (r["budget"], r["arch"]) == (budget, arch)]
+    for budget, arch in sorted({(r.budget, r.arch) for r in rows}):
+        mine = [r for r in rows if (r.budget, r.arch) == (budget, arch)]
         title = f"{spec.name} ({spec.dataset}), {arch}, budget {budget}: {protocol}"
         figures[f"{_folder(spec)}/{protocol}/{budget}-{arch}"] = plots.protocol_figure(
             mine, protocol, title
@@ -401,7 +401,7 @@ def plot_protocol(
             )
         score = PROTOCOLS[protocol].headline_report
         points = (
-            pd.DataFrame(mine)
+            pd.DataFrame([r.flat() for r in mine])
             .groupby("method", as_index=False)[["train_flops", score]]
             .mean()
             .rename(columns={score: "test_accuracy"})

@@ -35,6 +35,7 @@ from seq2final.reporting.plots.look import (
     _wrapped,
     method_style,
 )
+from seq2final.reporting.protocols import ProtocolScore
 
 # Learning curves
 
@@ -251,26 +252,26 @@ def result_heatmap(
     return figure
 
 
-def protocol_figure(rows: list[dict], protocol: str, title: str) -> Figure:
+def protocol_figure(rows: list[ProtocolScore], protocol: str, title: str) -> Figure:
     """One line per method over time, means over seeds: for ``eval_stream`` each time's window
     average with the band down to its worst step shaded; for ``test_then_train`` the accuracy on
     each step before training on it; for ``eval_fix`` and ``mixed_split`` the accuracy on each
     later step."""
     figure = _figure(8.0, 4.2)
     axis = figure.add_subplot()
-    methods = _by_registry([r["method"] for r in rows])
+    methods = _by_registry([r.method for r in rows])
     for method in methods:
-        mine = [r for r in rows if r["method"] == method]
+        mine = [r for r in rows if r.method == method]
         style = method_style(method)
         if protocol == "eval_stream":
-            frame = pd.DataFrame([t for r in mine for t in r["per_time"]])
+            frame = pd.DataFrame([t for r in mine for t in r.numbers["per_time"]])
             means = frame.groupby("time")[["average", "worst"]].mean()
             x, y = means.index, means["average"]
             axis.fill_between(x, means["worst"], y, color=style.colour, alpha=0.12)
         else:
             column = "curve" if protocol == "test_then_train" else "ood_per_step"
             frame = pd.DataFrame([{"step": int(s), "accuracy": a} for r in mine
-                                  for s, a in r[column].items()])  # fmt: skip
+                                  for s, a in r.numbers[column].items()])  # fmt: skip
             means = frame.groupby("step")["accuracy"].mean()
             x, y = means.index, means
         axis.plot(x, y, **style.line(), markersize=4, linewidth=1.2, label=method, gid=method)
@@ -287,16 +288,16 @@ def protocol_figure(rows: list[dict], protocol: str, title: str) -> Figure:
     return figure
 
 
-def forgetting_figure(rows: list[dict], title: str) -> Figure:
+def forgetting_figure(rows: list[ProtocolScore], title: str) -> Figure:
     """Feature Forgetting's two curves over an Eval-Stream, one line per method, means over
     seeds: P_CL, the model of time t's mean accuracy on the steps 0..t it has seen, and
     P_forget (its Eq. 8), how far it has fallen on those steps below the best any time so far
     scored (docs/representations.md)."""
     figure = _figure(9.0, 4.0)
     axes = figure.subplots(1, 2)
-    methods = _by_registry([r["method"] for r in rows])
+    methods = _by_registry([r.method for r in rows])
     for method in methods:
-        frame = pd.DataFrame([t for r in rows if r["method"] == method for t in r["per_time"]])
+        frame = pd.DataFrame([t for r in rows if r.method == method for t in r.numbers["per_time"]])
         means = frame.groupby("time")[["p_cl", "p_forget"]].mean()
         for axis, column in zip(axes, ("p_cl", "p_forget"), strict=True):
             curve = means[column].dropna()
