@@ -9,7 +9,7 @@ export KEDRO_DISABLE_TELEMETRY := 1
 export MLFLOW_ENABLE_TELEMETRY := false
 export DO_NOT_TRACK := 1
 
-.PHONY: run test lint viz docs mlflow services services-stop clean-data
+.PHONY: run test lint viz reference docs mlflow services services-stop clean-data
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,13 +24,17 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist worksteal tests
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/ruff format --check src tests benchmarks tools
 	$(BIN)/lint-imports
-	$(BIN)/mypy src/seq2final
+	$(BIN)/mypy src/seq2final tools
 
 viz: $(STAMP)
 	$(BIN)/kedro viz build
+
+# docs/reference.md, generated from the registries (tests/test_docs.py keeps it current)
+reference: $(STAMP)
+	$(BIN)/python tools/docgen.py > docs/reference.md
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

@@ -37,8 +37,8 @@ from seq2final.data.sources import load_source
 from seq2final.data.spec import resolve_spec
 from seq2final.models import build_model
 from seq2final.protocols import sequence_options
+from seq2final.representations.fit import curve_point, nested_order, subset
 from seq2final.training import Engine, Task, TensorSplit
-from seq2final.training.curves import curve_point, nested_order, subset
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import fit
 

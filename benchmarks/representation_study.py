@@ -42,8 +42,8 @@ import yaml
 
 from seq2final.core.files import atomic_write, stored_files
 from seq2final.data.spec import name_slug
-from seq2final.reporting.curves import curve_table, p_rep_table
-from seq2final.training.curves import SCRATCH
+from seq2final.representations.fit import SCRATCH
+from seq2final.representations.tables import curve_table, p_rep_table
 
 PROJECT = Path(__file__).resolve().parents[1]
 KEPT = PROJECT / "benchmarks" / "results" / "representation_study"

@@ -54,7 +54,7 @@ def test_every_registered_modes_block_holds_only_the_keys_it_declares(project_pa
     passes, and the same block with one key more is refused naming the keys the mode declares."""
     from seq2final.config.checks import check_mode_configs
     from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
-    from seq2final.methods.base import block_keys
+    from seq2final.methods.modes import block_keys
 
     p = project_parameters
     blocks = {"historical_modes": p["historical_modes"], "final_modes": p["final_modes"]}

@@ -9,7 +9,7 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.core.registry import Registry
 from seq2final.core.schema import StrictModel
 from seq2final.methods import FINAL_MODES, FinalMode
-from seq2final.methods.base import default_space
+from seq2final.methods.modes import default_space
 from seq2final.training.hyperparameters import FitHyperParameters
 from seq2final.training.hyperparameters import default_space as schema_space
 from seq2final.training.terms import L2, LOSS_TERMS

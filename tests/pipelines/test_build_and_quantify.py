@@ -270,6 +270,7 @@ def test_the_history_row_measures_the_pooled_historical_steps_and_a_one_step_his
 def test_a_sequence_built_before_the_history_note_has_its_I_only_for_a_one_step_history():
     """The note is new; a stored two-step sequence's history is its source, whose I against
     the final step is the final step's own noted I; a longer history's cannot be read back."""
+
     def step(support: float, history: float | None = None) -> StepEntry:
         return StepEntry(name="s", state=None, sizes={}, support_intensity=support,
                          history_support_intensity=history)  # fmt: skip

@@ -307,7 +307,7 @@ def test_a_model_memorising_what_it_trained_on_scores_nothing_before_training_on
     from seq2final.data.sampler import build_sequence
     from seq2final.data.spec import resolve_spec
     from seq2final.protocols import PROTOCOLS, ProtocolOptions
-    from seq2final.runs.training import step_accuracies
+    from seq2final.runs.execution import step_accuracies
 
     spec = resolve_spec("source100:rotation100:corruption100:label_flip100", dataset="digits",
                         test_size=20, step_tests=True)  # fmt: skip

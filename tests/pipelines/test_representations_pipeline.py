@@ -68,7 +68,7 @@ def test_states_of_every_history_on_the_sequence_final_step(project, run_kedro, 
     """``test_on: sequence`` under ``test_then_train``: the states that saw steps 0..t−1 are all
     fitted and tested on the sequence's final step, and P_rep is tabulated and drawn by history;
     with ``test_on: view`` each view's states are tested on the view's own final step."""
-    import seq2final.runs.curves as runs_curves
+    import seq2final.representations.train as runs_curves
 
     tested = []
 

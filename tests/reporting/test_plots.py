@@ -31,7 +31,7 @@ from seq2final.reporting.plots import (
     protocol_figure,
     svcca_panels,
 )
-from seq2final.reporting.plots.look import _palette, _wrapped
+from seq2final.reporting.plots.look import _palette, wrapped
 from seq2final.reporting.protocols import ProtocolScore
 
 METHODS = list(paper_columns())
@@ -429,8 +429,8 @@ def test_beside_the_registered_methods_of_a_figure_an_unknown_name_takes_a_colou
 
 def test_a_long_sequence_name_wraps_between_steps_never_inside_one():
     title = "Δ-accuracy: " + ":".join(["source1000"] + ["rotation@15/1000"] * 6) + " (npz, study)"
-    wrapped = _wrapped(title, 40)
-    lines = wrapped.split("\n")
+    text = wrapped(title, 40)
+    lines = text.split("\n")
     assert len(lines) > 2 and all(len(line) <= 40 for line in lines)
     assert "".join(line if line.endswith(":") else line + " " for line in lines).strip() == title
     assert all(line.endswith(":") for line in lines[1:-1])  # each break after a step

@@ -7,9 +7,9 @@ from result_records import make_record
 
 from seq2final.methods import HistoricalState, ModelChain
 from seq2final.models import build_model
+from seq2final.runs.execution import historical_costs
 from seq2final.runs.result_store import ResultStore, ResultStoreDataset
 from seq2final.runs.state_store import HistoricalStore, HistoricalStoreDataset
-from seq2final.runs.training import historical_costs
 from seq2final.training.records import FitRecord, StateInfo
 
 

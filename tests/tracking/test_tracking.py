@@ -22,7 +22,7 @@ from store_opener import open_store
 from seq2final.config.parameters import MlflowOptions, TuningOptions
 from seq2final.core.errors import Seq2FinalError
 from seq2final.methods import ModeBlock
-from seq2final.runs import planner, training
+from seq2final.runs import execution, planner
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.sequence_store import SequenceStore
 from seq2final.tracking.display import COMPARISON_FILTER, metric_value
@@ -360,7 +360,7 @@ def test_a_job_that_raises_leaves_a_failed_run(project, run_kedro, monkeypatch):
     def broken(*args):
         raise RuntimeError("diverged")
 
-    monkeypatch.setattr(training, "fit_job", broken)
+    monkeypatch.setattr(execution, "fit_job", broken)
     with pytest.raises(Exception, match="diverged"):
         _run(run_kedro, method="baseline")
     (run,) = _job_runs(_client(project))

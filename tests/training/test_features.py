@@ -8,8 +8,8 @@ from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import BlockModel, build_model
+from seq2final.representations.fit import PlateauSchedule, curve_point
 from seq2final.training import Engine, FitCallback, Task
-from seq2final.training.curves import PlateauSchedule, curve_point
 from seq2final.training.engine import layer_inputs
 from seq2final.training.features import cache_refusal, fit_cached, fit_on_features
 from seq2final.training.hyperparameters import HyperParameters

@@ -5,13 +5,13 @@ from torch import nn
 
 from seq2final.models import biases
 from seq2final.training.callbacks import FitCallback
-from seq2final.training.continual import GradientProjection
 from seq2final.training.engine import Engine
 from seq2final.training.flops import FitCost, counted_flops, fit_cost
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.objectives import Task
 from seq2final.training.optimizers import OptimizerRecipe, optimizer
 from seq2final.training.records import TrialRecord
+from seq2final.training.si_agem import GradientProjection
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.wrappers import ModelWrapper
 

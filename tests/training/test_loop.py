@@ -9,10 +9,10 @@ from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import JointModel, build_model
+from seq2final.representations.fit import PlateauSchedule
 from seq2final.training import loop as training
 from seq2final.training import objectives
 from seq2final.training.callbacks import FitCallback
-from seq2final.training.curves import PlateauSchedule
 from seq2final.training.engine import Engine, scale_images
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import FitRun, fit

@@ -203,7 +203,7 @@ def test_an_objective_is_a_term_that_combines():
 
 
 def test_a_mode_names_registered_terms_with_distinct_hyper_parameters():
-    from seq2final.methods.base import FinalMode
+    from seq2final.methods.modes import FinalMode
 
     with pytest.raises(ValueError, match="mode 'm': unknown loss term 'vrex'; valid: erm, irm"):
         FinalMode("m", "", ("nothing",), run=None, terms=("vrex",))

@@ -34,8 +34,8 @@ from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import METHODS, HistoricalState
 from seq2final.methods.context import Context
 from seq2final.models import build_model
+from seq2final.runs.execution import fit_job, historical_costs, train_state
 from seq2final.runs.planner import plan_run
-from seq2final.runs.training import fit_job, historical_costs, train_state
 from seq2final.training.engine import Engine, predict_logits
 from seq2final.training.fused import fit_fused
 from seq2final.training.hyperparameters import HyperParameters

@@ -22,8 +22,8 @@ from seq2final.data.family import Member, is_family, members
 from seq2final.data.sources import SOURCES
 from seq2final.data.spec import SequenceSpec, resolve_spec
 from seq2final.methods import FINAL_MODES, HISTORICAL_MODES
-from seq2final.methods.base import FinalMode, HistoricalMode, block_keys, default_space
 from seq2final.methods.blocks import ModeBlock, settings_of
+from seq2final.methods.modes import FinalMode, HistoricalMode, block_keys, default_space
 from seq2final.methods.requests import RequestedJob, requested_jobs, resolve_request
 from seq2final.methods.schedules import check_schedules
 from seq2final.models import build_model

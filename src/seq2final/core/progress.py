@@ -1,7 +1,7 @@
 """Progress a person can follow through a long run: item k of N, the fit inside it, time left.
 
 A run trains its historical states, then its jobs, one after another inside its training nodes
-(:mod:`seq2final.runs.training`), and every fit in them runs trials of epochs. :class:`Progress` follows all of it:
+(:mod:`seq2final.runs.execution`), and every fit in them runs trials of epochs. :class:`Progress` follows all of it:
 
 * on a terminal, one live display (rich) that shows the item (``job 5/23 st_1``), its fit
   (stage, trial, epoch), the time elapsed and an estimate of what remains, under which the log

@@ -8,7 +8,7 @@ mode returns, the :class:`Context` it trains in, and the helpers the built-in mo
 # modes, then Wild-Time's, then NED's heads and Feature Forgetting's gates.
 from seq2final.methods import catalogue, historical, final, wild_time, continual, heads, gates  # noqa: F401, I001
 from seq2final.core.schema import StrictModel
-from seq2final.methods.base import (
+from seq2final.methods.modes import (
     FINAL_MODES,
     HISTORICAL_MODES,
     METHODS,

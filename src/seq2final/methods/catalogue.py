@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from seq2final.methods.base import METHODS, method
+from seq2final.methods.modes import METHODS, method
 
 ORACLE = "oracle"
 

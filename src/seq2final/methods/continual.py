@@ -31,7 +31,11 @@ from torch.optim.swa_utils import AveragedModel, update_bn
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel
 from seq2final.core.seeds import derived_seed
-from seq2final.methods.base import (
+from seq2final.methods.blocks import settings_of, space_of
+from seq2final.methods.context import Context
+from seq2final.methods.final import continue_chains, fine_tune_chain
+from seq2final.methods.historical import fine_tuned_step
+from seq2final.methods.modes import (
     FinalOutcome,
     HistoricalState,
     ModelChain,
@@ -41,15 +45,11 @@ from seq2final.methods.base import (
     from_step0,
     method,
 )
-from seq2final.methods.blocks import settings_of, space_of
-from seq2final.methods.context import Context
-from seq2final.methods.final import continue_chains, fine_tune_chain
-from seq2final.methods.historical import fine_tuned_step
 from seq2final.models import set_dropout
-from seq2final.training.continual import GradientProjection, PathTracking
 from seq2final.training.engine import Engine, accuracy, scale_images
 from seq2final.training.loop import clone_model
 from seq2final.training.objectives import Task, parameters_of
+from seq2final.training.si_agem import GradientProjection, PathTracking
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import Si
 

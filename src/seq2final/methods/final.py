@@ -15,15 +15,15 @@ from pydantic import Field
 from torch import nn
 
 from seq2final.core.schema import StrictModel
-from seq2final.methods.base import (
+from seq2final.methods.blocks import settings_of, space_of
+from seq2final.methods.context import Context
+from seq2final.methods.modes import (
     FinalOutcome,
     FinalRunner,
     HistoricalState,
     ModelChain,
     final_mode,
 )
-from seq2final.methods.blocks import settings_of, space_of
-from seq2final.methods.context import Context
 from seq2final.methods.side_tuning import side_fit
 from seq2final.models import JointModel, build_model
 from seq2final.training.engine import accuracy

@@ -43,7 +43,10 @@ from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel
-from seq2final.methods.base import (
+from seq2final.methods.blocks import settings_of, space_of
+from seq2final.methods.context import Context
+from seq2final.methods.final import chain_space, continue_chains, stage_name
+from seq2final.methods.modes import (
     FinalOutcome,
     HistoricalState,
     ModelChain,
@@ -52,9 +55,6 @@ from seq2final.methods.base import (
     from_step0,
     method,
 )
-from seq2final.methods.blocks import settings_of, space_of
-from seq2final.methods.context import Context
-from seq2final.methods.final import chain_space, continue_chains, stage_name
 from seq2final.models import BasicBlock, ConvBN, DenseBlock, Stem, layer_names
 from seq2final.training import ModelWrapper, SearchSpace, Task, clone_model
 from seq2final.training.wrappers import Phase

@@ -32,10 +32,10 @@ from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel
-from seq2final.methods.base import FinalOutcome, HistoricalState, ModelChain, final_mode, method
 from seq2final.methods.blocks import settings_of, space_of
 from seq2final.methods.context import Context
 from seq2final.methods.final import continue_chains, stage_name
+from seq2final.methods.modes import FinalOutcome, HistoricalState, ModelChain, final_mode, method
 from seq2final.training import Engine, Task, TensorSplit, clone_model, layer_inputs
 
 ABSENT_LOGIT = -1.0e9

@@ -13,7 +13,10 @@ from typing import Any
 
 from torch import nn
 
-from seq2final.methods.base import (
+from seq2final.methods.blocks import space_of
+from seq2final.methods.context import Context
+from seq2final.methods.final import stage_name
+from seq2final.methods.modes import (
     HISTORICAL_MODES,
     ChainStep,
     HistoricalMode,
@@ -24,9 +27,6 @@ from seq2final.methods.base import (
     from_step0,
     historical_mode,
 )
-from seq2final.methods.blocks import space_of
-from seq2final.methods.context import Context
-from seq2final.methods.final import stage_name
 from seq2final.methods.schedules import ScheduleSettings, selected_schedules, step_space
 from seq2final.methods.side_tuning import side_fit
 from seq2final.training.loop import clone_model

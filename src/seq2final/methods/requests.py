@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.methods.base import (
+from seq2final.methods.modes import (
     FINAL_MODES,
     HISTORICAL_MODES,
     METHODS,

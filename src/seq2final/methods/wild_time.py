@@ -18,7 +18,9 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from seq2final.core.schema import StrictModel
-from seq2final.methods.base import (
+from seq2final.methods.blocks import settings_of, space_of
+from seq2final.methods.context import Context
+from seq2final.methods.modes import (
     FinalOutcome,
     FinalRunner,
     HistoricalState,
@@ -29,8 +31,6 @@ from seq2final.methods.base import (
     historical_mode,
     method,
 )
-from seq2final.methods.blocks import settings_of, space_of
-from seq2final.methods.context import Context
 from seq2final.training.mixing import BatchMixing
 from seq2final.training.objectives import Task
 from seq2final.training.tensors import TensorSplit

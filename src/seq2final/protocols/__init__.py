@@ -2,7 +2,7 @@
 streams), each posed as Seq-to-Final problems on views of the sequence."""
 
 from seq2final.protocols import builtin  # noqa: F401  (registers the built-in protocols)
-from seq2final.protocols.base import (
+from seq2final.protocols.protocol import (
     FIRST_MODEL,
     PROTOCOLS,
     STEP_SPLITS,

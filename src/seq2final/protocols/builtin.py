@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from seq2final.protocols.base import (
+from seq2final.protocols.protocol import (
     ProtocolOptions,
     StepAccuracies,
     View,

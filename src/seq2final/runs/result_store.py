@@ -3,7 +3,7 @@
 A record's presence means the job finished: the model and curves are written first, the record
 last, each atomically. The store memoises: ``adapt_final``'s training node reads it to skip the
 jobs it holds, and writes each job it fits as soon as it is fitted
-(:mod:`seq2final.runs.training`).
+(:mod:`seq2final.runs.execution`).
 """
 
 from __future__ import annotations

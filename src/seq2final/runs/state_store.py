@@ -1,7 +1,7 @@
 """Trained historical states, one folder per key (``state.pt`` + a readable ``state.json``).
 
 The store memoises: ``pretrain_historical``'s training node reads it to skip the keys it holds,
-and writes each state it trains as soon as it is trained (:mod:`seq2final.runs.training`), which
+and writes each state it trains as soon as it is trained (:mod:`seq2final.runs.execution`), which
 is how finished work is reused and interrupted runs resume.
 """
 

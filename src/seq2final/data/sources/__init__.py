@@ -5,7 +5,7 @@
 from seq2final.data.sources import digits, cifar, fashion_mnist, portraits, npz, temporal  # noqa: F401
 
 # isort: on
-from seq2final.data.sources.base import (
+from seq2final.data.sources.source import (
     SOURCES,
     Source,
     SourceData,

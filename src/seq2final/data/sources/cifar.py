@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.data.sources.base import SourceData, download, fingerprint, source
+from seq2final.data.sources.source import SourceData, download, fingerprint, source
 
 CIFAR10_CLASSES = (
     "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",

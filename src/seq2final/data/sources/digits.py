@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from seq2final.data.sizes import DefaultSizes
-from seq2final.data.sources.base import SourceData, fingerprint, source
+from seq2final.data.sources.source import SourceData, fingerprint, source
 
 DIGITS_TEST_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0

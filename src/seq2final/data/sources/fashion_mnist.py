@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.data.sources.base import SourceData, check_arrays, download, fingerprint, source
+from seq2final.data.sources.source import SourceData, check_arrays, download, fingerprint, source
 
 FASHION_CLASSES = (
     "t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "boot",

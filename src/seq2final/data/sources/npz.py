@@ -7,7 +7,13 @@ from pathlib import Path
 import numpy as np
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.data.sources.base import SourceData, check_arrays, fingerprint, require_path, source
+from seq2final.data.sources.source import (
+    SourceData,
+    check_arrays,
+    fingerprint,
+    require_path,
+    source,
+)
 
 
 @source("npz")

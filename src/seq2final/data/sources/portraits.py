@@ -12,7 +12,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.data.sources.base import SourceData, fingerprint, require_path, source
+from seq2final.data.sources.source import SourceData, fingerprint, require_path, source
 
 PORTRAIT_DECADES = ("1930s", "1940s", "1950s", "1960s", "1970s", "1980s", "1990s", "2000s")
 _PORTRAIT_NAME = re.compile(r"^(\d{4})_.*\.png$", re.IGNORECASE)

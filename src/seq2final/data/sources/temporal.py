@@ -40,7 +40,7 @@ from pydantic import Field, field_validator, model_validator
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write
 from seq2final.core.schema import StrictModel
-from seq2final.data.sources.base import SourceData, fingerprint, source
+from seq2final.data.sources.source import SourceData, fingerprint, source
 
 log = logging.getLogger(__name__)
 

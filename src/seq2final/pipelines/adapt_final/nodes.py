@@ -12,11 +12,11 @@ from seq2final.methods import ORACLE, paper_columns
 from seq2final.protocols import PROTOCOLS
 from seq2final.reporting.protocols import protocol_scores
 from seq2final.reporting.tables import shown_name
+from seq2final.runs.execution import historical_costs, train_jobs
 from seq2final.runs.planner import load_states
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.result_store import ResultStore
 from seq2final.runs.state_store import HistoricalStore
-from seq2final.runs.training import historical_costs, train_jobs
 from seq2final.tracking.jobs import JobTracker
 from seq2final.training.records import ResultRecord
 

@@ -17,7 +17,6 @@ from seq2final.data.spec import SequenceSpec
 from seq2final.methods import ORACLE, paper_columns
 from seq2final.protocols import PROTOCOLS
 from seq2final.reporting.comparisons import paired_comparison
-from seq2final.reporting.curves import curve_table, p_rep_table, sequence_curves
 from seq2final.reporting.protocols import protocol_scores, protocol_tables
 from seq2final.reporting.shift import relative_to_final
 from seq2final.reporting.tables import (
@@ -32,6 +31,7 @@ from seq2final.reporting.tables import (
     to_csv_frame,
     total_train_flops,
 )
+from seq2final.representations.tables import curve_table, p_rep_table, sequence_curves
 from seq2final.runs.result_store import ResultStore
 from seq2final.training.records import ResultRecord
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from seq2final.config.checks import CheckedRun
 from seq2final.data.sequence import ShiftSequence
+from seq2final.runs.execution import train_states
 from seq2final.runs.planner import plan_run
 from seq2final.runs.plans import RunPlan
 from seq2final.runs.state_store import HistoricalStore
-from seq2final.runs.training import train_states
 
 
 def plan_jobs(run: CheckedRun, sequence: ShiftSequence) -> RunPlan:
@@ -31,7 +31,7 @@ def train_historical_states(
     it is trained; the store, now holding them all.
 
     A state shared by several methods is trained once, and a state stored by an earlier run (or
-    by another process meanwhile) is reused (:func:`seq2final.runs.training.train_states`).
+    by another process meanwhile) is reused (:func:`seq2final.runs.execution.train_states`).
     """
     train_states(plan, sequence, store)
     return store

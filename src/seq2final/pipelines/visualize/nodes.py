@@ -26,7 +26,6 @@ from seq2final.models import ARCHITECTURES, JointModel
 from seq2final.pipelines.visualize.finished_jobs import JobModels
 from seq2final.protocols import PROTOCOLS
 from seq2final.reporting import plots
-from seq2final.reporting.curves import curve_table, p_rep_table, sequence_curves
 from seq2final.reporting.interpolation import interpolation_path, path_ends, path_key
 from seq2final.reporting.projection import weight_projection
 from seq2final.reporting.protocols import protocol_scores
@@ -38,7 +37,9 @@ from seq2final.reporting.tables import (
     shown_name,
     total_train_flops,
 )
-from seq2final.training.curves import SCRATCH
+from seq2final.representations.figures import p_rep_by_history, representation_curves
+from seq2final.representations.fit import SCRATCH
+from seq2final.representations.tables import curve_table, p_rep_table, sequence_curves
 from seq2final.training.records import ResultRecord
 
 log = logging.getLogger(__name__)
@@ -432,13 +433,13 @@ def plot_representation_curves(
         head = f"{spec.name} ({spec.dataset}), {arch}{where}, budget {budget}"
         name = f"{_folder(spec)}/{budget}-{arch}{'-' + view if view else ''}"
         longest = points_of.groupby("state")["history"].transform("max")
-        figures[f"{name}-curves"] = plots.representation_curves(
+        figures[f"{name}-curves"] = representation_curves(
             curve_table(points_of[points_of["history"] == longest]),
             f"{head}: final-step accuracy by training size",
             SCRATCH,
         )
         if (points_of.groupby("state")["history"].nunique() > 1).any():
-            figures[f"{name}-p_rep-history"] = plots.p_rep_by_history(
+            figures[f"{name}-p_rep-history"] = p_rep_by_history(
                 p_rep_table(points_of), f"{head}: P_rep by the steps a state saw", SCRATCH
             )
     return figures

@@ -6,7 +6,7 @@ what they share.
 
 Functions return matplotlib figures and never write files: Kedro's ``MatplotlibDataset`` saves
 them, so where figures go is the catalog's business. Figures are built without pyplot
-(:func:`look._figure`), so a node drawing hundreds of them never leaves one open (pyplot's "More than 20
+(:func:`look.new_figure`), so a node drawing hundreds of them never leaves one open (pyplot's "More than 20
 figures have been opened" cannot appear) and each is freed once the dataset has saved it.
 
 Legibility rules every figure here follows, because a run draws 26 methods and plugins add more:
@@ -48,17 +48,13 @@ from seq2final.reporting.plots.sequences import (
     subpopulation_grid,
 )
 from seq2final.reporting.plots.studies import (
-    KIND_NAMES,
     MEASURE_LABELS,
     history_value_lines,
-    p_rep_by_history,
-    representation_curves,
     robustness_lines,
     slope_against_clean,
 )
 
 __all__ = [
-    "KIND_NAMES",
     "LABEL_FONTSIZE",
     "LEGEND_FONTSIZE",
     "MEASURE_LABELS",
@@ -72,10 +68,8 @@ __all__ = [
     "learning_curve_overview",
     "learning_curves",
     "method_style",
-    "p_rep_by_history",
     "projection_panels",
     "protocol_figure",
-    "representation_curves",
     "result_heatmap",
     "robustness_lines",
     "sequence_examples",

@@ -102,7 +102,7 @@ def _place_labels(
     if not panels:
         return []
     figure = panels[0][0].get_figure(root=True)
-    # look._figure's: a whole figure on an Agg canvas, whose renderer measures the names
+    # look.new_figure's: a whole figure on an Agg canvas, whose renderer measures the names
     assert isinstance(figure, Figure) and isinstance(figure.canvas, FigureCanvasAgg)
     figure.draw_without_rendering()
     renderer = figure.canvas.get_renderer()

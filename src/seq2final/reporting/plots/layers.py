@@ -17,10 +17,10 @@ from seq2final.reporting.plots.look import (
     _by_registry,
     _caption,
     _left_out,
-    _method_legend,
     _panels,
-    _wrapped,
+    method_legend,
     method_style,
+    wrapped,
 )
 
 
@@ -120,9 +120,9 @@ def _layer_panels(
                 named[axis].append((sx, sy, tag))
             else:
                 named[axis] += [(sx, sy, name) for name in names]
-    figure.suptitle(_wrapped(title), fontsize=9)
+    figure.suptitle(wrapped(title), fontsize=9)
     path = Line2D([], [], color="grey", alpha=0.6, linewidth=0.8, marker=".", markersize=4)
-    _method_legend(figure, ["oracle", *(str(n) for n in dict.fromkeys(frame["label"]))],
+    method_legend(figure, ["oracle", *(str(n) for n in dict.fromkeys(frame["label"]))],
                    [(path, "models before\nthe final one")])  # fmt: skip
     spots = [f"{tag}: {', '.join(names)}" for names, tag in tags.items()]
     caption = [reading]

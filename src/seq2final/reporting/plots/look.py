@@ -44,7 +44,7 @@ class _LaidOutOnce(ConstrainedLayoutEngine):
             self._done = True  # after it: a layout that raised is tried again at the next draw
 
 
-def _figure(
+def new_figure(
     width: float, height: float, layout: Literal["constrained"] | None = "constrained"
 ) -> Figure:
     """A figure pyplot does not know: nothing has to close it (pyplot keeps every figure it made
@@ -93,7 +93,7 @@ class MethodStyle:
         return {"color": self.colour, "marker": self.marker, "linestyle": self.linestyle}
 
 
-def _style_of(index: int) -> MethodStyle:
+def style_of(index: int) -> MethodStyle:
     index %= STYLES
     return MethodStyle(
         _COLOURS[index % len(_COLOURS)],
@@ -105,7 +105,7 @@ def _style_of(index: int) -> MethodStyle:
 @lru_cache(maxsize=8)
 def _palette(columns: tuple[str, ...]) -> dict[str, MethodStyle]:
     """Built once per registry (a plugin registering methods makes a new one)."""
-    return {method: _style_of(index) for index, method in enumerate(columns)}
+    return {method: style_of(index) for index, method in enumerate(columns)}
 
 
 def method_style(method: str, among: Sequence[str] = ()) -> MethodStyle:
@@ -134,7 +134,7 @@ def method_style(method: str, among: Sequence[str] = ()) -> MethodStyle:
 def _unregistered_style(method: str, registered: int) -> MethodStyle:
     first = max(registered, len(_COLOURS) * len(_MARKERS))  # past the solid-line looks
     spare = max(STYLES - first, 1)
-    return _style_of(first + zlib.crc32(method.encode()) % spare)
+    return style_of(first + zlib.crc32(method.encode()) % spare)
 
 
 def _free_colour(taken: set[str]) -> str:
@@ -156,7 +156,7 @@ def _by_registry(methods: Sequence[str]) -> list[str]:
 # Layout helpers
 
 
-def _wrapped(text: str, width: int = 70) -> str:
+def wrapped(text: str, width: int = 70) -> str:
     """Sequence names can be long (``source100:rotation60:...``): titles wrap instead of clipping,
     between words and after a name's ``:`` between two steps, never inside a word or a step
     (``rotation@15/1000`` stays whole; a piece longer than a line has a line of its own)."""
@@ -187,13 +187,13 @@ def _panels(
     """``count`` axes and no more: a grid's unused slots stay blank, with no empty axes in them.
     ``extra`` inches of width are for a legend outside the panels."""
     rows, columns = _grid(count)
-    figure = _figure(max(width * columns, 4.5) + extra, height * rows + 0.6)
+    figure = new_figure(max(width * columns, 4.5) + extra, height * rows + 0.6)
     grid = figure.add_gridspec(rows, columns)
     axes = [figure.add_subplot(grid[index // columns, index % columns]) for index in range(count)]
     return figure, axes
 
 
-def _legend_outside(
+def legend_outside(
     figure: Figure, handles: Sequence[Artist], labels: Sequence[str]
 ) -> Legend | None:
     """A figure legend right of the panels, in as many columns as it needs to fit the figure's
@@ -210,7 +210,7 @@ def _legend_outside(
     )  # fmt: skip
 
 
-def _method_legend(
+def method_legend(
     figure: Figure,
     methods: Sequence[str],
     extra: Sequence[tuple[Line2D, str]] = (),
@@ -223,13 +223,13 @@ def _method_legend(
     looks = [method_style(m, among) for m in ordered]
     handles = [_method_handle(look) for look in looks] + [h for h, _ in extra]
     labels = ordered + [label for _, label in extra]
-    return _legend_outside(figure, handles, labels)
+    return legend_outside(figure, handles, labels)
 
 
 def _caption(lines: Sequence[str], width: float) -> str:
     """A caption's lines, each wrapped to the figure's width (about 15 characters an inch at
     the caption's size)."""
-    return "\n".join(_wrapped(line, max(int(width * 15), 40)) for line in lines if line)
+    return "\n".join(wrapped(line, max(int(width * 15), 40)) for line in lines if line)
 
 
 def _left_out(left_out: Mapping[str, str]) -> str:

@@ -27,13 +27,13 @@ from seq2final.reporting.plots.look import (
     LEGEND_FONTSIZE,
     _by_registry,
     _caption,
-    _figure,
     _left_out,
-    _legend_outside,
-    _method_legend,
     _panels,
-    _wrapped,
+    legend_outside,
+    method_legend,
     method_style,
+    new_figure,
+    wrapped,
 )
 from seq2final.reporting.protocols import ProtocolScore
 
@@ -67,7 +67,7 @@ def learning_curves(curves: pd.DataFrame, title: str) -> Figure:
     # of the figure's cost, where this layout never changes (one per job a run logs to MLflow).
     legend = 0.2 * rows + 0.1 if rows else 0.0  # inches under the axis labels
     height = 3.4 + legend
-    figure = _figure(9, height, layout=None)
+    figure = new_figure(9, height, layout=None)
     figure.subplots_adjust(left=0.1, right=0.985, bottom=(0.48 + legend) / height,
                            top=1 - 0.6 / height, wspace=0.25)  # fmt: skip
     loss_axis, accuracy_axis = figure.subplots(1, 2)
@@ -84,7 +84,7 @@ def learning_curves(curves: pd.DataFrame, title: str) -> Figure:
     if stages:  # a job that stored no epoch has nothing to name
         figure.legend(handles, labels, loc="lower center", ncol=columns, frameon=False,
                       fontsize=LEGEND_FONTSIZE, bbox_to_anchor=(0.5, 0.02 / height))  # fmt: skip
-    figure.suptitle(_wrapped(title, 110))
+    figure.suptitle(wrapped(title, 110))
     return figure
 
 
@@ -111,7 +111,7 @@ def learning_curve_overview(jobs: Sequence[tuple[str, pd.DataFrame]], title: str
     left, top, bottom = 0.6, 0.6, 0.5  # tick labels, title, axis label
     right = (text + 3.6 * LEGEND_FONTSIZE) / 72 + 0.15
     width, height = 2.15 * columns + left + right, 1.6 * rows + top + bottom
-    figure = _figure(width, height, layout=None)
+    figure = new_figure(width, height, layout=None)
     grid = figure.add_gridspec(
         rows, columns, left=left / width, right=1 - right / width, top=1 - top / height,
         bottom=bottom / height, wspace=0.1, hspace=0.42,
@@ -135,10 +135,10 @@ def learning_curve_overview(jobs: Sequence[tuple[str, pd.DataFrame]], title: str
                   bbox_to_anchor=(1 - (right - 0.05) / width, 1 - top / height))  # fmt: skip
     if without:
         figure.text(1 - (right - 0.1) / width, bottom / height,
-                    _wrapped(f"no panel: {', '.join(without)} (no epoch trained on the final "
+                    wrapped(f"no panel: {', '.join(without)} (no epoch trained on the final "
                              "step)", max(int(right * 14), 16)),
                     fontsize=LEGEND_FONTSIZE - 1, ha="left", va="bottom")  # fmt: skip
-    figure.suptitle(_wrapped(f"{title}: accuracy per epoch", int(width * 12)), fontsize=10,
+    figure.suptitle(wrapped(f"{title}: accuracy per epoch", int(width * 12)), fontsize=10,
                     y=1 - 0.12 / height, va="top")  # fmt: skip
     figure.supxlabel("epoch", fontsize=8, y=0.08 / height, va="bottom")
     figure.supylabel("accuracy", fontsize=8, x=0.08 / width, ha="left")
@@ -166,8 +166,8 @@ def interpolation_panels(
         axis.set(title=arch, xlabel="s: 0 = the model it started from, 1 = its final model",
                  ylabel="test accuracy on the final step", xlim=(0, 1))  # fmt: skip
     # the panels' width, not the figure's: a title over the legend ran into it
-    figure.suptitle(_wrapped(title, int(4.4 * len(axes[:3]) * 10)), fontsize=9)
-    _method_legend(figure, [m for methods in paths.values() for m in methods])
+    figure.suptitle(wrapped(title, int(4.4 * len(axes[:3]) * 10)), fontsize=9)
+    method_legend(figure, [m for methods in paths.values() for m in methods])
     note = _left_out(left_out or {})
     if note:
         figure.supxlabel(_caption([note], figure.get_figwidth()), fontsize=7.5, x=0.01,
@@ -187,7 +187,7 @@ def adjacency_sweep(trials: pd.DataFrame, references: Mapping[str, float], title
     lines in their own colours. Where JM's tuning tried one λ_adj or none (a budget of one
     random draw), the figure says so in the axes: one point is no sweep, and a reader would
     otherwise look for the rest of the curve."""
-    figure = _figure(7.0, 3.6)
+    figure = new_figure(7.0, 3.6)
     axis = figure.add_subplot()
     jm = method_style("jm")
     for index, (state, rows) in enumerate(trials.groupby("state")):
@@ -216,9 +216,9 @@ def adjacency_sweep(trials: pd.DataFrame, references: Mapping[str, float], title
                   bbox={"facecolor": "white", "edgecolor": "0.8"})  # fmt: skip
     axis.set(xlabel=f"{_ADJ}: weight of the penalty on adjacent steps' weight change",
              ylabel="final-step validation accuracy")  # fmt: skip
-    axis.set_title(_wrapped(title, 75), fontsize=8)
+    axis.set_title(wrapped(title, 75), fontsize=8)
     handles, labels = axis.get_legend_handles_labels()
-    _legend_outside(figure, handles, labels)
+    legend_outside(figure, handles, labels)
     return figure
 
 
@@ -230,7 +230,7 @@ def result_heatmap(
     arch) → that method) the empty cell names it, with a caption saying why."""
     table = means.T
     same_jobs = same_jobs or {}
-    figure = _figure(max(3.5 + 0.9 * len(table.columns), 5.0), 1.2 + 0.32 * len(table.index))
+    figure = new_figure(max(3.5 + 0.9 * len(table.columns), 5.0), 1.2 + 0.32 * len(table.index))
     axis = figure.add_subplot()
     image = axis.imshow(table.to_numpy(dtype=float), cmap="viridis", aspect="auto")
     for (row, column), value in np.ndenumerate(table.to_numpy(dtype=float)):
@@ -242,13 +242,13 @@ def result_heatmap(
             axis.text(column, row, f"= {other}", ha="center", va="center", fontsize=7,
                       color="#555555")  # fmt: skip
     if same_jobs:  # as the axis label, so the layout makes room for it below the ticks
-        axis.set_xlabel(_wrapped("“= m”: the architecture trains this method as m's job (its "
+        axis.set_xlabel(wrapped("“= m”: the architecture trains this method as m's job (its "
                                  "side module is a whole block), shown in m's row.", 60),
                         fontsize=6.5)  # fmt: skip
     axis.set_xticks(range(len(table.columns)), list(table.columns), rotation=30, fontsize=7)
     axis.set_yticks(range(len(table.index)), list(table.index), fontsize=7)
     figure.colorbar(image, ax=axis, label="test accuracy")
-    axis.set_title(_wrapped(title, 55), fontsize=8)
+    axis.set_title(wrapped(title, 55), fontsize=8)
     return figure
 
 
@@ -257,7 +257,7 @@ def protocol_figure(rows: list[ProtocolScore], protocol: str, title: str) -> Fig
     average with the band down to its worst step shaded; for ``test_then_train`` the accuracy on
     each step before training on it; for ``eval_fix`` and ``mixed_split`` the accuracy on each
     later step."""
-    figure = _figure(8.0, 4.2)
+    figure = new_figure(8.0, 4.2)
     axis = figure.add_subplot()
     methods = _by_registry([r.method for r in rows])
     for method in methods:
@@ -283,8 +283,8 @@ def protocol_figure(rows: list[ProtocolScore], protocol: str, title: str) -> Fig
     axis.set_ylim(max(0.0, low - 0.02), min(1.0, high + 0.02))
     if protocol == "eval_stream":
         axis.set_title("window average (line) down to the window's worst step (band)", fontsize=8)
-    figure.suptitle(_wrapped(title), fontsize=10)
-    _method_legend(figure, methods)
+    figure.suptitle(wrapped(title), fontsize=10)
+    method_legend(figure, methods)
     return figure
 
 
@@ -293,7 +293,7 @@ def forgetting_figure(rows: list[ProtocolScore], title: str) -> Figure:
     seeds: P_CL, the model of time t's mean accuracy on the steps 0..t it has seen, and
     P_forget (its Eq. 8), how far it has fallen on those steps below the best any time so far
     scored (docs/representations.md)."""
-    figure = _figure(9.0, 4.0)
+    figure = new_figure(9.0, 4.0)
     axes = figure.subplots(1, 2)
     methods = _by_registry([r.method for r in rows])
     for method in methods:
@@ -309,8 +309,8 @@ def forgetting_figure(rows: list[ProtocolScore], title: str) -> Figure:
         axis.set(xlabel="time t (model of steps 0..t)", ylabel=ylabel)
         axis.set_title(label, fontsize=8)
     axes[1].axhline(0.0, color="grey", linewidth=0.8)
-    figure.suptitle(_wrapped(title), fontsize=10)
-    _method_legend(figure, methods)
+    figure.suptitle(wrapped(title), fontsize=10)
+    method_legend(figure, methods)
     return figure
 
 
@@ -336,7 +336,7 @@ def compute_pareto(
     (a front of one point shows too), as NED plots accuracy against compute. ``points``: method,
     train_flops, test_accuracy; ``accuracy`` and ``compute`` label the axes (a protocol's score,
     the FLOPs of all its views)."""
-    figure = _figure(8.2, 4.8)
+    figure = new_figure(8.2, 4.8)
     axis = figure.add_subplot()
     for row in points.itertuples():
         style = method_style(row.method)
@@ -357,8 +357,8 @@ def compute_pareto(
     axis.margins(x=0.08, y=0.1)
     _label_flops(axis, points["train_flops"])
     # over the axes, not the figure: a figure title ran into the legend beside the axes
-    axis.set_title(_wrapped(title, 60), fontsize=10)
-    _method_legend(figure, [str(m) for m in points["method"]], extra)
+    axis.set_title(wrapped(title, 60), fontsize=10)
+    method_legend(figure, [str(m) for m in points["method"]], extra)
     named = [(r.train_flops, r.test_accuracy, str(r.method)) for r in points.itertuples()]
     _place_labels([(axis, named)], lines={axis: front})
     return figure

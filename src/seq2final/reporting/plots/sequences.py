@@ -11,7 +11,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from seq2final.reporting.plots.look import LABEL_FONTSIZE, _figure, _wrapped
+from seq2final.reporting.plots.look import LABEL_FONTSIZE, new_figure, wrapped
 
 
 def _show(axis: Axes, image: np.ndarray | None) -> None:
@@ -57,14 +57,14 @@ def sequence_examples(
     cell = max(0.55, 0.07 * max(len(line) for name in names for line in name.split("\n")) + 0.1)
     inches = max(3.2, 0.5 + cell * len(shown))
     lines = max(name.count("\n") + 1 for name in names)  # the names' own height, above
-    figure = _figure(inches, 0.9 + 0.12 * lines + cell * len(steps))  # square cells
+    figure = new_figure(inches, 0.9 + 0.12 * lines + cell * len(steps))  # square cells
     axis = figure.add_subplot()
     axis.imshow(montage, interpolation="nearest")
     axis.set_xticks([c * (width + gap) + width / 2 for c in range(len(shown))])
     axis.set_xticklabels(names, fontsize=LABEL_FONTSIZE)
     axis.xaxis.tick_top()
     axis.set_xlabel(
-        _wrapped("class label of each image (after a label flip: its new label)", int(inches * 15)),
+        wrapped("class label of each image (after a label flip: its new label)", int(inches * 15)),
         fontsize=LABEL_FONTSIZE,
     )
     axis.xaxis.set_label_position("top")
@@ -75,7 +75,7 @@ def sequence_examples(
     axis.tick_params(length=0)
     for spine in axis.spines.values():
         spine.set_visible(False)
-    figure.suptitle(_wrapped(title, int(inches * 13)), fontsize=9)
+    figure.suptitle(wrapped(title, int(inches * 13)), fontsize=9)
     axis.set_title(subtitle, fontsize=6, color="0.4", pad=18)
     return figure
 
@@ -93,7 +93,7 @@ def subpopulation_grid(
     """
     n_sub = len(subclass_names[0])
     rows = [(c, step) for c in super_classes for step in steps]
-    figure = _figure(1.2 * n_sub + 1.5, 1.1 * len(rows))
+    figure = new_figure(1.2 * n_sub + 1.5, 1.1 * len(rows))
     axes = figure.subplots(len(rows), n_sub, squeeze=False)
     for row, (label, (step_name, images, labels, subs)) in enumerate(rows):
         for sub in range(n_sub):
@@ -122,7 +122,7 @@ def shift_profile(
     ``W^{t,T}``); ``steps`` names those steps (``0:source``) for the ticks. The ticks and the
     legend are words and mathtext, never the tables' raw TeX; the title is the sequence in words,
     its content key at most the small ``subtitle``."""
-    figure = _figure(6.0, 3.6)
+    figure = new_figure(6.0, 3.6)
     axis = figure.add_subplot()
     for metric, row in table.iterrows():
         axis.plot(range(len(row)), row.to_numpy(dtype=float), marker="o",
@@ -137,7 +137,7 @@ def shift_profile(
     axis.set_xlabel("earlier step (its training set against the final test set)", fontsize=8)
     axis.set_ylabel("distance to the final test set\n÷ final train-vs-test distance", fontsize=8)
     axis.set_ylim(bottom=min(0.0, axis.get_ylim()[0]))
-    figure.suptitle(_wrapped(title, 70), fontsize=9)
+    figure.suptitle(wrapped(title, 70), fontsize=9)
     if subtitle:
         axis.set_title(subtitle, fontsize=6, color="0.4")
     figure.legend(loc="outside lower center", fontsize=7, frameon=False, ncol=1)

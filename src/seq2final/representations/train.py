@@ -1,7 +1,7 @@
 """Training the data-efficiency curves of a run's historical states into their store
 (docs/representations.md), one point (state, chain, kind, size) per key: finished points are
 reused and an interrupted run resumes where it stopped, as states and jobs do
-(:func:`seq2final.runs.training.each_missing`).
+(:func:`seq2final.runs.execution.each_missing`).
 
 Every state the run's jobs continue gets a curve per chain and kind, on its view's final step
 (the whole sequence's, or a temporal protocol view's), all on the same nested subsets of that
@@ -29,12 +29,7 @@ from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import HistoricalState
 from seq2final.models import BlockModel, build_model
-from seq2final.runs.frame_store import FrameStore
-from seq2final.runs.keys import TRAINING_SEMANTICS, digest
-from seq2final.runs.planner import load_states
-from seq2final.runs.plans import RunPlan
-from seq2final.runs.training import each_missing, problem_sequence
-from seq2final.training.curves import (
+from seq2final.representations.fit import (
     CURVE_SEMANTICS,
     SCRATCH,
     check_sizes,
@@ -43,6 +38,11 @@ from seq2final.training.curves import (
     nested_order,
     subset,
 )
+from seq2final.runs.execution import each_missing, problem_sequence
+from seq2final.runs.frame_store import FrameStore
+from seq2final.runs.keys import TRAINING_SEMANTICS, digest
+from seq2final.runs.planner import load_states
+from seq2final.runs.plans import RunPlan
 from seq2final.training.records import StepView
 from seq2final.training.tensors import TensorSplit
 

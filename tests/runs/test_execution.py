@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from seq2final.methods import FinalOutcome
-from seq2final.runs.training import chain_accuracies
+from seq2final.runs.execution import chain_accuracies
 from seq2final.training.engine import Engine
 from seq2final.training.tensors import TensorSplit
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from seq2final.data.spec import resolve_spec
-from seq2final.reporting.curves import curve_table, p_rep_table, sequence_curves
+from seq2final.representations.tables import curve_table, p_rep_table, sequence_curves
 
 
 def _point(spec, view, state, accuracy, **extra):

@@ -11,7 +11,7 @@ import pandas as pd
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.data.spec import SequenceSpec
-from seq2final.training.curves import SCRATCH
+from seq2final.representations.fit import SCRATCH
 
 CURVE = ["budget", "view", "arch", "state", "history", "kind"]
 """What names one curve (per seed): ``view`` is the view whose final step it is tested on,

@@ -7,18 +7,18 @@ from torch import nn
 
 from seq2final.methods.continual import reservoir_indices, si_importance
 from seq2final.training import loop as training
-from seq2final.training.continual import (
+from seq2final.training.engine import Engine, scale_images, unfusable
+from seq2final.training.hyperparameters import HyperParameters
+from seq2final.training.loop import fit
+from seq2final.training.mixing import BatchMixing
+from seq2final.training.objectives import Task
+from seq2final.training.si_agem import (
     EpisodicMemory,
     GradientProjection,
     PathIntegral,
     PathTracking,
     project_conflicting,
 )
-from seq2final.training.engine import Engine, scale_images, unfusable
-from seq2final.training.hyperparameters import HyperParameters
-from seq2final.training.loop import fit
-from seq2final.training.mixing import BatchMixing
-from seq2final.training.objectives import Task
 from seq2final.training.tensors import TensorSplit
 
 pytestmark = pytest.mark.usefixtures("float64")

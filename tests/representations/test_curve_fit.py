@@ -8,15 +8,15 @@ import torch
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import build_model
-from seq2final.reporting.curves import curve_table, p_rep_table
-from seq2final.training import Engine, FitCallback, Task
-from seq2final.training.curves import (
+from seq2final.representations.fit import (
     PlateauSchedule,
     check_sizes,
     doubling_sizes,
     nested_order,
     subset,
 )
+from seq2final.representations.tables import curve_table, p_rep_table
+from seq2final.training import Engine, FitCallback, Task
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import fit
 
@@ -80,7 +80,7 @@ def test_the_plateau_schedule_cuts_the_rate_three_times_then_stops(learnable):
 
 
 def test_a_probe_trains_the_head_alone_and_fine_tuning_every_layer(learnable, monkeypatch):
-    from seq2final.training import curves
+    from seq2final.representations import fit as curves
 
     tested = []
     real = curves.accuracy
