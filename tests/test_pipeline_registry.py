@@ -122,3 +122,18 @@ def test_kedro_viz_shows_layer_bands_in_every_view_in_the_conventions_order(regi
             assert [layer for layer in shown if layer in present] == [
                 layer for layer in LAYERS if layer in present
             ]
+
+
+def test_no_node_takes_raw_parameters_only_the_checked_runs_parts(registered, checked_run):
+    """Every parameter a node reads comes from the one check: no node input is a ``params:``
+    Kedro would parse again, and every dataset the hook fills is the object the check made."""
+    inputs = {i for pipeline in registered.values() for node in pipeline.nodes for i in node.inputs}
+    assert sorted(i for i in inputs if i.startswith("params:") or i == "parameters") == []
+    run = checked_run()
+    parts = run.datasets()
+    assert {"build_options", "quantify_options", "evaluate_options", "visualize_options",
+            "curve_options", "budget_name", "checked_run", "sequence_spec"} <= inputs  # fmt: skip
+    assert set(parts) <= inputs  # nothing published that no node reads
+    assert parts["build_options"] is run.parameters.build_sequences
+    assert parts["curve_options"] is run.parameters.representations
+    assert parts["budget_name"] == run.parameters.budget

@@ -28,7 +28,7 @@ from seq2final.training.tuner import check_storage
 class ValidateParametersHook:
     """Check every run parameter as soon as the context exists, so a typo costs no work, and keep
     the checked run for the other hooks (``checked``) and the nodes (the ``checked_run`` and
-    ``sequence_spec`` datasets): the parameters are validated once, as kedro-mlflow's hook
+    its typed parts: :meth:`~seq2final.config.checks.CheckedRun.datasets`): the parameters are validated once, as kedro-mlflow's hook
     validates its configuration once and keeps it.
 
     It reads the raw parameters, not ``context.params``: reading those makes Kedro convert the
@@ -45,10 +45,9 @@ class ValidateParametersHook:
 
     @hook_impl(tryfirst=True)
     def after_catalog_created(self, catalog: CatalogProtocol) -> None:
-        """The checked run and its sequence spec, as the datasets the pipelines start from."""
-        run = self.checked.checked()
-        catalog.save("checked_run", run)
-        catalog.save("sequence_spec", run.spec)
+        """The checked run and its typed parts, as the datasets the pipelines start from."""
+        for name, value in self.checked.checked().datasets().items():
+            catalog.save(name, value)
 
     @hook_impl(tryfirst=True)
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline) -> None:

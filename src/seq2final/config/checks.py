@@ -68,6 +68,23 @@ class CheckedRun:
     # a family's members and each one's checked specification, in the family's order
     members: tuple[tuple[Member, SequenceSpec], ...] = ()
 
+    def datasets(self) -> dict[str, object]:
+        """What the nodes read of the checked run, by the catalog dataset that holds it
+        (``conf/base/catalog.yml``): the run, its spec, the pipelines' typed option blocks and
+        the budget's name, each the object the check made, so no node takes a ``params:`` input
+        that Kedro would parse a second time."""
+        parameters = self.parameters
+        return {
+            "checked_run": self,
+            "sequence_spec": self.spec,
+            "build_options": parameters.build_sequences,
+            "quantify_options": parameters.quantify_shift,
+            "evaluate_options": parameters.evaluate,
+            "visualize_options": parameters.visualize,
+            "curve_options": parameters.representations,
+            "budget_name": parameters.budget,
+        }
+
     def mode_blocks(self) -> ModeBlocks:
         """The modes' blocks, which planning a training run needs."""
         if self.blocks is None:

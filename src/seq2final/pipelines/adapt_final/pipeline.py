@@ -28,7 +28,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 nodes.rank_results,
-                inputs=["adapt_results", "job_plan", "params:evaluate"],
+                inputs=["adapt_results", "job_plan", "evaluate_options"],
                 outputs="run_table",
                 name="rank_results",
             ),

@@ -29,7 +29,7 @@ def select_sequence_node() -> Node:
     """Shared: the stored sequence the run parameters name (or a message saying how to build it)."""
     return Node(
         nodes.select_sequence,
-        inputs=["sequences", "sequence_spec", "params:build_sequences"],
+        inputs=["sequences", "sequence_spec", "build_options"],
         outputs="sequence",
         name="select_sequence",
         namespace=NAMESPACE,
@@ -42,7 +42,7 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             Node(
                 nodes.load_source_data,
-                inputs=["sequence_spec", "params:build_sequences"],
+                inputs=["sequence_spec", "build_options"],
                 outputs="source_data",
                 name="load_source_data",
             ),
@@ -55,7 +55,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             select_sequence_node(),
             Node(
                 nodes.plot_examples,
-                inputs=["sequence", "params:build_sequences"],
+                inputs=["sequence", "build_options"],
                 outputs="sequence_figures",
                 name="plot_sequence_examples",
             ),

@@ -39,7 +39,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             gather_results_node(),
             Node(
                 nodes.tabulate_results,
-                inputs=["sequence_results", "sequence_spec", "params:evaluate", "checked_run"],
+                inputs=["sequence_results", "sequence_spec", "evaluate_options", "checked_run"],
                 outputs=["result_tables", "result_table_reports", "result_table_latex"],
                 name="tabulate_results",
             ),

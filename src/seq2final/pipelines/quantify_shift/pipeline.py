@@ -20,13 +20,13 @@ def create_pipeline(**kwargs) -> Pipeline:
             select_sequence_node(),
             Node(
                 nodes.embed_sequence,
-                inputs=["sequence", "params:quantify_shift"],
+                inputs=["sequence", "quantify_options"],
                 outputs="shift_embedding",
                 name="embed_sequence",
             ),
             Node(
                 nodes.measure_distances,
-                inputs=["shift_embedding", "params:quantify_shift"],
+                inputs=["shift_embedding", "quantify_options"],
                 outputs="shift_distances",
                 name="measure_shift_distances",
             ),

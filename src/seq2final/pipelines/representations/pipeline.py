@@ -31,7 +31,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "job_plan",
                     "historical_states",
                     "representation_store",
-                    "params:representations",
+                    "curve_options",
                 ],
                 outputs="representation_curves",
                 name="fit_representation_curves",
