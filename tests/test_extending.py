@@ -12,10 +12,16 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
+import torch
 
 from seq2final.core import plugins
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.plugins import ENTRY_POINT_GROUP, load_plugins
+from seq2final.models import TransformedModel
+from seq2final.runs.result_store import ResultStore
+from seq2final.runs.sequence_store import SequenceStore
+from seq2final.training.engine import Engine, predict_logits
+from seq2final.training.tensors import TensorSplit
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 BENCHMARK = PAGE.parents[1] / "benchmarks" / "extension_lines.py"
@@ -34,7 +40,7 @@ def test_the_page_holds_a_plugin_package_its_configuration_and_the_command():
     methods = {Path(name).stem for name in FILES if name.startswith("my_methods/")}
     assert methods == {"__init__", "vrex", "lwf", "phased"}
     one_file = {Path(name).stem for name in FILES if name.startswith("one_file/")}
-    assert one_file == {"__init__", "sam", "ema", "bitfit", "replay", "fishr"}
+    assert one_file == {"__init__", "sam", "ema", "bitfit", "replay", "fishr", "temperature"}
     assert not [name for name in FILES if name.startswith("conf/one_file")]  # no YAML
     assert RUN_ONE_FILE.startswith("kedro run --params plugins:one_file,")
     assert "conf/my_methods/parameters_my_methods.yml" in FILES
@@ -185,11 +191,12 @@ def _records(project: Path) -> dict[str, dict]:
     return {record["method"]: record for record in map(json.loads, map(Path.read_text, paths))}
 
 
-def test_five_methods_of_one_file_each_train_with_no_yaml_in_their_defaults(one_file_run):
+def test_six_methods_of_one_file_each_train_with_no_yaml_in_their_defaults(one_file_run):
     records = _records(one_file_run)
     assert {name: (r["historical"], r["final"]) for name, r in records.items()} == {
         "sam_irm_ft": ("sam_irm", "ft"), "ema_ft": ("erm", "ema"), "bitfit": ("erm", "bitfit"),
         "replay_ft": ("erm", "replay"), "fishr_ft": ("fishr", "ft"),
+        "ts_ft": ("erm", "temperature_ft"),
     }  # fmt: skip
     log = (one_file_run / "logs/info.log").read_text()
     # SAM-IRM searched its declared defaults: the fit's, L2's, IRM's and the recipe's
@@ -208,6 +215,32 @@ def test_five_methods_of_one_file_each_train_with_no_yaml_in_their_defaults(one_
 
     bitfit, full = per_epoch(records["bitfit"]), per_epoch(records["ema_ft"])
     assert full / 3 < bitfit < full * 0.9
+
+
+def test_a_mode_returns_a_model_with_an_output_transform_scored_and_stored_so(one_file_run):
+    """Temperature scaling's job is stored as the pair and scored on its transformed logits:
+    loaded back, the model is the fine-tuned network with the temperature that minimises the
+    validation NLL, and the record's test NLL is the transformed model's. (How the transform
+    moves the logits is tests/models/test_transforms.py's: a smoke fit's network is too flat
+    for its temperature to matter here.)"""
+    record = _records(one_file_run)["ts_ft"]
+    outputs = one_file_run / "data"
+    store = ResultStore(outputs / "07_model_output/results", outputs / "06_models/final",
+                        outputs / "07_model_output/curves")  # fmt: skip
+    model = store.model(record["job_key"])
+    assert isinstance(model, TransformedModel) and model.transform_name == "temperature"
+    sequence = next(iter(SequenceStore(outputs / "03_primary/sequences").values()))
+    engine = Engine.model_validate(record["engine"])
+
+    def nll(split: str, temperature: float) -> float:
+        data = TensorSplit.from_arrays(*sequence.step(-1).split(split))
+        logits = predict_logits(model.network, data, engine) / temperature
+        return torch.nn.functional.cross_entropy(logits, data.y).item()
+
+    fitted = model.transform.temperature.item()
+    assert fitted > 0
+    assert nll("valid", fitted) <= min(nll("valid", fitted * 1.5), nll("valid", fitted / 1.5))
+    assert record["test_nll"] == pytest.approx(nll("test", fitted), rel=1e-5)
 
 
 def test_the_pages_test_of_a_mode_on_its_own_passes(tmp_path):

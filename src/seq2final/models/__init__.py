@@ -40,10 +40,22 @@ from seq2final.models.side_modules import (
     fresh_copy,
     side_module_kinds,
 )
+from seq2final.models.transforms import (
+    OUTPUT_TRANSFORMS,
+    TemperatureScaling,
+    TransformedModel,
+    network_of,
+    output_transform,
+)
 from seq2final.models.weights import interpolate, scale_side_modules
 
 __all__ = [
     "ARCHITECTURES",
+    "OUTPUT_TRANSFORMS",
+    "TemperatureScaling",
+    "TransformedModel",
+    "network_of",
+    "output_transform",
     "JOINT_MODES",
     "PARAMETER_CONVENTIONS",
     "SIDE_MODULES",

@@ -16,10 +16,13 @@ from torch import nn
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models.architectures import BlockModel, ClassifierHead, build_model
 from seq2final.models.joint import JointModel
+from seq2final.models.transforms import OUTPUT_TRANSFORMS, TransformedModel, network_of
 
 
 def num_classes_of(model: nn.Module) -> int:
-    """The class count of a block or joint model (its head's output size)."""
+    """The class count of a block or joint model (its head's output size), or of the one a
+    transformed model is made of."""
+    model = network_of(model)
     head = model.modules_of("fc")[0] if isinstance(model, JointModel) else model.fc
     if isinstance(head, nn.Linear):
         return head.out_features
@@ -31,6 +34,12 @@ def num_classes_of(model: nn.Module) -> int:
 
 def model_spec(model: nn.Module) -> dict[str, Any]:
     """What :func:`build_from_spec` needs to rebuild ``model``'s layout."""
+    if isinstance(model, TransformedModel):
+        return {
+            "type": "transformed",
+            "transform": model.transform_name,
+            "network": model_spec(model.network),
+        }
     if isinstance(model, JointModel):
         return {
             "type": "joint",
@@ -50,7 +59,10 @@ def model_spec(model: nn.Module) -> dict[str, Any]:
             "num_classes": num_classes_of(model),
             "dropout": model.dropout,
         }
-    raise Seq2FinalError(f"cannot store a {type(model).__name__}; expected a block or joint model")
+    raise Seq2FinalError(
+        f"cannot store a {type(model).__name__}; expected a block or joint model, or either "
+        "with an output transform (TransformedModel)"
+    )
 
 
 def build_from_spec(spec: dict[str, Any]) -> nn.Module:
@@ -63,7 +75,11 @@ def build_from_spec(spec: dict[str, Any]) -> nn.Module:
         if "side_kind" in arguments:  # payloads stored before the parameter was renamed
             arguments["side_module"] = arguments.pop("side_kind")
         return JointModel(**arguments)
-    raise Seq2FinalError(f"unknown stored model type {kind!r}; valid: block, joint")
+    if kind == "transformed":
+        return TransformedModel(
+            build_from_spec(spec["network"]), OUTPUT_TRANSFORMS[spec["transform"]]()
+        )
+    raise Seq2FinalError(f"unknown stored model type {kind!r}; valid: block, joint, transformed")
 
 
 def pack(model: nn.Module) -> dict[str, Any]:
@@ -73,8 +89,8 @@ def pack(model: nn.Module) -> dict[str, Any]:
         "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
         "frozen": [name for name, p in model.named_parameters() if not p.requires_grad],
     }
-    if isinstance(model, JointModel):
-        payload["module_scales"] = model.module_scales
+    if isinstance(network_of(model), JointModel):
+        payload["module_scales"] = network_of(model).module_scales
     return payload
 
 
@@ -85,6 +101,7 @@ def unpack(payload: dict[str, Any], device: torch.device | str = "cpu") -> nn.Mo
     frozen = set(payload.get("frozen", ()))
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(name not in frozen)
-    if isinstance(model, JointModel) and "module_scales" in payload:
-        model.module_scales = {k: list(v) for k, v in payload["module_scales"].items()}
+    network = network_of(model)
+    if isinstance(network, JointModel) and "module_scales" in payload:
+        network.module_scales = {k: list(v) for k, v in payload["module_scales"].items()}
     return model.to(device).eval()

@@ -14,7 +14,7 @@ from torch import nn
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.schema import StrictModel
-from seq2final.models import BlockModel, JointModel
+from seq2final.models import BlockModel, JointModel, network_of
 from seq2final.training.augment import Augment
 from seq2final.training.tensors import TensorSplit
 
@@ -183,8 +183,9 @@ def autocast(engine: Engine, device: torch.device) -> Any:
 
 
 def run_model(model: nn.Module, x: torch.Tensor, step: int | None) -> torch.Tensor:
-    """A plain model's forward, or a joint model's at time ``step``."""
-    if isinstance(model, JointModel):
+    """A plain model's forward, or a joint model's at time ``step`` (either with an output
+    transform: :class:`~seq2final.models.TransformedModel`)."""
+    if isinstance(network_of(model), JointModel):
         if step is None:
             raise Seq2FinalError("a joint model needs the time step to run at")
         return model(x, step)

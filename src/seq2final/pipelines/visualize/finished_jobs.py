@@ -10,7 +10,7 @@ from typing import Any
 from torch import nn
 
 from seq2final.methods import HistoricalState
-from seq2final.models import JointModel
+from seq2final.models import JointModel, network_of
 from seq2final.training.records import ResultRecord
 from seq2final.training.tensors import TensorSplit
 
@@ -26,10 +26,11 @@ class JobModels:
         self._states: dict[str, HistoricalState | None] = {}
 
     def final(self, record: ResultRecord) -> nn.Module:
-        """The job's adapted model, as stored."""
+        """The job's adapted model, as stored: the architecture's model, without an output
+        transform (which moves no weight these figures draw)."""
         key = record.job_key
         if key not in self._finals:
-            self._finals[key] = self.results.model(key)
+            self._finals[key] = network_of(self.results.model(key))
         return self._finals[key]
 
     def state(self, record: ResultRecord) -> HistoricalState | None:
