@@ -20,7 +20,7 @@ from seq2final.core.liveness import current_process
 from seq2final.sweep.services import free_port, start_mlflow_server, stop_process
 from seq2final.tracking.mlflow_io import experiment_id
 from seq2final.tracking.summary import SequenceSummary
-from seq2final.training.loop import FitResult
+from seq2final.training.epochs import FitResult
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.tuner import Tuner
 

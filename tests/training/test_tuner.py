@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from seq2final.core.errors import Seq2FinalError
-from seq2final.training.loop import FitResult
+from seq2final.training.epochs import FitResult
 from seq2final.training.search import Budget, SearchSpace, get_budget, parse_budgets
 from seq2final.training.tuner import Tuner
 

@@ -24,6 +24,7 @@ from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.models import build_model, set_dropout
 from seq2final.training.engine import Engine, accuracy, fuse_width
+from seq2final.training.epochs import FitResult
 from seq2final.training.features import (
     cache_refusal,
     fit_cached,
@@ -35,7 +36,7 @@ from seq2final.training.flops import fit_cost, image_flops
 from seq2final.training.fused import FusedRun, FusedTrial, fit_fused
 from seq2final.training.halving import previous_step
 from seq2final.training.hyperparameters import HyperParameters
-from seq2final.training.loop import FitResult, FitRun, clone_model
+from seq2final.training.loop import FitRun, clone_model
 from seq2final.training.objectives import Task
 from seq2final.training.records import CurveRow, FitRecord
 from seq2final.training.search import Budget, SearchSpace

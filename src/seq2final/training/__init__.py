@@ -10,8 +10,9 @@ and :func:`accuracy` to compute what the loop does.
 
 from seq2final.training.callbacks import FitCallback, FitState
 from seq2final.training.engine import Engine, accuracy, layer_inputs, predict_logits
+from seq2final.training.epochs import FitResult
 from seq2final.training.hyperparameters import HyperParameters
-from seq2final.training.loop import FitResult, clone_model, fit
+from seq2final.training.loop import clone_model, fit
 from seq2final.training.objectives import Task, objective_loss
 from seq2final.training.optimizers import OPTIMIZERS, OptimizerRecipe, optimizer
 from seq2final.training.search import Budget, SearchSpace

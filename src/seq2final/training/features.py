@@ -39,8 +39,9 @@ from torch import nn
 from seq2final.core.errors import Seq2FinalError
 from seq2final.models import BasicBlock, BlockModel, ConvBN, DenseBlock, Stem, set_dropout
 from seq2final.training.engine import Engine, layer_inputs
+from seq2final.training.epochs import FitResult
 from seq2final.training.hyperparameters import HyperParameters
-from seq2final.training.loop import EpochCallback, FitResult, fit
+from seq2final.training.loop import EpochCallback, fit
 from seq2final.training.objectives import Task
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import L2, AnchorPull, Erm, LossTerm

@@ -14,7 +14,6 @@ not counted, as in ``FlopCounterMode`` itself and in NED's accounting of multipl
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -25,8 +24,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from seq2final.models import choose_trainable
 from seq2final.training.callbacks import FitState
 from seq2final.training.engine import Engine, autocast, run_model, scale_images
+from seq2final.training.epochs import EpochSchedule, begin_epoch, end_callbacks, start_callbacks
 from seq2final.training.hyperparameters import HyperParameters
-from seq2final.training.loop import end_callbacks
 from seq2final.training.objectives import Task, objective_loss
 from seq2final.training.optimizers import build_optimizer
 from seq2final.training.records import TrialRecord
@@ -137,22 +136,14 @@ def fit_cost(
         if task.optimizer_recipe.takes_closure:
             optimizer.step(closure)  # type: ignore[arg-type]  # torch's closures return the loss tensor
 
-    started = []  # a term may read what its callback sets up (LwF's teacher)
+    start_callbacks(task.callbacks, state)  # a term may read what its callback sets up (LwF's)
     try:
-        for callback in task.callbacks:
-            callback.before_fit(state)
-            started.append(callback)
-        # an epoch draws, from each domain, the images its batches cycle through in that many steps
-        steps = max(math.ceil(len(d) / engine.batch_size) for d in task.domains)
-        per_epoch = sum(
-            steps * len(d) / math.ceil(len(d) / engine.batch_size) for d in task.domains
-        )
+        schedule = EpochSchedule.of(task.domains, engine)  # the loop's epochs, as it runs them
+        steps, per_epoch = schedule.batches, schedule.images
         epochs: list[int] = []
         counted: tuple[bool, ...] = ()
         for epoch in range(1, max_epochs + 1):
-            state.epoch = epoch
-            for callback in task.callbacks:
-                callback.before_epoch(state)
+            begin_epoch(task.callbacks, state, epoch)
             trained = tuple(p.requires_grad for p in model.parameters())
             if trained == counted:
                 continue
@@ -164,8 +155,8 @@ def fit_cost(
             counted = trained
         per_image = image_flops(model, task.valid, engine, task.valid_step)
     except BaseException:
-        end_callbacks(started, state, leaving=True)
+        end_callbacks(task.callbacks, state, leaving=True)
         raise
-    end_callbacks(started, state, leaving=False)
+    end_callbacks(task.callbacks, state, leaving=False)
     return FitCost(train_epochs=tuple(epochs), valid_pass=per_image * len(task.valid),
                    per_image=per_image)  # fmt: skip

@@ -19,8 +19,9 @@ At dropout 0 the fused results equal K single fits to float tolerance (batched c
 in another order); the tests check selected epochs, accuracies and weights.
 
 It is built from the single fit's public parts (:mod:`seq2final.training.loop`: the batch order,
-the training images with their augmentation, the training mode, the history rows, the model
-handed back) and shares its rules (:class:`~seq2final.training.rules.Selection`); whether a fit
+the training images with their augmentation, the training mode) and shares with it what
+:mod:`seq2final.training.epochs` holds (the epoch's schedule, each epoch's record and
+selection, the model handed back); whether a fit
 can fuse is :func:`~seq2final.training.engine.unfusable`'s answer. What is its own is what a stack
 needs: one Adam update of every model at once, each with its own learning rate (Adam's update is
 the one :class:`torch.optim.Adam` makes, checked by the tests against single fits), and one
@@ -33,7 +34,7 @@ import copy
 import math
 import pickle
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import optuna
@@ -53,21 +54,18 @@ from seq2final.training.engine import (
     scale_images,
     unfusable,
 )
+from seq2final.training.epochs import EpochLog, EpochSchedule, FitResult, hand_back
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import (
     BatchOrder,
     EpochCallback,
-    FitResult,
-    epoch_row,
     global_rng,
-    hand_back,
     load_paused,
     restore_global_rng,
     train_mode,
     training_images,
 )
 from seq2final.training.objectives import Task, objective_loss
-from seq2final.training.records import EpochRow
 from seq2final.training.rules import Selection
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import Batch, LossTerm
@@ -100,10 +98,7 @@ class _Member:
     generator: torch.Generator
     orders: list[BatchOrder]
     augmenter: Augmenter
-    selection: Selection
-    history: list[EpochRow] = field(default_factory=list)
-    best_state: dict[str, torch.Tensor] = field(default_factory=dict)
-    epochs: int = 0
+    log: EpochLog
     pruned: bool = False
 
 
@@ -244,7 +239,7 @@ class FusedRun:
             orders = [BatchOrder(len(d), engine.batch_size, generator) for d in self.domains]
             augmenter = Augmenter(engine.augment, self.valid.image_size, trial.seed)
             self.members.append(_Member(index, trial, generator, orders, augmenter,
-                                        Selection(engine.patience)))  # fmt: skip
+                                        EpochLog(Selection(engine.patience))))  # fmt: skip
         self.stack = _Stack(models, list(self.members))
         self.global_rng: list[torch.Tensor] | None = None  # the global states while paused
 
@@ -278,7 +273,7 @@ class FusedRun:
 
     def curves(self) -> dict[int, list[float]]:
         """Each model's validation accuracies so far (epoch 0 first), by label."""
-        return {self.labels[m.index]: [row["valid_accuracy"] for row in m.history]
+        return {self.labels[m.index]: [row["valid_accuracy"] for row in m.log.history]
                 for m in self.members}  # fmt: skip
 
     @property
@@ -291,7 +286,7 @@ class FusedRun:
         kept = []
         for position, member in enumerate(self.stack.members):
             if self.labels[member.index] in labels:
-                member.pruned, member.best_state = True, {}  # no result: its weights not kept
+                member.pruned, member.log.best_state = True, None  # no result: no weights kept
             else:
                 kept.append(position)
         if len(kept) < len(self.stack.members):
@@ -305,9 +300,9 @@ class FusedRun:
             restore_global_rng(self.global_rng, self.device)
             self.global_rng = None
         stack, base, engine, device = self.stack, self.base, self.engine, self.device
-        batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in self.domains)
+        batches_per_epoch = EpochSchedule.of(self.domains, engine).batches
         try:
-            if not self.members[0].history:
+            if not self.members[0].log.history:
                 scores = _validate(stack, base, self.valid, self.task.valid_step, engine)
                 _after_epoch(stack, scores, 0)
             last = self.max_epochs if until is None else min(until, self.max_epochs)
@@ -341,13 +336,8 @@ class FusedRun:
             return None
         results: list[FitResult | None] = []
         for model, member, flag in zip(self.models, self.members, self.flags, strict=True):
-            if member.best_state:  # a dropped one's are not kept
-                model.load_state_dict(member.best_state)
-            hand_back(model, flag, float(member.trial.hp.dropout))
-            chosen = member.selection
-            result = FitResult(chosen.best_accuracy, chosen.best_epoch, member.epochs,
-                               member.history)  # fmt: skip
-            results.append(None if member.pruned else result)
+            hand_back(model, flag, float(member.trial.hp.dropout), member.log.best_state)
+            results.append(None if member.pruned else member.log.result())
         return results
 
     def save(self, path: Path) -> None:
@@ -483,22 +473,19 @@ def _after_epoch(
     kept = []
     for position, member in enumerate(stack.members):
         accuracy = accuracies[position]
-        member.history.append(epoch_row(epoch, train_losses[position], train_accuracies[position],
-                                   losses[position], accuracy))  # fmt: skip
-        member.epochs = epoch
-        if member.selection.observe(epoch, accuracy):
-            member.best_state = stack.state_of(position)
+        train_metrics = (train_losses[position], train_accuracies[position])
+        if member.log.record(epoch, train_metrics, losses[position], accuracy):
+            member.log.best_state = stack.state_of(position)
         try:
             if member.trial.on_epoch is not None:
                 member.trial.on_epoch(epoch, accuracy)
         except optuna.TrialPruned:
             member.pruned = True
             continue
-        if not member.selection.stopped and not last:
+        if not member.log.stopped and not last:
             kept.append(position)
         elif member.trial.on_stop is not None:
-            chosen = member.selection
-            result = FitResult(chosen.best_accuracy, chosen.best_epoch, epoch, member.history)
-            member.trial.on_stop(result, member.best_state)
+            assert member.log.best_state is not None  # epoch 0 is always selected first
+            member.trial.on_stop(member.log.result(), member.log.best_state)
     if len(kept) < len(stack.members):
         stack.keep(kept)

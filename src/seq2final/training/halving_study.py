@@ -14,8 +14,8 @@ import torch
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.liveness import current_process
 from seq2final.core.progress import current
+from seq2final.training.epochs import FitResult
 from seq2final.training.halving import best_so_far, grid_point_of, rungs, survivors
-from seq2final.training.loop import FitResult
 from seq2final.training.search import SearchSpace
 from seq2final.training.trials import TestScore, TrialFits, Tuned, keep_if_best, trial_records
 
@@ -142,12 +142,12 @@ class HalvingStudy:
         else:
             run = self.fits.start(point, self.tuner.trial_seed(self.seed_name, point))
         if until is not None and run.epoch >= until:
-            self.curves[order] = [row["valid_accuracy"] for row in run.history]
+            self.curves[order] = [row["valid_accuracy"] for row in run.log.history]
             return  # trained to this rung before an interruption
         self.progress.trial()
         self.progress.epochs(self.budget.max_epochs if until is None else until)
         result = run.run(until, progress=self.progress.epoch)
-        self.curves[order] = [row["valid_accuracy"] for row in run.history]
+        self.curves[order] = [row["valid_accuracy"] for row in run.log.history]
         if result is None:
             self.folder.mkdir(parents=True, exist_ok=True)
             run.save(paused)

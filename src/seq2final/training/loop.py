@@ -14,10 +14,11 @@ at named points of this loop — so the loop keeps the original code's rules in 
 * which epoch is kept and when the fit stops: :mod:`seq2final.training.rules`, shared with the
   fused fit.
 
-The fused fit (:mod:`seq2final.training.fused`) is built from this module's public parts: the
-batch order (:class:`BatchOrder`), the training images of a batch with their augmentation
-(:func:`training_images`), the training mode (:func:`train_mode`), a history row
-(:func:`epoch_row`) and the model as a fit hands it back (:func:`hand_back`).
+The fused fit (:mod:`seq2final.training.fused`) is built from this module's public parts (the
+batch order, :class:`BatchOrder`; the training images of a batch with their augmentation,
+:func:`training_images`; the training mode, :func:`train_mode`) and shares with it, and with the
+FLOP count, what :mod:`seq2final.training.epochs` holds: the epoch's schedule, the callbacks'
+start and end, each epoch's record and selection, and the model as a fit hands it back.
 
 Unlike the original, one validation pass per epoch yields both loss and accuracy, and training
 metrics accumulate during the training pass itself, so an epoch costs one pass over the training
@@ -32,7 +33,6 @@ import logging
 import math
 import pickle
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,7 +44,7 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write
 from seq2final.models import choose_trainable, set_dropout
 from seq2final.training.augment import Augmenter
-from seq2final.training.callbacks import FitCallback, FitState
+from seq2final.training.callbacks import FitState
 from seq2final.training.engine import (
     Engine,
     autocast,
@@ -52,26 +52,21 @@ from seq2final.training.engine import (
     predict_logits,
     scale_images,
 )
+from seq2final.training.epochs import (
+    EpochLog,
+    EpochSchedule,
+    FitResult,
+    begin_epoch,
+    end_callbacks,
+    hand_back,
+    start_callbacks,
+)
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.objectives import Task, objective_loss
 from seq2final.training.optimizers import build_optimizer
-from seq2final.training.records import EpochRow
 from seq2final.training.rules import Selection
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import Batch
-
-
-@dataclass
-class FitResult:
-    """The selected epoch's model (loaded into the model passed in), the per-epoch history, and
-    what the fit's callbacks kept at the selected epoch (SI's path integral ω up to it)."""
-
-    valid_accuracy: float
-    best_epoch: int
-    epochs: int
-    history: list[EpochRow]
-    extras: dict[str, Any] = field(default_factory=dict)
-
 
 EpochCallback = Callable[[int, float], None]
 log = logging.getLogger(__name__)
@@ -208,20 +203,12 @@ class FitRun:
                               generator, self.domains)  # fmt: skip
         self.callbacks = task.callbacks
         self.epoch = 0
-        self.history: list[EpochRow] = []
-        self.selection = Selection(engine.patience)
-        self.best_state: dict[str, torch.Tensor] | None = None
+        self.log = EpochLog(Selection(engine.patience))
         self.best_extras: dict[str, Any] = {}
         self.global_rng: list[torch.Tensor] | None = None  # the global states while paused
-        started = []
-        try:
-            for callback in self.callbacks:
-                callback.before_fit(self.state)
-                started.append(callback)
-        except BaseException:  # a callback refused the fit (a wrapper's empty phase): leave the
-            hand_back(model, self.flags, float(hp.dropout))  # model as it came, end what started
-            end_callbacks(started, self.state, leaving=True)
-            raise
+        # a callback may refuse the fit (a wrapper's empty phase): the model goes back as it came
+        start_callbacks(self.callbacks, self.state,
+                        refused=lambda: hand_back(model, self.flags, float(hp.dropout)))  # fmt: skip
 
     def _attach(self, task: Task, engine: Engine) -> None:
         """The parts a paused fit's file leaves out, from its task and engine."""
@@ -245,7 +232,7 @@ class FitRun:
     def ended(self) -> bool:
         """Whether the stopping rule (patience, ``max_epochs``, a callback's ``stop``) has ended
         the fit; a paused fit that has not ended goes on when :meth:`run` is called again."""
-        return self.epoch >= self.max_epochs or self.selection.stopped or self.state.stop
+        return self.epoch >= self.max_epochs or self.log.stopped or self.state.stop
 
     def run(
         self,
@@ -262,11 +249,9 @@ class FitRun:
             restore_global_rng(self.global_rng, self.device)
             self.global_rng = None
         try:
-            if not self.history:
+            if not self.log.history:
                 valid_accuracy = self._evaluate()
-                self.history.append(epoch_row(0, math.nan, math.nan, state.valid_loss,
-                                              valid_accuracy))  # fmt: skip
-                self.selection.observe(0, valid_accuracy)
+                self.log.record(0, (math.nan, math.nan), state.valid_loss, valid_accuracy)
                 self._keep_selected()
                 if on_epoch is not None:
                     on_epoch(0, valid_accuracy)
@@ -275,31 +260,27 @@ class FitRun:
                 self.epoch += 1
                 self._train_epoch()
                 valid_accuracy = self._evaluate()
-                self.history.append(epoch_row(self.epoch, *self._train_metrics, state.valid_loss,
-                                              valid_accuracy))  # fmt: skip
+                selected = self.log.record(self.epoch, self._train_metrics, state.valid_loss,
+                                           valid_accuracy)  # fmt: skip
                 if progress is not None:
                     progress(1)
-                if self.selection.observe(self.epoch, valid_accuracy):
+                if selected:
                     self._keep_selected()
                 for callback in callbacks:
                     callback.after_epoch(state)
                 if on_epoch is not None:
                     on_epoch(self.epoch, valid_accuracy)
         except BaseException:  # a pruned trial too: the selected weights, and the callbacks ended
-            if self.best_state is not None:
-                model.load_state_dict(self.best_state)
-            hand_back(model, self.flags, float(self.hp.dropout))
+            hand_back(model, self.flags, float(self.hp.dropout), self.log.best_state)
             end_callbacks(callbacks, state, leaving=True)
             raise
         if not self.ended:  # paused: what dropout draws from goes with the fit
             self.global_rng = global_rng(self.device)
             return None
-        assert self.best_state is not None
-        model.load_state_dict(self.best_state)
-        hand_back(model, self.flags, float(self.hp.dropout))
+        assert self.log.best_state is not None
+        hand_back(model, self.flags, float(self.hp.dropout), self.log.best_state)
         end_callbacks(callbacks, state, leaving=False)
-        return FitResult(self.selection.best_accuracy, self.selection.best_epoch, self.epoch,
-                         self.history, self.best_extras)  # fmt: skip
+        return self.log.result(self.best_extras)
 
     def save(self, path: Path) -> None:
         """Write the paused fit to ``path`` (atomically): everything but its data and settings,
@@ -340,13 +321,10 @@ class FitRun:
         state, engine, task = self.state, self.engine, self.task
         recipe = task.optimizer_recipe
         device = self.device
-        state.epoch = self.epoch
-        for callback in self.callbacks:
-            callback.before_epoch(state)
+        begin_epoch(self.callbacks, state, self.epoch)
         train_mode(self.model, engine, state.freeze_bn_stats)
         steps = task.steps or [None] * len(self.domains)
         weights = task.step_weights or [1.0] * len(self.domains)
-        batches_per_epoch = max(math.ceil(len(d) / engine.batch_size) for d in self.domains)
         ce_sum = torch.zeros((), dtype=torch.float64, device=device)
         correct = torch.zeros((), dtype=torch.int64, device=device)
         count = 0
@@ -359,7 +337,7 @@ class FitRun:
             self.generator.set_state(drawn_from[0])
             return self._forward_backward()[0]
 
-        for _ in range(batches_per_epoch):
+        for _ in range(EpochSchedule.of(self.domains, engine).batches):
             batches = []
             for d, (domain, order, step, loss_weight) in enumerate(
                 zip(self.domains, self.orders, steps, weights, strict=True)
@@ -417,7 +395,9 @@ class FitRun:
         """The epoch just selected: its weights (the validated model's) and the callbacks'
         extras."""
         state = self.state
-        self.best_state = _snapshot(self.model if state.eval_model is None else state.eval_model)
+        self.log.best_state = _snapshot(
+            self.model if state.eval_model is None else state.eval_model
+        )
         self.best_extras = _kept(state, self.callbacks)
 
 
@@ -453,48 +433,12 @@ def load_paused(path: Path, kind: type[P], what: str, restart: str) -> P:
     return paused
 
 
-def end_callbacks(callbacks: list[FitCallback], state: FitState, leaving: bool) -> None:
-    """Every callback's ``after_fit``, however the fit ends, so a callback removes what it
-    installed. While an exception leaves the fit (a pruned trial, a refusal) one that fails is
-    logged, and the fit's own exception goes on: a prune stays a prune."""
-    for callback in callbacks:
-        if not leaving:
-            callback.after_fit(state)
-            continue
-        try:
-            callback.after_fit(state)
-        except Exception:
-            log.exception("%s.after_fit failed as the fit stopped", type(callback).__name__)
-
-
-def hand_back(model: nn.Module, flags: dict[str, bool], dropout: float) -> None:
-    """The model as a fit hands it back: its trainable flags as they came, the fit's dropout rate
-    (as a number, not a compiled step's tensor), in eval mode."""
-    set_dropout(model, dropout)
-    for name, parameter in model.named_parameters():
-        parameter.requires_grad_(flags[name])
-    model.eval()
-
-
 def _kept(state: FitState, callbacks: list) -> dict[str, Any]:
     """What the callbacks keep for the epoch just selected, copied out of the running fit."""
     state.extras = {}
     for callback in callbacks:
         callback.on_selected(state)
     return dict(state.extras)
-
-
-def epoch_row(
-    epoch: int, train_loss: float, train_acc: float, valid_loss: float, valid_acc: float
-) -> EpochRow:
-    """One epoch of a fit's history (epoch 0, before training, has no training metrics)."""
-    return {
-        "epoch": epoch,
-        "train_loss": train_loss,
-        "train_accuracy": train_acc,
-        "valid_loss": valid_loss,
-        "valid_accuracy": valid_acc,
-    }
 
 
 def _snapshot(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -13,8 +13,9 @@ import torch
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write
+from seq2final.training.epochs import FitResult
 from seq2final.training.fused import FusedRun
-from seq2final.training.loop import FitResult, FitRun
+from seq2final.training.loop import FitRun
 from seq2final.training.records import TrialRecord
 
 TestScore = Callable[[dict[str, torch.Tensor]], float | None]

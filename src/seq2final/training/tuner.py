@@ -28,8 +28,8 @@ from seq2final.core.errors import Seq2FinalError
 from seq2final.core.liveness import ProcessToken, current_process
 from seq2final.core.progress import current
 from seq2final.core.seeds import derived_seed
+from seq2final.training.epochs import FitResult
 from seq2final.training.halving_study import HalvingStudy
-from seq2final.training.loop import FitResult
 from seq2final.training.search import Budget, SearchSpace
 from seq2final.training.trials import (
     TestScore,
