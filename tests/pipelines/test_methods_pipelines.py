@@ -380,17 +380,17 @@ def test_training_runs_inside_the_nodes_named_for_it(project, monkeypatch):
     dataset's save, and a rerun finds every key stored and trains nothing."""
     import inspect
 
-    from seq2final.runs import training
+    from seq2final.runs import execution
 
     callers: list[tuple[str, set[str]]] = []
     for name in ("train_state", "fit_job"):
-        real = getattr(training, name)
+        real = getattr(execution, name)
 
         def recording(*args, _real=real, _name=name):
             callers.append((_name, {frame.function for frame in inspect.stack()}))
             return _real(*args)
 
-        monkeypatch.setattr(training, name, recording)
+        monkeypatch.setattr(execution, name, recording)
     _run(project, ["build_sequences", "pretrain_historical", "adapt_final"], method="ft",
          mlflow={"enabled": False})  # fmt: skip
     assert [name for name, _ in callers] == ["train_state", "fit_job"]  # ERM's state, FT's job

@@ -68,7 +68,7 @@ def test_states_of_every_history_on_the_sequence_final_step(project, run_kedro, 
     """``test_on: sequence`` under ``test_then_train``: the states that saw steps 0..t−1 are all
     fitted and tested on the sequence's final step, and P_rep is tabulated and drawn by history;
     with ``test_on: view`` each view's states are tested on the view's own final step."""
-    import seq2final.representations.train as runs_curves
+    import seq2final.representations.train as curves_training
 
     tested = []
 
@@ -76,8 +76,8 @@ def test_states_of_every_history_on_the_sequence_final_step(project, run_kedro, 
         tested.append((tuple(test.y.tolist()), test.x.sum().item()))
         return curve_point(model, kind, train, valid, test, *args, **kwargs)
 
-    curve_point = runs_curves.curve_point
-    monkeypatch.setattr(runs_curves, "curve_point", spy)
+    curve_point = curves_training.curve_point
+    monkeypatch.setattr(curves_training, "curve_point", spy)
     params = {**TINY, "sequence": "source100:rotation60:rotation60:corruption100",
               "method": ["ft"], "protocol": "test_then_train"}  # fmt: skip
     options = {"sizes": [10], "max_epochs": 1}

@@ -47,16 +47,11 @@ class EpochRow(TypedDict):
     valid_accuracy: float
 
 
-class CurveRow(TypedDict):
+class CurveRow(EpochRow):
     """One epoch of a job's learning curves (``<job>.curves.csv``): the fit's stage (``final``,
-    ``main/step3``, ...) and that fit's :class:`EpochRow`."""
+    ``main/step3``, ...) with that fit's :class:`EpochRow` (the stage written first)."""
 
     stage: str
-    epoch: int
-    train_loss: float
-    train_accuracy: float
-    valid_loss: float
-    valid_accuracy: float
 
 
 class _Record(BaseModel):
