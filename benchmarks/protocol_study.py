@@ -51,7 +51,7 @@ from seq2final.core.files import atomic_write
 from seq2final.core.startup import bootstrap_once
 from seq2final.pipelines.evaluate.nodes import gather_results
 from seq2final.protocols import FIRST_MODEL, ProtocolOptions
-from seq2final.reporting.protocols import protocol_scores
+from seq2final.reporting.protocols import ProtocolScore, protocol_scores
 from seq2final.reporting.tables import shown_name, train_flops_once
 from seq2final.training import Engine
 from seq2final.training.records import ResultRecord
@@ -211,11 +211,11 @@ def _cell(values: list[float], sign: str = "") -> str:
     return f"{mean} ± {statistics.stdev(values):.3f}" if len(values) > 1 else mean
 
 
-def by_method_and_seed(rows: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
-    """A protocol's score rows by method, then seed."""
-    table: dict[str, dict[int, dict[str, Any]]] = {}
+def by_method_and_seed(rows: list[ProtocolScore]) -> dict[str, dict[int, Mapping[str, Any]]]:
+    """A protocol's numbers by method, then seed."""
+    table: dict[str, dict[int, Mapping[str, Any]]] = {}
     for row in rows:
-        table.setdefault(row["method"], {})[row["seed"]] = row
+        table.setdefault(row.method, {})[row.seed] = row.numbers
     return table
 
 

@@ -7,7 +7,13 @@ import torch
 from torch import nn
 
 from seq2final.core.errors import UnknownNameError
-from seq2final.models import JointModel, TemperatureScaling, TransformedModel, build_model
+from seq2final.models import (
+    JointModel,
+    TemperatureScaling,
+    TransformedModel,
+    build_model,
+    set_dropout,
+)
 from seq2final.models.storage import pack, unpack
 from seq2final.tracking.pyfunc import predict_probabilities, save_pyfunc_model
 from seq2final.training.engine import Engine, predict_logits
@@ -73,3 +79,11 @@ def test_an_unregistered_transform_is_one_line_naming_the_registered_ones():
     with pytest.raises(UnknownNameError, match="unknown output transform 'Shift'; valid: .*"
                        "temperature"):  # fmt: skip
         TransformedModel(build_model("convnet_1", 10), Shift())
+
+
+def test_a_fit_of_the_pair_sets_the_networks_dropout():
+    """A fit sets its trial's dropout rate on the model it trains: on a pair, the network's,
+    which its forward pass reads (not an attribute of the wrapper)."""
+    model = _scaled(build_model("convnet_1", 10), 1.0)
+    set_dropout(model, 0.5)
+    assert model.network.dropout == 0.5 == model.dropout and "dropout" not in vars(model)

@@ -2,9 +2,11 @@
 
 import json
 
+import pytest
 import torch
 from result_records import make_record
 
+from seq2final.core.errors import Seq2FinalError
 from seq2final.methods import HistoricalState, ModelChain
 from seq2final.models import build_model
 from seq2final.runs.execution import historical_costs
@@ -106,5 +108,8 @@ def test_a_grown_chain_state_stores_only_what_it_adds_to_the_state_it_extends(tm
     old = store.summary("k0")
     assert old.fits == [_fit("x", 5)] and old.info == _info("k0", None)
     assert list(old.info.to_json()) == list(stored["info"])  # written back as it was
+    summary.write_text(json.dumps({**stored, "info": {"key": "k0"}}))
+    with pytest.raises(Seq2FinalError, match=r"states/k0 has unreadable info \('sequence_key'"):
+        store.summary("k0")
     kept = store["k1"]  # the states just written or read are kept, without what they extend
     assert kept.chains["main"].models[1] is models[1] and kept.extends is None

@@ -360,6 +360,19 @@ def test_only_a_paused_fit_is_saved(tmp_path):
     assert not (tmp_path / "ended.pt").exists()
 
 
+def test_a_paused_fit_of_an_earlier_layout_is_one_line_saying_to_restart(tmp_path):
+    """A file written before a fit's epochs were kept in an ``EpochLog`` (no ``layout``) is
+    refused when loaded, not run into a missing attribute."""
+    torch.manual_seed(0)
+    task = Task([_data()], _data(seed=1))
+    run = FitRun(build_model("convnet_1", 3), task, HyperParameters(lr=1e-3), ENGINE, 3, seed=0)
+    assert run.run(until=1) is None
+    del run.layout  # as an earlier release pickled it
+    run.save(tmp_path / "paused.pt")
+    with pytest.raises(Seq2FinalError, match="paused fit .* earlier release .* delete it"):
+        FitRun.load(tmp_path / "paused.pt", task, ENGINE)
+
+
 def test_a_fit_whose_callback_does_not_pickle_says_so_and_leaves_no_file(tmp_path):
     class Unpicklable(FitCallback):
         def before_fit(self, fit_state):

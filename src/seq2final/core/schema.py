@@ -52,3 +52,13 @@ def one_line(error: ValidationError, model: type[BaseModel], what: str = "parame
     if isinstance(cause, Seq2FinalError) or first["type"] == "missing":
         return f"{what} '{where}': {message}"
     return f"{what} '{where}' = {first['input']!r}: {message}"
+
+
+def stored_problem(error: Exception) -> str:
+    """What is wrong with a file a store wrote, in a few words for a one-line error: a
+    validation error's first problem (the field and why), else the error's first line."""
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the file"
+        return f"'{where}': {first['msg']}"
+    return (str(error).splitlines() or [type(error).__name__])[0]

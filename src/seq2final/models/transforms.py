@@ -56,6 +56,16 @@ class TransformedModel(nn.Module):
         self.network = network
         self.transform = transform
 
+    @property
+    def dropout(self) -> float | torch.Tensor:
+        """The network's dropout rate: a fit of the pair sets the network's (``set_dropout``)."""
+        rate: float | torch.Tensor = getattr(self.network, "dropout")  # noqa: B009  (an attribute)
+        return rate
+
+    @dropout.setter
+    def dropout(self, rate: float | torch.Tensor) -> None:
+        setattr(self.network, "dropout", rate)  # noqa: B010  (as set_dropout does)
+
     def forward(self, x: torch.Tensor, *step: int) -> torch.Tensor:
         """The network's logits (a joint model's at time ``step``), transformed."""
         return self.transform(self.network(x, *step))  # type: ignore[no-any-return]

@@ -34,7 +34,7 @@ from seq2final.methods import (
 )
 from seq2final.methods.blocks import space_of
 from seq2final.methods.historical import train_step0
-from seq2final.models import count_parameters
+from seq2final.models import count_parameters, network_of
 from seq2final.protocols import STEP_SPLITS
 from seq2final.runs.detection import Detections, shared_detection
 from seq2final.runs.leases import claim
@@ -401,7 +401,9 @@ def train_jobs(
         try:
             start = previous = None
             if job.warm_start is not None:
-                start, previous = store.model(job.warm_start), store[job.warm_start].fits
+                # the network goes on (an output transform is fitted anew on each time's data)
+                start = network_of(store.model(job.warm_start))
+                previous = store[job.warm_start].fits
             outcome, ctx = fit_job(plan, job, sequence, states.get(job.state_key or ""),
                                    costs.get(job.state_key or "", {}), start,
                                    detections, previous or ())  # fmt: skip

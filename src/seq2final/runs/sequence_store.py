@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import partial_path, replace_folder
+from seq2final.core.schema import stored_problem
 from seq2final.data.sequence import SequenceManifest, ShiftSequence, Step
 
 MANIFEST = "manifest.json"
@@ -43,9 +44,9 @@ class SequenceStore(Mapping[str, ShiftSequence]):
         try:
             manifest = SequenceManifest.model_validate_json(manifest_path.read_text())
         except (OSError, ValidationError) as error:
-            first = str(error).splitlines()[0]
             raise Seq2FinalError(
-                f"stored sequence '{key}' has an unreadable manifest: {first}"
+                f"stored sequence '{key}' has an unreadable manifest ({stored_problem(error)}); "
+                "rebuild it"
             ) from None
         return ShiftSequence(manifest, _loader=lambda name: self._load_step(key, name, manifest))
 

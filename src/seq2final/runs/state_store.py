@@ -16,9 +16,11 @@ from typing import Any
 
 import torch
 from kedro.io import AbstractDataset
+from pydantic import ValidationError
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write, json_safe
+from seq2final.core.schema import stored_problem
 from seq2final.methods import HistoricalState, ModelChain
 from seq2final.models.storage import pack, unpack
 from seq2final.training.records import FitRecord, StateInfo
@@ -65,9 +67,12 @@ def pack_state(state: HistoricalState) -> dict[str, Any]:
     }
 
 
-def unpack_state(payload: dict[str, Any], base: HistoricalState | None = None) -> HistoricalState:
-    """A state from ``state.pt``; ``base`` is the state it extends (``info.extends``), whose
-    shared models and anchors it continues."""
+def unpack_state(
+    payload: dict[str, Any], info: StateInfo | None, base: HistoricalState | None = None
+) -> HistoricalState:
+    """A state from ``state.pt`` with its ``info`` (read from ``state.json``, which holds the
+    same); ``base`` is the state it extends (``info.extends``), whose shared models and anchors
+    it continues."""
     chains = {}
     for name, chain in payload["chains"].items():
         earlier = base.chains[name] if base is not None else ModelChain([])
@@ -78,14 +83,19 @@ def unpack_state(payload: dict[str, Any], base: HistoricalState | None = None) -
             + [(values, fisher) for values, fisher in chain["anchors"]],
             chain.get("anchor_weight", "ewc_lambda"),  # states saved before SI existed
         )
-    return HistoricalState(
-        payload["mode"], payload["arch"], chains, _fits(payload["fits"]), _info(payload["info"])
-    )
+    return HistoricalState(payload["mode"], payload["arch"], chains, _fits(payload["fits"]), info)
 
 
-def _info(stored: dict[str, Any]) -> StateInfo | None:
-    """A state's info as stored (empty for a state made outside a run)."""
-    return StateInfo.model_validate(stored) if stored else None
+def _info(stored: dict[str, Any], folder: Path) -> StateInfo | None:
+    """A state's info as stored (empty for a state made outside a run); one that does not read
+    is one line naming the state's folder."""
+    try:
+        return StateInfo.model_validate(stored) if stored else None
+    except ValidationError as error:
+        raise Seq2FinalError(
+            f"historical state {folder} has unreadable info ({stored_problem(error)}); delete "
+            "its folder and rerun pretrain_historical"
+        ) from None
 
 
 def _info_json(state: HistoricalState) -> dict[str, Any]:
@@ -125,12 +135,12 @@ class HistoricalStore(Mapping[str, HistoricalState]):
         path = self._path(key)
         if not path.exists():
             raise KeyError(key)
-        info = _info(json.loads((path.parent / "state.json").read_text())["info"])
+        info = _info(json.loads((path.parent / "state.json").read_text())["info"], path.parent)
         extends = info.extends if info is not None else None
         base = self[extends] if extends else None  # the previous time's, for a growing chain
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True)
-            state = unpack_state(payload, base)
+            state = unpack_state(payload, info, base)
         except Exception as error:  # any unreadable or inconsistent file is the same problem
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise Seq2FinalError(
@@ -150,7 +160,7 @@ class HistoricalStore(Mapping[str, HistoricalState]):
         what a job's cost needs, read without loading a stream's chain."""
         record = json.loads((self.root / key / "state.json").read_text())
         return HistoricalState(record["mode"], record["arch"], {}, _fits(record["fits"]),
-                               _info(record["info"]))  # fmt: skip
+                               _info(record["info"], self.root / key))  # fmt: skip
 
     def __iter__(self) -> Iterator[str]:
         if not self.root.exists():

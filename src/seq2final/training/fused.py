@@ -57,6 +57,7 @@ from seq2final.training.engine import (
 from seq2final.training.epochs import EpochLog, EpochSchedule, FitResult, hand_back
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.loop import (
+    PAUSED_LAYOUT,
     BatchOrder,
     EpochCallback,
     global_rng,
@@ -230,6 +231,7 @@ class FusedRun:
         if not any(p.requires_grad for p in models[0].parameters()):
             raise Seq2FinalError("nothing to train: every parameter of the model is frozen")
         self.models, self.max_epochs, self.epoch = list(models), max_epochs, 0
+        self.layout = PAUSED_LAYOUT  # what load_paused checks
         self.labels = list(range(len(models)) if labels is None else labels)
         self._attach(task, engine)
         trials = [replace(t, hp=task.checked_hyperparameters(t.hp)) for t in trials]

@@ -71,6 +71,9 @@ from seq2final.training.terms import Batch
 EpochCallback = Callable[[int, float], None]
 log = logging.getLogger(__name__)
 P = TypeVar("P")  # what a paused file holds (load_paused)
+PAUSED_LAYOUT = 2
+"""The layout of a paused fit's or stack's file (2: each model's epochs in an ``EpochLog``): a
+file of another layout is refused by :func:`load_paused`, not run into a missing attribute."""
 
 
 class BatchOrder:
@@ -202,7 +205,7 @@ class FitRun:
         self.state = FitState(model, parameters, self.optimizer, self.scaler, engine, hp,
                               generator, self.domains)  # fmt: skip
         self.callbacks = task.callbacks
-        self.epoch = 0
+        self.epoch, self.layout = 0, PAUSED_LAYOUT
         self.log = EpochLog(Selection(engine.patience))
         self.best_extras: dict[str, Any] = {}
         self.global_rng: list[torch.Tensor] | None = None  # the global states while paused
@@ -430,6 +433,11 @@ def load_paused(path: Path, kind: type[P], what: str, restart: str) -> P:
         ) from None
     if not isinstance(paused, kind):
         raise Seq2FinalError(f"{path} holds no paused {what}; delete it to restart {restart}")
+    if vars(paused).get("layout") != PAUSED_LAYOUT:
+        raise Seq2FinalError(
+            f"paused {what} {path} was written by an earlier release of seq2final; delete it to "
+            f"restart {restart}"
+        )
     return paused
 
 
