@@ -71,12 +71,26 @@ def test_the_saved_view_lists_one_row_per_job_with_the_columns_it_names(every_me
         kind, name = re.fullmatch(r"(\w+)\.`(.+)`", column).groups()
         if kind != "attributes":
             assert all(name in getattr(r.data, kind) for r in rows), column
-    parallel, bar = state["compareRunCharts"]
-    assert all(p in rows[0].data.params for p in parallel["selectedParams"])
-    assert all(m in rows[0].data.metrics for m in parallel["selectedMetrics"])
-    assert bar["metricKey"] in rows[0].data.metrics
+    # Two charts that name every method (MLflow's bar card never labels its bars), side by side
+    charts = state["compareRunCharts"]
+    assert [c["type"] for c in charts] == ["PARALLEL", "PARALLEL"]
+    for chart in charts:
+        assert "method" in chart["selectedParams"] and chart["showAllRuns"]
+        assert all(p in rows[0].data.params for p in chart["selectedParams"])
+        assert all(m in rows[0].data.metrics for m in chart["selectedMetrics"])
     (section,) = state["compareRunSections"]
-    assert parallel["metricSectionId"] == bar["metricSectionId"] == section["uuid"]
+    assert {c["metricSectionId"] for c in charts} == {section["uuid"]}
+    assert (section["columns"], section["cardHeight"]) == (2, 540) and state["runListHidden"]
+    # The columns a comparison reads come right after MLflow's two pinned ones, and fit the
+    # runs table at a 1600-pixel window with MLflow's Assistant panel open (940 pixels, measured
+    # on a screenshot; 40 of them the row's checkbox).
+    order = state["columnOrder"]
+    read = ["tags.`method`", "tags.`arch`", "metrics.`test_accuracy`",
+            "metrics.`valid_accuracy`", "metrics.`worst_class_accuracy`", "metrics.`ece`"]  # fmt: skip
+    assert order[:8] == ["attributes.`Run Name`", "runDateAndNestInfo", *read]
+    assert set(order) == set(COMPARISON_COLUMNS) | {"attributes.`Run Name`",
+                                                    "runDateAndNestInfo", "duration"}  # fmt: skip
+    assert 40 + sum(state["columnWidths"][c] for c in order[:8]) <= 940
     # The experiment link a run prints opens this view.
     assert ui_url("sqlite:///mlflow.db", experiment.experiment_id).endswith(
         f"&viewStateShareKey={COMPARISON_VIEW}"

@@ -1,5 +1,6 @@
 """MLflow tracking on a tiny digits sequence, with MLflow pointed at a temporary SQLite file."""
 
+import json
 import multiprocessing
 import os
 import shutil
@@ -92,9 +93,11 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
     for name in SUMMARY - {"parameter_count"}:
         assert run.data.metrics[name] == metric_value(getattr(record, name))
     # compute: the job's own training and, apart, the ERM state it continues (shared with FT)
-    assert run.data.metrics["train_flops"] == record.train_flops > 0
+    # ... shown in GFLOP (the record keeps the counts)
+    assert run.data.metrics["train_gflop"] == metric_value(record.train_flops / 1e9) > 0
+    assert "train_flops" not in run.data.metrics
     erm = record.historical_flops.states[record.historical_state]
-    assert run.data.metrics["historical_train_flops"] == erm > 0
+    assert run.data.metrics["historical_train_gflop"] == metric_value(erm / 1e9) > 0
 
     # Histories: one step per epoch of the fit that made the model (LP-FT's second stage),
     # plus every stage under its own name.
@@ -152,7 +155,10 @@ def test_a_job_is_one_run_with_params_metrics_histories_trials_and_a_registered_
     # run's "Logged models"), carrying the run's test accuracy, and the registered version's source.
     (logged,) = client.search_logged_models([run.info.experiment_id])
     assert logged.source_run_id == run.info.run_id
-    assert (logged.name, str(logged.status)) == (run.info.run_name, "READY")
+    assert (logged.name, str(logged.status)) == ("lp_ft", "READY")  # its method, as in the tables
+    # ... whose registered version the run page's *Logged models* table names, as MLflow's own
+    # register_model records it
+    assert json.loads(logged.tags["mlflow.modelVersions"]) == [{"name": name, "version": "1"}]
     assert [o.model_id for o in client.get_run(run.info.run_id).outputs.model_outputs] == [
         logged.model_id
     ]

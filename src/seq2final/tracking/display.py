@@ -31,22 +31,37 @@ COMPARISON_COLUMNS = (
     "metrics.`worst_class_accuracy`", "metrics.`ece`", "tags.`budget`", "tags.`seed`",
     "attributes.`Models`",
 )  # fmt: skip
-"""The runs table's columns in the comparison view, as MLflow's UI names them: the metrics
-before the wide *Dataset* column, which at 1600 pixels would push them past the edge (the
-sequence's digest it shows is the tag ``sequence_key`` of every row)."""
+"""The runs table's columns in the comparison view, as MLflow's UI names them (the wide
+*Dataset* column left out: the sequence's digest it shows is every row's tag ``sequence_key``)."""
+
+COLUMN_WIDTHS = {
+    "attributes.`Run Name`": 110, "runDateAndNestInfo": 100, "tags.`method`": 100,
+    "tags.`arch`": 90, "metrics.`test_accuracy`": 115, "metrics.`valid_accuracy`": 115,
+    "metrics.`worst_class_accuracy`": 160, "metrics.`ece`": 75, "tags.`budget`": 75,
+    "tags.`seed`": 65, "duration": 80, "attributes.`Models`": 150,
+}  # fmt: skip
+"""The view's columns left to right, with their widths in pixels: MLflow's two it pins left (the
+run's name and *Created*, narrowed), then the method and architecture and the four numbers a
+comparison reads, so that at 1600 pixels, with MLflow's Assistant panel open on the right, they
+are all on screen; MLflow's *Duration* and the model's link after them. The keys are the column
+ids of MLflow 3.17's runs table (``tests/tracking/test_comparison_view.py`` checks them against
+the column ids the view's own columns have)."""
 
 
 def comparison_view(created_ms: int) -> str:
     """The experiment tag value of the saved view "Compare methods": one row per job
     (:data:`COMPARISON_FILTER`), best test accuracy first, the metrics a comparison needs as
-    columns, and a parallel-coordinates chart from ``arch`` and ``method`` to test accuracy.
+    columns in the order and widths of :data:`COLUMN_WIDTHS`, and on the *Chart* tab two
+    parallel-coordinates charts side by side (``arch`` and ``method`` to test accuracy, and to
+    worst-class accuracy and ECE): each names every method on its axis, where MLflow's bar chart
+    card never labels its bars.
 
     MLflow 3.17's UI keeps an experiment's saved views as experiment tags
     ``mlflow.sharedViewState.<id>`` (an envelope holding the view's state as JSON text), lists
     them under *Saved views* and opens one from the URL parameter ``viewStateShareKey``; the
     links seq2final prints (:func:`ui_url`) open this one. Without it, MLflow opens on every
-    run, trials and the summary run included, with no metric column. (Its *Chart* tab adds a
-    bar chart of test accuracy, every job.)
+    run, trials and the summary run included, with no metric column. ``runListHidden`` gives the
+    charts the runs list's width; a section's ``columns`` and ``cardHeight`` are MLflow's.
     """
     section = "seq2final-compare"
     common = {"runsCountToCompare": 100, "metricSectionId": section, "deleted": False,
@@ -55,19 +70,31 @@ def comparison_view(created_ms: int) -> str:
         {**common, "uuid": "seq2final-method-arch", "type": "PARALLEL",
          "selectedParams": ["arch", "method"], "selectedMetrics": ["test_accuracy"],
          "showAllRuns": True},
-        {**common, "uuid": "seq2final-test-accuracy", "type": "BAR",
-         "metricKey": "test_accuracy"},
+        {**common, "uuid": "seq2final-method-metrics", "type": "PARALLEL",
+         "selectedParams": ["arch", "method"],
+         "selectedMetrics": ["worst_class_accuracy", "ece"],
+         "showAllRuns": True},
     ]  # fmt: skip
     state = {
         "searchFilter": COMPARISON_FILTER,
         "orderByKey": "metrics.`test_accuracy`",
         "orderByAsc": False,
         "selectedColumns": list(COMPARISON_COLUMNS),
-        "runsHiddenMode": "SHOW_ALL",  # the charts draw every job, not MLflow's first ten
+        "columnOrder": list(COLUMN_WIDTHS),
+        "columnWidths": COLUMN_WIDTHS,
+        "runsHiddenMode": "SHOW_ALL",
+        "runListHidden": True,  # the charts draw every job, not MLflow's first ten
         # MLflow adds its own sections (one per metric prefix) after this one, sorted by name
         "compareRunCharts": charts,
         "compareRunSections": [
-            {"uuid": section, "name": "Compare methods", "display": True, "isReordered": False}
+            {
+                "uuid": section,
+                "name": "Compare methods",
+                "display": True,
+                "isReordered": False,
+                "columns": 2,
+                "cardHeight": 540,
+            }
         ],
     }
     return json.dumps({

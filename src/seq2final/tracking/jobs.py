@@ -290,11 +290,11 @@ class JobTracker:
             if getattr(record, name) is not None  # a diverged model's NLL and ECE are not numbers
         }  # fmt: skip
         summary["parameter_count"] = record.parameters
-        for name in ("train_flops", "eval_flops", "inference_flops_per_image"):
+        for name, gflop in _GFLOP_METRICS.items():  # in GFLOP, as a reader compares them
             if getattr(record, name) is not None:  # records from before FLOPs were counted lack it
-                summary[name] = getattr(record, name)
+                summary[gflop] = getattr(record, name) / 1e9
         if record.historical_flops:  # the shared states it continues, charged to them
-            summary["historical_train_flops"] = sum(record.shared_train_flops().values())
+            summary["historical_train_gflop"] = sum(record.shared_train_flops().values()) / 1e9
         metrics = [Metric(k, metric_value(v), now, 0) for k, v in summary.items()]
         for step, row in (record.step_accuracies or {}).items():  # a protocol's view
             metrics += [Metric(f"steps/{split}_accuracy", metric_value(getattr(row, split)), now, int(step))
@@ -383,6 +383,7 @@ class JobTracker:
         model, version = log_and_register(
             self.client,
             run_id,
+            shown_names(job, record).model_name(job.view.name if job.view else None),
             lambda path, metadata: save_pyfunc_model(
                 path,
                 store.model_path(job.key),
@@ -417,6 +418,15 @@ class JobTracker:
             params=[Param(k, param_value(v)) for k, v in (params or {}).items()],
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )
+
+
+_GFLOP_METRICS = {
+    "train_flops": "train_gflop",
+    "eval_flops": "eval_gflop",
+    "inference_flops_per_image": "inference_gflop_per_image",
+}
+"""The record's FLOP counts and the metrics that show them in GFLOP (``32.44``, not
+``32438845440``; the record keeps the counts)."""
 
 
 def _run_name(plan: RunPlan, job: JobPlan, method: str) -> str:

@@ -7,6 +7,7 @@ artifacts is in none of them (docs/tracking.md, "Models").
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import tempfile
@@ -17,6 +18,7 @@ from pathlib import Path
 from mlflow import MlflowClient
 from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric
 from mlflow.models import Model
+from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS as MODEL_VERSIONS
 
 from seq2final.tracking.mlflow_io import ensure_registered_model, quiet_model_logging
 
@@ -25,12 +27,13 @@ log = logging.getLogger(__name__)
 # What MLflow refuses in a logged model's name (a run name may hold a plugin's or budget's '.').
 _REFUSED = re.compile(r"[/:.%\"']")
 # The run's metrics its logged model carries too, so the *Models* tab compares them.
-_MODEL_METRICS = ("test_accuracy", "worst_class_accuracy", "ece", "valid_accuracy", "train_flops")
+_MODEL_METRICS = ("test_accuracy", "worst_class_accuracy", "ece", "valid_accuracy", "train_gflop")
 
 
 def log_and_register(
     client: MlflowClient,
     run_id: str,
+    name: str,
     save: Callable[[Path, Model], None],
     tags: Mapping[str, str],
     registered_name: str,
@@ -38,8 +41,11 @@ def log_and_register(
     description: str,
 ) -> tuple[str, str]:
     """The model ``save`` writes (a pyfunc folder at the path, from the ``MLmodel`` metadata
-    given) logged as run ``run_id``'s ``LoggedModel``, named as the run, with the run's summary
-    metrics, and registered as a version of ``registered_name``: (model id, version).
+    given) logged as run ``run_id``'s ``LoggedModel`` named ``name`` (the job's method, as the
+    tables call it), with the run's summary metrics, and registered as a version of
+    ``registered_name``, which the model's tag ``mlflow.modelVersions`` names as MLflow's own
+    ``register_model`` does (the run page's *Registered models* column reads it): (model id,
+    version).
 
     Made through ``client``, step by step, rather than the fluent ``log_model``, which logs to
     the process's active run; the registry reads a ``models:/`` source through the process's
@@ -48,7 +54,7 @@ def log_and_register(
     """
     run = client.get_run(run_id)
     logged = client.create_logged_model(
-        run.info.experiment_id, name=_REFUSED.sub("-", run.info.run_name), source_run_id=run_id,
+        run.info.experiment_id, name=_REFUSED.sub("-", name), source_run_id=run_id,
         tags=dict(tags), model_type="classifier",
     )  # fmt: skip
     try:
@@ -70,6 +76,8 @@ def log_and_register(
                 registered_name, logged.model_uri, run_id, tags=dict(version_tags),
                 description=description, model_id=logged.model_id,
             )  # fmt: skip
+        registered = [{"name": registered_name, "version": str(version.version)}]
+        client.set_logged_model_tags(logged.model_id, {MODEL_VERSIONS: json.dumps(registered)})
     except BaseException:
         try:
             client.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
