@@ -27,3 +27,17 @@ def test_kedro_viz_build_shows_every_pipeline_with_layers_and_named_nodes(projec
     assert data and not [n["name"] for n in data if not n.get("layer")]
     tasks = [n["name"] for n in graph["nodes"] if n["type"] == "task"]
     assert tasks and not [t for t in tasks if "(" in t or "->" in t]  # named, not func([..])
+
+
+def test_the_readme_links_every_registered_pipeline_as_kedro_viz_opens_one():
+    """kedro-viz 12.5 opens a pipeline from ``?pid=`` (it ignores ``?pipeline_id=``): the README
+    links each registered pipeline so, and none that is not registered."""
+    import re
+
+    from kedro.framework.project import pipelines
+
+    bootstrap_once(Path(__file__).resolve().parents[1])
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    linked = set(re.findall(r"http://127\.0\.0\.1:4141/\?pid=(\w+)", readme))
+    assert linked == set(pipelines) - {"__default__"}
+    assert "4141/?pipeline_id=" not in readme
