@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,8 +33,6 @@ def test_kedro_viz_build_shows_every_pipeline_with_layers_and_named_nodes(projec
 def test_the_readme_links_every_registered_pipeline_as_kedro_viz_opens_one():
     """kedro-viz 12.5 opens a pipeline from ``?pid=`` (it ignores ``?pipeline_id=``): the README
     links each registered pipeline so, and none that is not registered."""
-    import re
-
     from kedro.framework.project import pipelines
 
     bootstrap_once(Path(__file__).resolve().parents[1])
