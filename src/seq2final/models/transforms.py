@@ -68,7 +68,7 @@ class TransformedModel(nn.Module):
 
     def forward(self, x: torch.Tensor, *step: int) -> torch.Tensor:
         """The network's logits (a joint model's at time ``step``), transformed."""
-        return self.transform(self.network(x, *step))  # type: ignore[no-any-return]
+        return self.transform(self.network(x, *step))  # type: ignore[no-any-return]  # Module.__call__ is Any
 
 
 def network_of(model: nn.Module) -> nn.Module:
