@@ -17,6 +17,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.text import Annotation, Text
+from result_records import make_record
 
 from seq2final.data.family import intensity_label
 from seq2final.methods import METHODS as REGISTRY
@@ -537,3 +538,27 @@ def test_a_jobs_learning_curve_legend_lies_under_the_panels():
         assert not axis.get_tightbbox(renderer).overlaps(box)
         assert axis.get_legend() is None
     assert figure.bbox.padded(1).contains(box.x0, box.y0)
+
+
+def test_each_stage_in_the_legend_says_its_learning_rate_and_the_legend_stays_inside():
+    """SFT's stages are named by schedule (``exponential_2e-4_0.5/step2``): beside each, the
+    learning rate the stage trained with, from the record's fits, tells them apart."""
+    stages = ("exponential_2e-4_0.5/step1", "exponential_2e-4_0.5/step2",
+              "exponential_2e-4_0.5/final", "none/final")  # fmt: skip
+    rates = {stages[0]: 1e-4, stages[1]: 5e-5, stages[2]: 2.5e-5}  # none/final: no lr recorded
+    figure = _saved(plots.learning_curves(_curves(4, stages), "sft on s (d), a, budget b", rates))
+    (legend,) = figure.legends
+    assert [t.get_text() for t in legend.get_texts()][2:] == [
+        "stage exponential_2e-4_0.5/step1, lr 0.0001",
+        "stage exponential_2e-4_0.5/step2, lr 5e-05",
+        "stage exponential_2e-4_0.5/final, lr 2.5e-05",
+        "stage none/final",
+    ]
+    renderer = figure.canvas.get_renderer()
+    box = legend.get_window_extent(renderer)
+    assert figure.bbox.padded(1).contains(box.x0, box.y0)
+    assert figure.bbox.padded(1).contains(box.x1, box.y1)
+    record = make_record(fits=[{"stage": "exp/final", "params": {"lr": 2.5e-5, "dropout": 0.1},
+                                "valid_accuracy": 0.5, "best_epoch": 1, "epochs": 2,
+                                "trials": 1}])  # fmt: skip
+    assert record.stage_rates() == {"exp/final": 2.5e-5}

@@ -314,6 +314,11 @@ class ResultRecord(_Record):
             mode="json", exclude={name for name in optional if getattr(self, name) is None}
         )
 
+    def stage_rates(self) -> dict[str, float]:
+        """The learning rate each fit of the job trained with, by stage (chosen by its search,
+        or set by its SFT schedule): what a learning-curve legend gives beside a stage's name."""
+        return {fit.stage: float(fit.params["lr"]) for fit in self.fits if "lr" in fit.params}
+
     def shared_train_flops(self) -> dict[str, int]:
         """The training FLOPs of the historical states this job continues, by key."""
         return dict(self.historical_flops.states) if self.historical_flops else {}
