@@ -37,6 +37,8 @@ def test_the_readme_links_every_registered_pipeline_as_kedro_viz_opens_one():
 
     bootstrap_once(Path(__file__).resolve().parents[1])
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    linked = set(re.findall(r"http://127\.0\.0\.1:4141/\?pid=(\w+)", readme))
+    linked = set(re.findall(r"http://127\.0\.0\.1:4141/\?pid=(\w+)\)", readme))
     assert linked == set(pipelines) - {"__default__"}
+    # the overview first: the full pipeline's nodes alone (kedro-viz's `types` filter)
+    assert "http://127.0.0.1:4141/?pid=__default__&types=task)" in readme
     assert "4141/?pipeline_id=" not in readme
