@@ -27,12 +27,12 @@ from seq2final.training.tuner import check_storage
 
 class ValidateParametersHook:
     """Check every run parameter as soon as the context exists, so a typo costs no work, and keep
-    the checked run for the other hooks (``checked``) and the nodes (the ``checked_run`` and
-    its typed parts: :meth:`~seq2final.config.checks.CheckedRun.datasets`): the parameters are validated once, as kedro-mlflow's hook
-    validates its configuration once and keeps it.
+    the checked run for the other hooks (``checked``) and the nodes (the ``checked_run`` and its
+    typed parts, :meth:`~seq2final.config.checks.CheckedRun.datasets`): the parameters are
+    validated once, as kedro-mlflow's hook validates its configuration once and keeps it.
 
-    It reads the raw parameters, not ``context.params``: reading those makes Kedro convert the
-    blocks that nodes take typed, and report a bad value over several lines; ours says it in one.
+    It reads the raw parameters, not ``context.params``, which Kedro builds by validating them
+    itself and would report a bad value over several lines; ours says it in one.
     """
 
     def __init__(self, checked: CheckedParameters) -> None:

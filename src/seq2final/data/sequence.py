@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, field_serializer
+from pydantic import field_serializer
 
 from seq2final.core.errors import Seq2FinalError
+from seq2final.core.schema import StrictModel
 from seq2final.data.effects import ShiftState
 from seq2final.data.sources import SourceData
 from seq2final.data.spec import SequenceSpec
@@ -44,11 +45,7 @@ class Step:
         return digest.hexdigest()
 
 
-class _Entry(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class StepEntry(_Entry):
+class StepEntry(StrictModel):
     """One step as the manifest records it: its name, the shift state it was drawn in (every
     effect's value, :meth:`~seq2final.data.effects.ShiftState.describe`; none for a natural
     sequence's period), its splits' sizes and, under a support shift, its counted intensity
@@ -61,7 +58,7 @@ class StepEntry(_Entry):
     history_support_intensity: float | None = None
 
 
-class ViewEntry(_Entry):
+class ViewEntry(StrictModel):
     """What a protocol's view of a sequence is a view of: the sequence's key, the view's name,
     its steps and the seed of its mixed draw (none: the steps' own images)."""
 
@@ -71,7 +68,7 @@ class ViewEntry(_Entry):
     mixed_seed: int | None
 
 
-class SequenceManifest(_Entry):
+class SequenceManifest(StrictModel):
     """A built sequence's ``manifest.json``, typed to its leaves: layout ``format``, key, spec,
     the source data's fingerprint (none in manifests written before fingerprints), class and
     sub-class names, each step's entry, whether it holds an oracle-size final draw, each step's

@@ -89,8 +89,9 @@ def pack(model: nn.Module) -> dict[str, Any]:
         "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
         "frozen": [name for name, p in model.named_parameters() if not p.requires_grad],
     }
-    if isinstance(network_of(model), JointModel):
-        payload["module_scales"] = network_of(model).module_scales
+    network = network_of(model)
+    if isinstance(network, JointModel):
+        payload["module_scales"] = network.module_scales
     return payload
 
 

@@ -142,10 +142,9 @@ class HistoricalStore(Mapping[str, HistoricalState]):
             payload = torch.load(path, map_location="cpu", weights_only=True)
             state = unpack_state(payload, info, base)
         except Exception as error:  # any unreadable or inconsistent file is the same problem
-            first = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise Seq2FinalError(
-                f"historical state {path} is corrupt ({first[:120]}); delete its folder and rerun "
-                "pretrain_historical"
+                f"historical state {path} is corrupt ({stored_problem(error)[:120]}); delete its "
+                "folder and rerun pretrain_historical"
             ) from None
         return self._remember(key, state)
 

@@ -438,8 +438,8 @@ def _run_name(plan: RunPlan, job: JobPlan, method: str) -> str:
 def _final_stage(record: ResultRecord) -> str:
     """The fit that made the final model: the chosen chain's last fit, else the last fit."""
     stages = [fit.stage for fit in record.fits]
-    chain = record.chosen.chain
-    if chain and chain != "main":
+    chain = record.chosen.name
+    if chain != "main":
         stages = [s for s in stages if s.startswith(f"{chain}/")] or stages
     return stages[-1]
 

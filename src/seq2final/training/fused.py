@@ -56,17 +56,9 @@ from seq2final.training.engine import (
 )
 from seq2final.training.epochs import EpochLog, EpochSchedule, FitResult, hand_back
 from seq2final.training.hyperparameters import HyperParameters
-from seq2final.training.loop import (
-    PAUSED_LAYOUT,
-    BatchOrder,
-    EpochCallback,
-    global_rng,
-    load_paused,
-    restore_global_rng,
-    train_mode,
-    training_images,
-)
+from seq2final.training.loop import BatchOrder, EpochCallback, train_mode, training_images
 from seq2final.training.objectives import Task, objective_loss
+from seq2final.training.paused import PAUSED_LAYOUT, global_rng, load_paused, restore_global_rng
 from seq2final.training.rules import Selection
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import Batch, LossTerm

@@ -34,7 +34,7 @@ import math
 import pickle
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -64,16 +64,13 @@ from seq2final.training.epochs import (
 from seq2final.training.hyperparameters import HyperParameters
 from seq2final.training.objectives import Task, objective_loss
 from seq2final.training.optimizers import build_optimizer
+from seq2final.training.paused import PAUSED_LAYOUT, global_rng, load_paused, restore_global_rng
 from seq2final.training.rules import Selection
 from seq2final.training.tensors import TensorSplit
 from seq2final.training.terms import Batch
 
 EpochCallback = Callable[[int, float], None]
 log = logging.getLogger(__name__)
-P = TypeVar("P")  # what a paused file holds (load_paused)
-PAUSED_LAYOUT = 2
-"""The layout of a paused fit's or stack's file (2: each model's epochs in an ``EpochLog``): a
-file of another layout is refused by :func:`load_paused`, not run into a missing attribute."""
 
 
 class BatchOrder:
@@ -402,43 +399,6 @@ class FitRun:
             self.model if state.eval_model is None else state.eval_model
         )
         self.best_extras = _kept(state, self.callbacks)
-
-
-def global_rng(device: torch.device) -> list[torch.Tensor]:
-    """The global random states a paused fit keeps (the CPU's, and the device's on CUDA):
-    another fit may draw from them while it waits."""
-    states = [torch.get_rng_state()]
-    if device.type == "cuda":
-        states.append(torch.cuda.get_rng_state(device))
-    return states
-
-
-def restore_global_rng(states: list[torch.Tensor], device: torch.device) -> None:
-    """Put back what :func:`global_rng` kept, as a paused fit goes on."""
-    torch.set_rng_state(states[0])
-    if len(states) > 1:
-        torch.cuda.set_rng_state(states[1], device)
-
-
-def load_paused(path: Path, kind: type[P], what: str, restart: str) -> P:
-    """The paused ``what`` (fit, stack) of type ``kind`` pickled at ``path``; a damaged or
-    foreign file is one line saying to delete it to restart ``restart``. Loads a pickle: only
-    for files this project wrote (a tuner's own checkpoints)."""
-    try:
-        paused = torch.load(path, map_location=None, weights_only=False)
-    except Exception as error:  # damaged, or written by another version of the class
-        first = (str(error).splitlines() or [type(error).__name__])[0][:120]
-        raise Seq2FinalError(
-            f"paused {what} {path} is unreadable ({first}); delete it to restart {restart}"
-        ) from None
-    if not isinstance(paused, kind):
-        raise Seq2FinalError(f"{path} holds no paused {what}; delete it to restart {restart}")
-    if vars(paused).get("layout") != PAUSED_LAYOUT:
-        raise Seq2FinalError(
-            f"paused {what} {path} was written by an earlier release of seq2final; delete it to "
-            f"restart {restart}"
-        )
-    return paused
 
 
 def _kept(state: FitState, callbacks: list) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import torch
 
 from seq2final.core.errors import Seq2FinalError
 from seq2final.core.files import atomic_write
+from seq2final.core.schema import stored_problem
 from seq2final.training.epochs import FitResult
 from seq2final.training.fused import FusedRun
 from seq2final.training.loop import FitRun
@@ -119,7 +120,7 @@ def load_checkpoint(path: Path) -> dict[str, Any] | None:
             fit["extras"] = {} if omega is None else {"path_integral": omega}
         payload["fit"] = FitResult(**fit)
     except Exception as error:  # any unreadable or foreign content is the same problem
-        first = (str(error).splitlines() or [type(error).__name__])[0][:120]
+        first = stored_problem(error)[:120]
         raise Seq2FinalError(
             f"tuning checkpoint {path} is unreadable ({first}); delete it to restart its study "
             "from scratch"
