@@ -263,9 +263,15 @@ def _check_protocol(
         )
     try:
         views = PROTOCOLS[run.protocol].views(len(spec.steps), options)
-        chosen_views(views, run.protocol_view, run.protocol)
+        views = chosen_views(views, run.protocol_view, run.protocol)
     except Seq2FinalError as error:
         raise Seq2FinalError(f"parameter 'protocol': {error}") from None
+    mixed = [view.name for view in views if view.mixed]
+    if run.representations.test_on == "sequence" and mixed:
+        raise Seq2FinalError(
+            f"representations.test_on sequence with the view {mixed[0]}: its training images are "
+            "drawn from every step, the final step's too; valid: test_on view"
+        )
     return options
 
 

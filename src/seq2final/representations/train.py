@@ -24,7 +24,6 @@ import torch
 from torch import nn
 
 from seq2final.config.parameters import CurveOptions
-from seq2final.core.errors import Seq2FinalError
 from seq2final.core.seeds import derived_seed
 from seq2final.data.sequence import ShiftSequence
 from seq2final.methods import HistoricalState
@@ -153,15 +152,9 @@ def train_curves(
     options: CurveOptions,
 ) -> None:
     """Fit every point the store lacks, storing each as soon as it is made. Every state the
-    plan needs must be stored, every size must fit the final step's training set and, tested on
-    the sequence's final step, no view may have trained on its images: all checked before any
-    fit."""
-    mixed = [j.view.name for j in plan.jobs if j.view is not None and j.view.mixed_seed is not None]
-    if options.test_on == "sequence" and mixed:
-        raise Seq2FinalError(
-            f"representations.test_on sequence with the view {mixed[0]}: its training images are "
-            "drawn from every step, the final step's too; valid: test_on view"
-        )
+    plan needs must be given and every size must fit the final step's training set, checked
+    before any fit; that no view trained on the sequence's final step when curves are tested on
+    it is checked with the run parameters (``config.checks``)."""
     needed = load_states(plan, states)
     views = _sources(plan, needed, options, sequence)
     work: list[tuple[str, str]] = []

@@ -1,7 +1,8 @@
 """Training a run's historical states and final jobs, each key once, into its store.
 
 The training nodes (``pretrain_historical.train_historical_states``,
-``adapt_final.train_final_jobs``) call :func:`train_states` and :func:`train_jobs`, which train
+``adapt_final.train_final_jobs``) call :func:`train_states` and :func:`train_jobs` (the latter on
+the :class:`StartStates` loaded before it, ``adapt_final.load_start_states``), which train
 only the keys their store does not hold yet and store each one as soon as it is trained: finished
 work is reused and an interrupted run resumes where it stopped. A key is trained under its lease
 (:mod:`seq2final.runs.leases`), so processes sharing a store train it once.
@@ -38,6 +39,7 @@ from seq2final.models import count_parameters, network_of
 from seq2final.protocols import STEP_SPLITS
 from seq2final.runs.detection import Detections, shared_detection
 from seq2final.runs.leases import claim
+from seq2final.runs.planner import load_states
 from seq2final.runs.plans import STEP0, JobPlan, RunPlan, StatePlan
 from seq2final.runs.result_store import ResultStore
 from seq2final.runs.state_store import HistoricalStore
@@ -203,6 +205,24 @@ def historical_costs(key: str | None, summary: Callable[[str], HistoricalState])
         costs[key] = sum(fit.train_flops or 0 for fit in state.fits)
         key = state.info.continues if state.info is not None else None
     return costs
+
+
+@dataclass(frozen=True)
+class StartStates:
+    """The historical states a plan's jobs start from, every one loaded and checked before any
+    final fit, with each one's :func:`historical_costs`: the dataset ``start_states`` that
+    ``adapt_final`` and ``representations`` train from."""
+
+    states: dict[str, HistoricalState]
+    costs: dict[str, dict[str, int]]
+
+
+def start_states(plan: RunPlan, store: HistoricalStore) -> StartStates:
+    """The states ``plan``'s jobs need, loaded from ``store`` (one line naming the command that
+    makes a missing one, :func:`~seq2final.runs.planner.load_states`), and their costs, read once
+    per state from the stored fits of it and of what it continues (no models read)."""
+    loaded = load_states(plan, store)
+    return StartStates(loaded, {key: historical_costs(key, store.summary) for key in loaded})
 
 
 def fit_job(

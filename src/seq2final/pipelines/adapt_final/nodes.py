@@ -12,8 +12,7 @@ from seq2final.methods import ORACLE, paper_columns
 from seq2final.protocols import PROTOCOLS
 from seq2final.reporting.protocols import protocol_scores
 from seq2final.reporting.tables import shown_name
-from seq2final.runs.execution import historical_costs, train_jobs
-from seq2final.runs.planner import load_states
+from seq2final.runs.execution import StartStates, start_states, train_jobs
 from seq2final.runs.plans import JobPlan, RunPlan
 from seq2final.runs.result_store import ResultStore
 from seq2final.runs.state_store import HistoricalStore
@@ -34,21 +33,25 @@ class RunTable:
     reference: str | None  # the row (its method) every method is compared with, if run
 
 
+def load_start_states(plan: RunPlan, states: HistoricalStore) -> StartStates:
+    """Every historical state the plan's jobs start from, loaded and checked, with its training
+    FLOPs: a missing one stops the run in one line naming the command that makes it, before any
+    training or MLflow run (:func:`seq2final.runs.execution.start_states`)."""
+    return start_states(plan, states)
+
+
 def train_final_jobs(
     sequence: ShiftSequence,
     plan: RunPlan,
-    states: HistoricalStore,
+    start: StartStates,
     store: ResultStore,
 ) -> ResultStore:
-    """Fits every job of the plan that ``store`` lacks on its historical state, storing each as
-    soon as it is fitted (tracked in MLflow unless tracking is off); the store, now holding them.
+    """Fits every job of the plan that ``store`` lacks on the historical state it starts from,
+    storing each as soon as it is fitted (tracked in MLflow unless tracking is off); the store,
+    now holding them.
 
-    Every historical state is loaded and checked, and the MLflow experiment and registry names
-    accepted, before any training.
+    The MLflow experiment and registry names are accepted before any training.
     """
-    loaded = load_states(plan, states)
-    # once per state, from the stored fits of it and of what it continues (no models read)
-    costs = {key: historical_costs(key, states.summary) for key in loaded}
     tracker = JobTracker.connect(
         plan,
         json.dumps(sequence.manifest.spec.to_dict(), separators=(",", ":")),
@@ -56,7 +59,7 @@ def train_final_jobs(
         num_classes=len(sequence.class_names),
         sequence_digest=sequence.content_hash,
     )
-    train_jobs(plan, sequence, loaded, costs, store, tracker)
+    train_jobs(plan, sequence, start.states, start.costs, store, tracker)
     return store
 
 

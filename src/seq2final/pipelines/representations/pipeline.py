@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from kedro.pipeline import Node, Pipeline
 
+from seq2final.pipelines.adapt_final.pipeline import load_start_states_node
 from seq2final.pipelines.build_sequences.pipeline import (
     in_namespace,
     select_sequence_node,
@@ -24,12 +25,13 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             select_sequence_node(),
             plan_jobs_node(),
+            load_start_states_node(),
             Node(
                 nodes.fit_representation_curves,
                 inputs=[
                     "sequence",
                     "job_plan",
-                    "historical_states",
+                    "start_states",
                     "representation_store",
                     "curve_options",
                 ],
