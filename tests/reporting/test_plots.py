@@ -540,25 +540,29 @@ def test_a_jobs_learning_curve_legend_lies_under_the_panels():
     assert figure.bbox.padded(1).contains(box.x0, box.y0)
 
 
-def test_each_stage_in_the_legend_says_its_learning_rate_and_the_legend_stays_inside():
-    """SFT's stages are named by schedule (``exponential_2e-4_0.5/step2``): beside each, the
-    learning rate the stage trained with, from the record's fits, tells them apart."""
-    stages = ("exponential_2e-4_0.5/step1", "exponential_2e-4_0.5/step2",
-              "exponential_2e-4_0.5/final", "none/final")  # fmt: skip
-    rates = {stages[0]: 1e-4, stages[1]: 5e-5, stages[2]: 2.5e-5}  # none/final: no lr recorded
-    figure = _saved(plots.learning_curves(_curves(4, stages), "sft on s (d), a, budget b", rates))
+def test_each_stage_in_the_legend_says_its_schedule_step_and_learning_rate():
+    """SFT's stages are named by schedule and step (``exponential_2e-4_0.5/final``): the legend
+    reads them as a schedule, a step and the learning rate the fit trained with, from the
+    record's fits, and marks the schedule the job kept on validation."""
+    fits = [("exponential_2e-4_0.5/step2", 5e-5), ("exponential_2e-4_0.5/final", 2.5e-5),
+            ("none/final", None), ("ft", 1e-3)]  # fmt: skip
+    record = make_record(
+        fits=[{"stage": stage, "params": {"dropout": 0.1} | ({"lr": lr} if lr else {}),
+               "valid_accuracy": 0.5, "best_epoch": 1, "epochs": 2, "trials": 1}
+              for stage, lr in fits],
+        chosen={"chain": "none"},
+    )  # fmt: skip
+    stages = tuple(stage for stage, _ in fits)
+    figure = _saved(plots.learning_curves(_curves(4, stages), "sft on s (d), a, budget b",
+                                          record.stage_labels()))  # fmt: skip
     (legend,) = figure.legends
     assert [t.get_text() for t in legend.get_texts()][2:] == [
-        "stage exponential_2e-4_0.5/step1, lr 0.0001",
-        "stage exponential_2e-4_0.5/step2, lr 5e-05",
-        "stage exponential_2e-4_0.5/final, lr 2.5e-05",
-        "stage none/final",
+        "schedule exponential_2e-4_0.5, step2 step, lr 5e-05",
+        "schedule exponential_2e-4_0.5, final step, lr 2.5e-05",
+        "schedule none (kept), final step",
+        "stage ft, lr 0.001",
     ]
     renderer = figure.canvas.get_renderer()
     box = legend.get_window_extent(renderer)
     assert figure.bbox.padded(1).contains(box.x0, box.y0)
     assert figure.bbox.padded(1).contains(box.x1, box.y1)
-    record = make_record(fits=[{"stage": "exp/final", "params": {"lr": 2.5e-5, "dropout": 0.1},
-                                "valid_accuracy": 0.5, "best_epoch": 1, "epochs": 2,
-                                "trials": 1}])  # fmt: skip
-    assert record.stage_rates() == {"exp/final": 2.5e-5}

@@ -331,7 +331,7 @@ class JobTracker:
                     curves,
                     f"{shown_name(record)} on {record.sequence} ({record.arch})",
                     figure_path,
-                    record.stage_rates(),
+                    record.stage_labels(),
                 )
                 self.client.log_artifact(run_id, str(figure_path))
         self.client.log_artifact(run_id, str(store.record_path(job.key)))
@@ -444,6 +444,6 @@ def _final_stage(record: ResultRecord) -> str:
     return stages[-1]
 
 
-def _save_figure(curves: pd.DataFrame, title: str, path: Path, rates: Mapping[str, float]) -> None:
+def _save_figure(curves: pd.DataFrame, title: str, path: Path, names: Mapping[str, str]) -> None:
     # a Figure of its own, not pyplot's: nothing to close, nothing kept after it is saved
-    learning_curves(curves, title, rates).savefig(path, dpi=90)
+    learning_curves(curves, title, names).savefig(path, dpi=90)

@@ -314,10 +314,22 @@ class ResultRecord(_Record):
             mode="json", exclude={name for name in optional if getattr(self, name) is None}
         )
 
-    def stage_rates(self) -> dict[str, float]:
-        """The learning rate each fit of the job trained with, by stage (chosen by its search,
-        or set by its SFT schedule): what a learning-curve legend gives beside a stage's name."""
-        return {fit.stage: float(fit.params["lr"]) for fit in self.fits if "lr" in fit.params}
+    def stage_labels(self) -> dict[str, str]:
+        """What a learning-curve legend calls each fit stage, by stage: a stage of a chain the
+        job continued (SFT's ``exponential_2e-4_0.5/final``) as its schedule and step, the one
+        the job kept on validation marked; any other as ``stage <name>``; each with the learning
+        rate it trained with (chosen by its search, or set by its schedule)."""
+        labels = {}
+        for fit in self.fits:
+            chain, _, step = fit.stage.rpartition("/")
+            label = f"stage {fit.stage}"
+            if chain:
+                kept = " (kept)" if chain == self.chosen.chain else ""
+                label = f"schedule {chain}{kept}, {step} step"
+            if "lr" in fit.params:
+                label += f", lr {float(fit.params['lr']):.3g}"
+            labels[fit.stage] = label
+        return labels
 
     def shared_train_flops(self) -> dict[str, int]:
         """The training FLOPs of the historical states this job continues, by key."""

@@ -349,7 +349,7 @@ def plot_learning_curves(
             f"{name} on {spec.name} ({spec.dataset}){view.replace('-steps', ', steps ')}, "
             f"{record.arch}, budget {record.budget}, seed {record.seed}: loss and accuracy per "
             "epoch on the final step",
-            record.stage_rates(),
+            record.stage_labels(),
         )
     order = {name: index for index, name in enumerate(paper_columns())}
     for (budget, arch, seed, views), jobs in overviews.items():

@@ -41,35 +41,36 @@ from seq2final.reporting.protocols import ProtocolScore
 
 
 def _curve_legend(
-    stages: Sequence[str], rates: Mapping[str, float] | None = None
+    stages: Sequence[str], names: Mapping[str, str] | None = None
 ) -> tuple[list[Line2D], list[str]]:
     """The learning curves' legend: train dashed and valid solid once, then, where a job has
-    several fit stages, the colour of each (``C<index>``, in the stages' order), with the
-    learning rate the stage's fit chose or its schedule set (``rates``, by stage): what tells
-    SFT's ``exponential_2e-4_0.5/step2`` from ``…/final`` apart without the docs."""
+    several fit stages, the colour of each (``C<index>``, in the stages' order), named as
+    ``names`` says (the record's :meth:`~seq2final.training.records.ResultRecord.stage_labels`:
+    SFT's ``exponential_2e-4_0.5/final`` read as its schedule, step and learning rate), else
+    ``stage <name>``."""
     handles = [Line2D([], [], color="black", linestyle=s) for s in ("--", "-")]
     labels = ["train", "valid"]
     if len(stages) > 1:
         handles += [Line2D([], [], color=f"C{i % 10}") for i in range(len(stages))]
-        rates = rates or {}
-        labels += [f"stage {stage}" + (f", lr {rates[stage]:.3g}" if stage in rates else "")
-                   for stage in stages]  # fmt: skip
+        names = names or {}
+        labels += [names.get(stage, f"stage {stage}") for stage in stages]
     return handles, labels
 
 
 def learning_curves(
-    curves: pd.DataFrame, title: str, rates: Mapping[str, float] | None = None
+    curves: pd.DataFrame, title: str, names: Mapping[str, str] | None = None
 ) -> Figure:
     """Loss and accuracy per epoch, train and valid, one colour per fit stage.
 
     Epoch 0 is the model before any update (validation only), so a fine-tuned model's curve starts
     where its historical state stood on the final step. The legend lies under the panels: train
     dashed and valid solid once, then a colour per stage (SFT's five schedules made ten entries
-    that covered its curves inside the axes), each with its learning rate (``rates``, by stage).
+    that covered its curves inside the axes), each named as ``names`` says (by stage: its
+    schedule, step and learning rate).
     """
     stages = list(dict.fromkeys(curves["stage"]))
-    handles, labels = _curve_legend(stages, rates)
-    columns = min(len(labels), 3 if rates else 4)
+    handles, labels = _curve_legend(stages, names)
+    columns = min(len(labels), 3 if names else 4)
     rows = -(-len(labels) // columns) if stages else 0
     # Fixed margins: constrained layout measured every label again for each job's figure, half
     # of the figure's cost, where this layout never changes (one per job a run logs to MLflow).
