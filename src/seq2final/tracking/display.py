@@ -34,6 +34,9 @@ COMPARISON_COLUMNS = (
 """The runs table's columns in the comparison view, as MLflow's UI names them (the wide
 *Dataset* column left out: the sequence's digest it shows is every row's tag ``sequence_key``)."""
 
+CHART_METRICS = ("test_accuracy", "valid_accuracy", "worst_class_accuracy", "ece")
+"""The metrics the view's chart draws beside ``arch`` and ``method``: the four its table reads."""
+
 COLUMN_WIDTHS = {
     "attributes.`Run Name`": 110, "runDateAndNestInfo": 100, "tags.`method`": 100,
     "tags.`arch`": 90, "metrics.`test_accuracy`": 115, "metrics.`valid_accuracy`": 115,
@@ -51,10 +54,11 @@ the column ids the view's own columns have)."""
 def comparison_view(created_ms: int) -> str:
     """The experiment tag value of the saved view "Compare methods": one row per job
     (:data:`COMPARISON_FILTER`), best test accuracy first, the metrics a comparison needs as
-    columns in the order and widths of :data:`COLUMN_WIDTHS`, and on the *Chart* tab two
-    parallel-coordinates charts side by side (``arch`` and ``method`` to test accuracy, and to
-    worst-class accuracy and ECE): each names every method on its axis, where MLflow's bar chart
-    card never labels its bars.
+    columns in the order and widths of :data:`COLUMN_WIDTHS`, and on the *Chart* tab one
+    full-width parallel-coordinates chart (``arch`` and ``method`` to :data:`CHART_METRICS`),
+    500 pixels high so that all of it is on screen at a 1600×1000 window: it names every method
+    on its axis, where MLflow's bar chart card never labels its bars, and every axis in full,
+    where two charts side by side clipped their names.
 
     MLflow 3.17's UI keeps an experiment's saved views as experiment tags
     ``mlflow.sharedViewState.<id>`` (an envelope holding the view's state as JSON text), lists
@@ -67,12 +71,8 @@ def comparison_view(created_ms: int) -> str:
     common = {"runsCountToCompare": 100, "metricSectionId": section, "deleted": False,
               "isGenerated": False}  # fmt: skip
     charts = [
-        {**common, "uuid": "seq2final-method-arch", "type": "PARALLEL",
-         "selectedParams": ["arch", "method"], "selectedMetrics": ["test_accuracy"],
-         "showAllRuns": True},
-        {**common, "uuid": "seq2final-method-metrics", "type": "PARALLEL",
-         "selectedParams": ["arch", "method"],
-         "selectedMetrics": ["worst_class_accuracy", "ece"],
+        {**common, "uuid": "seq2final-methods", "type": "PARALLEL",
+         "selectedParams": ["arch", "method"], "selectedMetrics": list(CHART_METRICS),
          "showAllRuns": True},
     ]  # fmt: skip
     state = {
@@ -92,8 +92,8 @@ def comparison_view(created_ms: int) -> str:
                 "name": "Compare methods",
                 "display": True,
                 "isReordered": False,
-                "columns": 2,
-                "cardHeight": 540,
+                "columns": 1,
+                "cardHeight": 500,
             }
         ],
     }
