@@ -9,7 +9,7 @@ export KEDRO_DISABLE_TELEMETRY := 1
 export MLFLOW_ENABLE_TELEMETRY := false
 export DO_NOT_TRACK := 1
 
-.PHONY: run test lint viz reference docs mlflow services services-stop clean-data
+.PHONY: run test lint viz viz-serve reference docs mlflow services services-stop clean-data
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ lint: $(STAMP)
 
 viz: $(STAMP)
 	$(BIN)/kedro viz build
+
+# kedro-viz served and opened on the six pipelines' steps (kedro viz run opens all of __default__ at 30 %)
+viz-serve: $(STAMP)
+	$(BIN)/python tools/viz_serve.py
 
 # docs/reference.md, generated from the registries (tests/test_docs.py keeps it current)
 reference: $(STAMP)

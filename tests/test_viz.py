@@ -3,8 +3,11 @@
 import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from seq2final.core.startup import bootstrap_once
@@ -42,3 +45,41 @@ def test_the_readme_links_every_registered_pipeline_as_kedro_viz_opens_one():
     # the overview first: the full pipeline's nodes alone (kedro-viz's `types` filter)
     assert "http://127.0.0.1:4141/?pid=__default__&types=task)" in readme
     assert "4141/?pipeline_id=" not in readme
+
+
+def test_make_viz_serve_opens_kedro_viz_on_the_six_steps_and_lists_every_pipeline(
+    project, tmp_path
+):
+    """``kedro viz run`` opens all of ``__default__`` at 30 %, and kedro-viz has no setting for
+    the view it opens: ``make viz-serve`` serves it and, once it answers, opens the browser on
+    the six pipelines' steps alone and prints each registered pipeline's link."""
+    from kedro.framework.project import pipelines
+
+    bootstrap_once(Path(__file__).resolve().parents[1])
+    opened = tmp_path / "opened"
+    browser = tmp_path / "browser.py"  # what $BROWSER runs: records the address it is given
+    browser.write_text(
+        f"import pathlib, sys\npathlib.Path({str(opened)!r}).write_text(sys.argv[1])\n"
+    )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    tool = Path(__file__).resolve().parents[1] / "tools" / "viz_serve.py"
+    environment = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1",
+                   "BROWSER": f"{sys.executable} {browser} %s"}  # fmt: skip
+    serving = subprocess.Popen(
+        [sys.executable, str(tool), "--port", str(port)], cwd=project, env=environment,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not opened.exists() and serving.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(0.5)  # the browser stand-in's write, done
+    finally:
+        os.killpg(serving.pid, signal.SIGINT)  # Ctrl-C: the server stops with it
+        output = serving.communicate(timeout=60)[0]
+    assert opened.read_text() == f"http://127.0.0.1:{port}/?pid=__default__&types=task", output
+    lines = {line.strip() for line in output.splitlines()}
+    assert {f"{name}: http://127.0.0.1:{port}/?pid={name}" for name in pipelines
+            if name != "__default__"} <= lines, output  # fmt: skip
