@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -47,6 +48,15 @@ def test_the_readme_links_every_registered_pipeline_as_kedro_viz_opens_one():
     assert "4141/?pipeline_id=" not in readme
 
 
+def _free_port() -> int:
+    """A free port below 49152 (kedro-viz refuses the ephemeral range above it)."""
+    for port in random.Random().sample(range(20000, 49000), 50):
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) != 0:
+                return port
+    raise AssertionError("no free port")
+
+
 def test_make_viz_serve_opens_kedro_viz_on_the_six_steps_and_lists_every_pipeline(
     project, tmp_path
 ):
@@ -61,15 +71,13 @@ def test_make_viz_serve_opens_kedro_viz_on_the_six_steps_and_lists_every_pipelin
     browser.write_text(
         f"import pathlib, sys\npathlib.Path({str(opened)!r}).write_text(sys.argv[1])\n"
     )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = _free_port()
     tool = Path(__file__).resolve().parents[1] / "tools" / "viz_serve.py"
     environment = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1",
                    "BROWSER": f"{sys.executable} {browser} %s"}  # fmt: skip
     serving = subprocess.Popen(
         [sys.executable, str(tool), "--port", str(port)], cwd=project, env=environment,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 240
@@ -77,9 +85,25 @@ def test_make_viz_serve_opens_kedro_viz_on_the_six_steps_and_lists_every_pipelin
             time.sleep(0.5)
         time.sleep(0.5)  # the browser stand-in's write, done
     finally:
-        os.killpg(serving.pid, signal.SIGINT)  # Ctrl-C: the server stops with it
+        if serving.poll() is None:
+            os.killpg(serving.pid, signal.SIGINT)  # Ctrl-C: the server stops with it
         output = serving.communicate(timeout=60)[0]
-    assert opened.read_text() == f"http://127.0.0.1:{port}/?pid=__default__&types=task", output
+    assert opened.exists(), output
+    assert opened.read_text() == f"http://127.0.0.1:{port}/?pid=__default__&types=task"
     lines = {line.strip() for line in output.splitlines()}
     assert {f"{name}: http://127.0.0.1:{port}/?pid={name}" for name in pipelines
             if name != "__default__"} <= lines, output  # fmt: skip
+
+
+def test_viz_serve_on_a_port_in_use_stops_in_one_line_before_starting_kedro_viz():
+    """kedro-viz would move to the next free port without saying so, and the browser open on
+    the other server."""
+    tool = Path(__file__).resolve().parents[1] / "tools" / "viz_serve.py"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", _free_port()))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, str(tool), "--port", str(port)],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and not done.stdout
+    assert done.stderr == f"port {port} is in use; give another: --port N\n"

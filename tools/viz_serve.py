@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -50,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=4141)
     parser.add_argument("--no-browser", action="store_true")
     options = parser.parse_args(argv)
+    with socket.socket() as probe:  # kedro-viz would move to the next free port unsaid
+        if probe.connect_ex((HOST, options.port)) == 0:
+            sys.stderr.write(f"port {options.port} is in use; give another: --port N\n")
+            return 2
     kedro = Path(sys.executable).with_name("kedro")
     command = [str(kedro), "viz", "run", "--no-browser", "--host", HOST,
                "--port", str(options.port)]  # fmt: skip
