@@ -33,8 +33,9 @@ viz: $(STAMP)
 	$(BIN)/kedro viz build
 
 # kedro-viz served and opened on the six pipelines' steps (kedro viz run opens all of __default__ at 30 %)
+VIZ_PORT ?= 4141
 viz-serve: $(STAMP)
-	$(BIN)/python tools/viz_serve.py
+	$(BIN)/python tools/viz_serve.py --port $(VIZ_PORT)
 
 # docs/reference.md, generated from the registries (tests/test_docs.py keeps it current)
 reference: $(STAMP)

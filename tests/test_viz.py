@@ -86,9 +86,15 @@ def test_make_viz_serve_opens_kedro_viz_on_the_six_steps_and_lists_every_pipelin
         time.sleep(0.5)  # the browser stand-in's write, done
     finally:
         if serving.poll() is None:
-            os.killpg(serving.pid, signal.SIGINT)  # Ctrl-C: the server stops with it
-        output = serving.communicate(timeout=60)[0]
+            os.killpg(serving.pid, signal.SIGINT)  # Ctrl-C: the tool stops kedro-viz with it
+        try:
+            output = serving.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(serving.pid, signal.SIGKILL)
+            raise
     assert opened.exists(), output
+    with socket.socket() as probe:  # kedro-viz stopped with the tool, its port free again
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
     assert opened.read_text() == f"http://127.0.0.1:{port}/?pid=__default__&types=task"
     lines = {line.strip() for line in output.splitlines()}
     assert {f"{name}: http://127.0.0.1:{port}/?pid={name}" for name in pipelines
@@ -106,4 +112,7 @@ def test_viz_serve_on_a_port_in_use_stops_in_one_line_before_starting_kedro_viz(
         done = subprocess.run([sys.executable, str(tool), "--port", str(port)],
                               capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 2 and not done.stdout
-    assert done.stderr == f"port {port} is in use; give another: --port N\n"
+    assert (
+        done.stderr
+        == f"port {port} is in use; give another: --port N (make viz-serve VIZ_PORT=N)\n"
+    )

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +25,7 @@ import webbrowser
 from pathlib import Path
 
 HOST = "127.0.0.1"
+START_SECONDS = 300  # kedro-viz reads the whole project before it answers
 
 
 def overview(port: int) -> str:
@@ -40,10 +43,10 @@ def _pipelines(port: int) -> list[str] | None:
     answers (it reads the whole project first: tens of seconds on two cores)."""
     try:
         with urllib.request.urlopen(f"http://{HOST}:{port}/api/main", timeout=5) as response:
-            listed = json.load(response)["pipelines"]
-    except (urllib.error.URLError, OSError, ValueError):
+            listed = json.load(response).get("pipelines", [])
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
         return None
-    return [entry["id"] for entry in listed if entry["id"] != "__default__"]
+    return [entry["id"] for entry in listed if entry.get("id") not in (None, "__default__")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,16 +56,24 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     with socket.socket() as probe:  # kedro-viz would move to the next free port unsaid
         if probe.connect_ex((HOST, options.port)) == 0:
-            sys.stderr.write(f"port {options.port} is in use; give another: --port N\n")
+            sys.stderr.write(f"port {options.port} is in use; give another: --port N "
+                             "(make viz-serve VIZ_PORT=N)\n")  # fmt: skip
             return 2
     kedro = Path(sys.executable).with_name("kedro")
     command = [str(kedro), "viz", "run", "--no-browser", "--host", HOST,
                "--port", str(options.port)]  # fmt: skip
-    server = subprocess.Popen(command)  # the project in the working directory, as kedro's own
+    # a session of its own: kedro-viz serves from a child process, which stopping the kedro
+    # process alone would leave holding the port; the whole group is stopped below
+    server = subprocess.Popen(command, start_new_session=True)
     try:
+        deadline = time.monotonic() + START_SECONDS
         while (names := _pipelines(options.port)) is None:
             if server.poll() is not None:
                 return server.returncode
+            if time.monotonic() > deadline:
+                sys.stderr.write(f"kedro-viz did not answer on port {options.port} in "
+                                 f"{START_SECONDS} s\n")  # fmt: skip
+                return 1
             time.sleep(0.5)
         sys.stdout.write(f"kedro-viz, the six pipelines' steps: {overview(options.port)}\n")
         for name in names:
@@ -72,8 +83,21 @@ def main(argv: list[str] | None = None) -> int:
             webbrowser.open_new(overview(options.port))
         return server.wait()
     except KeyboardInterrupt:
-        server.terminate()
-        return server.wait()
+        return 0
+    finally:
+        _stop(server)
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    """kedro-viz and the process it serves from, whatever ended this one."""
+    if server.poll() is not None:
+        return
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
 
 
 if __name__ == "__main__":

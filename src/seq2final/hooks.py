@@ -13,7 +13,7 @@ from mlflow.exceptions import MlflowException
 from rich.console import Console
 from rich.table import Table
 
-from seq2final.config.checks import CheckedParameters
+from seq2final.config.checks import CheckedParameters, check_curve_views
 from seq2final.core.errors import Seq2FinalError
 from seq2final.data.family import is_family
 from seq2final.pipelines.robustness.pipeline import NAMESPACE as ROBUSTNESS
@@ -52,8 +52,13 @@ class ValidateParametersHook:
     @hook_impl(tryfirst=True)
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline) -> None:
         """A family trains member by member (``kedro run`` and ``kedro sweep`` expand it); a
-        session given one runs only the pipeline that reads the members together."""
-        run = self.checked.checked().parameters
+        session given one runs only the pipeline that reads the members together. A pipeline
+        that fits data-efficiency curves checks where they are tested
+        (:func:`~seq2final.config.checks.check_curve_views`)."""
+        checked = self.checked.checked()
+        if "representation_curves" in pipeline.all_outputs():
+            check_curve_views(checked)
+        run = checked.parameters
         if not is_family(run.sequence, run.intensities):
             return
         others = sorted({n.namespace or n.name for n in pipeline.nodes} - {ROBUSTNESS})

@@ -266,9 +266,6 @@ def test_the_mixed_split_trains_on_images_of_later_steps(project, fits_seen, sto
          "protocol_options.warm_start true under protocol 'final': valid only under eval_stream"),
         ({"protocol": "eval_fix", "protocol_options": {"warm_start": True}},
          "warm_start true under protocol 'eval_fix': valid only under eval_stream"),
-        ({"protocol": "mixed_split", "representations": {"test_on": "sequence"}},
-         "representations.test_on sequence with the view mixed-0-1: its training images are "
-         "drawn from every step, the final step's too; valid: test_on view"),
         ({"sequence": "portraits", "protocol": "eval_fix"},
          "dataset 'portraits' \\(whose empty periods are dropped\\) does not fix; valid: the "
          "protocol final, or the datasets portraits_5y, portraits_1y"),

@@ -119,3 +119,6 @@ def test_states_of_every_history_on_the_sequence_final_step(project, run_kedro, 
              "representations": {**options, "test_on": "sequence"}}  # fmt: skip
     with pytest.raises(Seq2FinalError, match="view mixed-0-1: its training images are drawn"):
         run_kedro(["representations"], **mixed)  # refused before its state is even looked for
+    with pytest.raises(Seq2FinalError) as other:  # a run that fits no curve: not for the curves
+        run_kedro(["adapt_final"], **mixed)
+    assert "representations.test_on" not in str(other.value)

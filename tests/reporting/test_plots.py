@@ -545,7 +545,8 @@ def test_each_stage_in_the_legend_says_its_schedule_step_and_learning_rate():
     reads them as a schedule, a step and the learning rate the fit trained with, from the
     record's fits, and marks the schedule the job kept on validation."""
     fits = [("exponential_2e-4_0.5/step2", 5e-5), ("exponential_2e-4_0.5/final", 2.5e-5),
-            ("none/final", None), ("ft", 1e-3)]  # fmt: skip
+            ("none/final", None), ("ft", 1e-3), ("exponential_2e-4_0.75/final", 8.4375e-05),
+            ("exponential_2e-3_0.5/final", 2.5e-4), ("linear_1e-3/final", 7e-4)]  # fmt: skip
     record = make_record(
         fits=[{"stage": stage, "params": {"dropout": 0.1} | ({"lr": lr} if lr else {}),
                "valid_accuracy": 0.5, "best_epoch": 1, "epochs": 2, "trials": 1}
@@ -561,6 +562,9 @@ def test_each_stage_in_the_legend_says_its_schedule_step_and_learning_rate():
         "schedule exponential_2e-4_0.5, final step, lr 2.5e-05",
         "schedule none (kept), final step",
         "stage ft, lr 0.001",
+        "schedule exponential_2e-4_0.75, final step, lr 8.44e-05",
+        "schedule exponential_2e-3_0.5, final step, lr 0.00025",
+        "schedule linear_1e-3, final step, lr 0.0007",
     ]
     renderer = figure.canvas.get_renderer()
     box = legend.get_window_extent(renderer)

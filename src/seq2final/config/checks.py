@@ -263,16 +263,31 @@ def _check_protocol(
         )
     try:
         views = PROTOCOLS[run.protocol].views(len(spec.steps), options)
-        views = chosen_views(views, run.protocol_view, run.protocol)
+        chosen_views(views, run.protocol_view, run.protocol)
     except Seq2FinalError as error:
         raise Seq2FinalError(f"parameter 'protocol': {error}") from None
-    mixed = [view.name for view in views if view.mixed]
-    if run.representations.test_on == "sequence" and mixed:
+    return options
+
+
+def check_curve_views(run: CheckedRun) -> None:
+    """Curves tested on the sequence's final step (``representations.test_on: sequence``)
+    cannot come from a view whose training images are drawn from every step, the final one's
+    too (the mixed split). Checked before a run that fits curves starts (the parameter hook),
+    not for one that fits none, whatever its ``representations`` block says."""
+    parameters = run.parameters
+    if (
+        parameters.representations.test_on != "sequence"
+        or not PROTOCOLS[parameters.protocol].temporal
+    ):
+        return
+    views = PROTOCOLS[parameters.protocol].views(len(run.spec.steps), run.protocol_options)
+    mixed = [view.name for view in chosen_views(views, parameters.protocol_view,
+                                                parameters.protocol) if view.mixed]  # fmt: skip
+    if mixed:
         raise Seq2FinalError(
             f"representations.test_on sequence with the view {mixed[0]}: its training images are "
             "drawn from every step, the final step's too; valid: test_on view"
         )
-    return options
 
 
 def check_mode_configs(

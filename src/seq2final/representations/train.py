@@ -154,7 +154,7 @@ def train_curves(
     """Fit every point the store lacks, storing each as soon as it is made. Every state the
     plan needs must be given and every size must fit the final step's training set, checked
     before any fit; that no view trained on the sequence's final step when curves are tested on
-    it is checked with the run parameters (``config.checks``)."""
+    it is checked before the run starts (``config.checks.check_curve_views``)."""
     needed = load_states(plan, states)
     views = _sources(plan, needed, options, sequence)
     work: list[tuple[str, str]] = []

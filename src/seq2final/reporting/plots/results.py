@@ -70,7 +70,10 @@ def learning_curves(
     """
     stages = list(dict.fromkeys(curves["stage"]))
     handles, labels = _curve_legend(stages, names)
-    columns = min(len(labels), 3 if names else 4)
+    # as many columns as the longest entry lets fit in the figure's 9 inches (8-point text is
+    # ~0.062 in a character; the handle and the gaps ~0.8 in): SFT's are two
+    longest = max(map(len, labels))
+    columns = max(1, min(len(labels), 4, int(8.8 // (0.062 * longest + 0.8))))
     rows = -(-len(labels) // columns) if stages else 0
     # Fixed margins: constrained layout measured every label again for each job's figure, half
     # of the figure's cost, where this layout never changes (one per job a run logs to MLflow).
