@@ -35,7 +35,8 @@ os.environ["OMP_NUM_THREADS"] = "1"
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked ``waits`` first. They spend most of their time waiting on processes of their
     own (SLURM jobs, sweep workers, a killed driver); run first, their waits overlap with the
-    other worker's computing instead of making the suite's tail."""
+    other workers' computing instead of making the suite's tail (``make test`` runs three
+    workers on two cores for them)."""
     items.sort(key=lambda item: item.get_closest_marker("waits") is None)
 
 
