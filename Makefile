@@ -22,7 +22,7 @@ run: $(STAMP)
 
 # Three workers on two cores: the tests that mostly wait on processes of their own (SLURM jobs,
 # sweep workers; marked `waits`) leave a worker idle, and a third keeps both cores busy meanwhile
-# (measured 2026-12-07: 556 s against 576-630 s with two).
+# (measured 2026-12-07 on a 2-core Xeon: 498 s and 556 s, against 576 s and 630 s with two).
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 3 --dist worksteal tests
 
